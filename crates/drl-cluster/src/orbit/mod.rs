@@ -1,0 +1,1 @@
+//! Orbit: a ring protocol for strict global caps (under construction).

@@ -1,0 +1,83 @@
+//! Fixed window counter; windows aligned to time 0 (the Unix epoch for
+//! servers), so every node agrees on their boundaries.
+//!
+//! Choice where `SEMANTICS.md` is silent: `reset_after` is `window_end - now`
+//! while the window holds a count, and 0 for an empty window (already fresh).
+
+use super::impossible;
+use crate::decision::{Decision, DenyReason};
+use crate::quota::Quota;
+use crate::time::Nanos;
+
+/// Fixed window state: empty as constructed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct State {
+    /// `now` of the last write.
+    pub last: Nanos,
+    /// Index of the window `count` belongs to.
+    pub index: u64,
+    /// Permits admitted in window `index`.
+    pub count: u64,
+}
+
+fn count_at(quota: &Quota, s: &State, now: Nanos) -> u64 {
+    if now / quota.window() == s.index {
+        s.count
+    } else {
+        0
+    }
+}
+
+/// `window_end - now`, at most `window`.
+fn to_end(quota: &Quota, now: Nanos) -> Nanos {
+    quota.window() - now % quota.window()
+}
+
+/// What a request of `cost` at `now` would get. Pure.
+pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
+    let now = now.max(s.last);
+    let limit = quota.limit();
+    let count = count_at(quota, s, now);
+    let reset = |count: u64| if count > 0 { to_end(quota, now) } else { 0 };
+    if cost > limit {
+        return impossible(quota, limit - count, reset(count));
+    }
+    if count + cost <= limit {
+        let after = count + cost;
+        Decision {
+            allowed: true,
+            remaining: limit - after,
+            limit,
+            retry_after: Some(0),
+            reset_after: reset(after),
+            delay: 0,
+            reason: None,
+        }
+    } else {
+        Decision {
+            allowed: false,
+            remaining: limit - count,
+            limit,
+            retry_after: Some(to_end(quota, now)),
+            reset_after: reset(count),
+            delay: 0,
+            reason: Some(DenyReason::OverLimit),
+        }
+    }
+}
+
+/// Applies an admitted request.
+pub fn commit(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
+    if cost == 0 {
+        return;
+    }
+    let now = now.max(s.last);
+    s.count = count_at(quota, s, now) + cost;
+    s.index = now / quota.window();
+    s.last = now;
+}
+
+/// True when the current window is empty at `now`.
+pub fn is_fresh(quota: &Quota, s: &State, now: Nanos) -> bool {
+    count_at(quota, s, now.max(s.last)) == 0
+}

@@ -1,0 +1,72 @@
+//! Leaky bucket as a meter: fills by `cost` per admitted request, leaks
+//! `limit` per `window`. Its decisions equal the token bucket's field for
+//! field; it is written in its own terms (a level that drains) and the two
+//! are checked against each other by property tests.
+
+use super::{impossible, sat};
+use crate::decision::{Decision, DenyReason};
+use crate::quota::Quota;
+use crate::time::Nanos;
+
+/// Leaky bucket (meter) state: empty as constructed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct State {
+    /// `now` of the last write.
+    pub last: Nanos,
+    /// Fill level times `T`, at `last`.
+    pub level: Nanos,
+}
+
+fn level_at(s: &State, now: Nanos) -> Nanos {
+    s.level.saturating_sub(now - s.last)
+}
+
+/// What a request of `cost` at `now` would get. Pure.
+pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
+    let now = now.max(s.last);
+    let t = quota.emission_interval();
+    let cap = quota.capacity_ns();
+    let level = level_at(s, now);
+    if cost > quota.burst() {
+        return impossible(quota, (cap - level) / t, level);
+    }
+    let add = cost * t;
+    let after = level as u128 + add as u128;
+    if after <= cap as u128 {
+        let after = after as u64;
+        Decision {
+            allowed: true,
+            remaining: (cap - after) / t,
+            limit: quota.limit(),
+            retry_after: Some(0),
+            reset_after: after,
+            delay: 0,
+            reason: None,
+        }
+    } else {
+        Decision {
+            allowed: false,
+            remaining: (cap - level) / t,
+            limit: quota.limit(),
+            retry_after: Some(sat(after - cap as u128)),
+            reset_after: level,
+            delay: 0,
+            reason: Some(DenyReason::OverLimit),
+        }
+    }
+}
+
+/// Applies an admitted request.
+pub fn commit(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
+    if cost == 0 {
+        return;
+    }
+    let now = now.max(s.last);
+    s.level = level_at(s, now) + cost * quota.emission_interval();
+    s.last = now;
+}
+
+/// True when the bucket has drained empty at `now`.
+pub fn is_fresh(_quota: &Quota, s: &State, now: Nanos) -> bool {
+    level_at(s, now.max(s.last)) == 0
+}

@@ -1,0 +1,39 @@
+//! The seven algorithms, one file each. Every one is a pair of pure
+//! functions over a small state: `check` (what would happen, no mutation)
+//! and `commit` (apply an admitted check). Denials and queries (`cost = 0`)
+//! never write state, so "a denied request consumes nothing" holds bit for
+//! bit, and multi-limit all-or-nothing is `check` everything, then `commit`
+//! everything.
+//!
+//! Clock clamping: each state remembers `last`, the `now` of the last
+//! admitted request of non-zero cost; an earlier `now` is treated as `last`.
+
+pub mod fixed_window;
+pub mod gcra;
+pub mod leaky_bucket;
+pub mod leaky_queue;
+pub mod sliding_log;
+pub mod sliding_window;
+pub mod token_bucket;
+
+use crate::decision::{Decision, DenyReason};
+use crate::quota::Quota;
+use crate::time::Nanos;
+
+/// Saturates a `u128` into a `u64`.
+pub(crate) fn sat(x: u128) -> u64 {
+    u64::try_from(x).unwrap_or(u64::MAX)
+}
+
+/// The denial for a cost no wait can ever admit.
+pub(crate) fn impossible(quota: &Quota, remaining: u64, reset_after: Nanos) -> Decision {
+    Decision {
+        allowed: false,
+        remaining,
+        limit: quota.limit(),
+        retry_after: None,
+        reset_after,
+        delay: 0,
+        reason: Some(DenyReason::CostExceedsCapacity),
+    }
+}

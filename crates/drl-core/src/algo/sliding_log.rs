@@ -1,0 +1,99 @@
+//! Sliding window log: every admitted request is logged with its cost; an
+//! entry logged at `ts` counts while `now - ts < window`.
+//!
+//! Entries with the same timestamp are merged, so the log holds at most
+//! `min(limit, distinct admission times in one window)` entries.
+
+use std::collections::VecDeque;
+
+use super::{impossible, sat};
+use crate::decision::{Decision, DenyReason};
+use crate::quota::Quota;
+use crate::time::Nanos;
+
+/// Sliding log state: empty as constructed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct State {
+    /// `now` of the last write.
+    pub last: Nanos,
+    /// `(timestamp, cost)`, oldest first; timestamps strictly increasing.
+    pub log: VecDeque<(Nanos, u64)>,
+}
+
+/// Index of the first live entry at `now`.
+fn first_live(quota: &Quota, s: &State, now: Nanos) -> usize {
+    s.log.partition_point(|&(ts, _)| now - ts >= quota.window())
+}
+
+/// When the entry logged at `ts` stops counting, as a wait from `now`.
+fn expires_in(quota: &Quota, ts: Nanos, now: Nanos) -> Nanos {
+    sat(ts as u128 + quota.window() as u128 - now as u128)
+}
+
+/// What a request of `cost` at `now` would get. Pure.
+pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
+    let now = now.max(s.last);
+    let limit = quota.limit();
+    let live = first_live(quota, s, now);
+    let used: u64 = s.log.range(live..).map(|&(_, c)| c).sum();
+    let newest = s.log.back().filter(|_| live < s.log.len()).map(|&(ts, _)| ts);
+    let reset_live = newest.map_or(0, |ts| expires_in(quota, ts, now));
+    if cost > limit {
+        return impossible(quota, limit - used, reset_live);
+    }
+    if used + cost <= limit {
+        Decision {
+            allowed: true,
+            remaining: limit - used - cost,
+            limit,
+            retry_after: Some(0),
+            reset_after: if cost > 0 {
+                quota.window()
+            } else {
+                reset_live
+            },
+            delay: 0,
+            reason: None,
+        }
+    } else {
+        // Free entries oldest first until the cost fits.
+        let mut left = used;
+        let mut retry = None;
+        for &(ts, c) in s.log.range(live..) {
+            left -= c;
+            if left + cost <= limit {
+                retry = Some(expires_in(quota, ts, now));
+                break;
+            }
+        }
+        Decision {
+            allowed: false,
+            remaining: limit - used,
+            limit,
+            retry_after: Some(retry.expect("cost <= limit fits in an empty log")),
+            reset_after: reset_live,
+            delay: 0,
+            reason: Some(DenyReason::OverLimit),
+        }
+    }
+}
+
+/// Applies an admitted request; drops entries that no longer count.
+pub fn commit(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
+    if cost == 0 {
+        return;
+    }
+    let now = now.max(s.last);
+    let live = first_live(quota, s, now);
+    s.log.drain(..live);
+    match s.log.back_mut() {
+        Some((ts, c)) if *ts == now => *c += cost,
+        _ => s.log.push_back((now, cost)),
+    }
+    s.last = now;
+}
+
+/// True when no entry counts any more at `now`.
+pub fn is_fresh(quota: &Quota, s: &State, now: Nanos) -> bool {
+    first_live(quota, s, now.max(s.last)) == s.log.len()
+}

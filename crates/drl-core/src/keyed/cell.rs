@@ -1,0 +1,135 @@
+//! The lock-free fast path: a two-word algorithm state (`last`, `x`) packed
+//! into one 128-bit atomic, updated by a single compare-exchange
+//! (`CMPXCHG16B` on x86-64, `CASP` on aarch64; see `portable-atomic`).
+//!
+//! Used for single-quota token bucket, leaky meter and GCRA, whose states
+//! are exactly two `u64`s. Both words must move together: `last` drives the
+//! clock clamp, so a split update could let a late request see a new `x`
+//! with an old `last`.
+
+use crate::algo::{gcra, leaky_bucket, token_bucket};
+use crate::decision::Decision;
+use crate::quota::Quota;
+use crate::time::Nanos;
+
+/// The 128-bit word the cell needs: load and compare-exchange.
+pub trait Word128: Send + Sync {
+    /// A word holding `v`.
+    fn new(v: u128) -> Self;
+    /// Reads the word.
+    fn load(&self) -> u128;
+    /// Replaces `current` with `new`; on failure returns the value seen.
+    fn compare_exchange(&self, current: u128, new: u128) -> Result<u128, u128>;
+}
+
+#[cfg(not(loom))]
+impl Word128 for portable_atomic::AtomicU128 {
+    fn new(v: u128) -> Self {
+        portable_atomic::AtomicU128::new(v)
+    }
+    #[inline]
+    fn load(&self) -> u128 {
+        self.load(std::sync::atomic::Ordering::Acquire)
+    }
+    #[inline]
+    fn compare_exchange(&self, current: u128, new: u128) -> Result<u128, u128> {
+        self.compare_exchange_weak(
+            current,
+            new,
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+        )
+    }
+}
+
+/// The algorithms whose state fits the cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CellKind {
+    /// Token bucket: `x` is credit (starts full).
+    TokenBucket,
+    /// Leaky meter: `x` is the level.
+    LeakyBucket,
+    /// GCRA: `x` is `tat - last`.
+    Gcra,
+}
+
+fn pack(last: Nanos, x: u64) -> u128 {
+    ((last as u128) << 64) | x as u128
+}
+
+fn unpack(w: u128) -> (Nanos, u64) {
+    ((w >> 64) as u64, w as u64)
+}
+
+impl CellKind {
+    /// The packed fresh state.
+    pub fn fresh(self, quota: &Quota) -> u128 {
+        match self {
+            CellKind::TokenBucket => pack(0, quota.capacity_ns()),
+            CellKind::LeakyBucket | CellKind::Gcra => 0,
+        }
+    }
+
+    /// Check and (if admitted) the packed state to store.
+    #[inline]
+    fn step(self, quota: &Quota, w: u128, now: Nanos, cost: u64) -> (Decision, Option<u128>) {
+        let (last, x) = unpack(w);
+        macro_rules! run {
+            ($m:ident, $s:expr, $field:ident) => {{
+                let mut s = $s;
+                let d = $m::check(quota, &s, now, cost);
+                if d.allowed && cost > 0 {
+                    $m::commit(quota, &mut s, now, cost);
+                    (d, Some(pack(s.last, s.$field)))
+                } else {
+                    (d, None)
+                }
+            }};
+        }
+        match self {
+            CellKind::TokenBucket => {
+                run!(token_bucket, token_bucket::State { last, credit: x }, credit)
+            }
+            CellKind::LeakyBucket => {
+                run!(leaky_bucket, leaky_bucket::State { last, level: x }, level)
+            }
+            CellKind::Gcra => run!(gcra, gcra::State { last, ahead: x }, ahead),
+        }
+    }
+
+    /// Whether the packed state is fresh at `now`.
+    pub fn is_fresh(self, quota: &Quota, w: u128, now: Nanos) -> bool {
+        let (last, x) = unpack(w);
+        match self {
+            CellKind::TokenBucket => {
+                token_bucket::is_fresh(quota, &token_bucket::State { last, credit: x }, now)
+            }
+            CellKind::LeakyBucket => {
+                leaky_bucket::is_fresh(quota, &leaky_bucket::State { last, level: x }, now)
+            }
+            CellKind::Gcra => gcra::is_fresh(quota, &gcra::State { last, ahead: x }, now),
+        }
+    }
+
+    /// The wait until the packed state is fresh (for eviction choices).
+    pub fn reset_after(self, quota: &Quota, w: u128, now: Nanos) -> Nanos {
+        self.step(quota, w, now, 0).0.reset_after
+    }
+}
+
+/// Decides one request on `word`: load, check, compare-exchange, retry on
+/// interference. Denials and queries never write.
+#[inline]
+pub fn decide<W: Word128>(kind: CellKind, quota: &Quota, word: &W, now: Nanos, cost: u64) -> Decision {
+    let mut cur = word.load();
+    loop {
+        let (d, next) = kind.step(quota, cur, now, cost);
+        match next {
+            None => return d,
+            Some(n) => match word.compare_exchange(cur, n) {
+                Ok(_) => return d,
+                Err(seen) => cur = seen,
+            },
+        }
+    }
+}

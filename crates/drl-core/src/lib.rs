@@ -1,0 +1,21 @@
+//! drl-core: the seven local rate-limiting algorithms of `SEMANTICS.md`,
+//! multi-limit decisions, and a concurrent keyed limiter with bounded
+//! memory. Pure and synchronous: time is always passed in as `u64`
+//! nanoseconds; nothing here reads a clock or does I/O.
+
+pub mod algo;
+pub mod algorithm;
+pub mod decision;
+pub mod keyed;
+pub mod limiter;
+pub mod multi;
+pub mod quota;
+pub mod time;
+
+pub use algorithm::{Algorithm, UnknownAlgorithm};
+pub use decision::{Decision, DenyReason};
+pub use keyed::{KeyedConfig, KeyedLimiter, KeyedStats};
+pub use limiter::{Limiter, State};
+pub use multi::MultiLimiter;
+pub use quota::{Quota, QuotaError};
+pub use time::{Clock, ManualClock, Nanos, SystemClock};

@@ -1,0 +1,1 @@
+//! drl-server (under construction).

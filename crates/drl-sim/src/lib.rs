@@ -1,0 +1,1 @@
+//! drl-sim (under construction).

@@ -1,0 +1,77 @@
+//! [`MemoryStore`]: the embedded default, one [`KeyedLimiter`] per limit.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use drl_core::{Decision, KeyedConfig, KeyedLimiter};
+use parking_lot::RwLock;
+
+use crate::{Check, LimitSpec, Store, StoreError};
+
+/// In-process state with bounded memory per limit.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    config: KeyedConfig,
+    limits: RwLock<HashMap<LimitSpec, Arc<KeyedLimiter<String>>>>,
+}
+
+impl MemoryStore {
+    /// A store whose per-limit tables are bounded by `config`.
+    pub fn new(config: KeyedConfig) -> Self {
+        Self {
+            config,
+            limits: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The keyed limiter for `spec`, created on first use.
+    pub fn limiter(&self, spec: &LimitSpec) -> Arc<KeyedLimiter<String>> {
+        if let Some(l) = self.limits.read().get(spec) {
+            return l.clone();
+        }
+        self.limits
+            .write()
+            .entry(spec.clone())
+            .or_insert_with(|| Arc::new(KeyedLimiter::new(spec.limiter(), self.config)))
+            .clone()
+    }
+
+    /// Decides synchronously (no await point): what the async method does.
+    pub fn decide_now(&self, check: Check<'_>) -> Decision {
+        self.limiter(check.spec)
+            .decide(check.key, check.now, check.cost)
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn decide(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        Ok(self.decide_now(check))
+    }
+
+    fn retain(&self, specs: &[LimitSpec]) {
+        self.limits.write().retain(|k, _| specs.contains(k));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drl_core::{Algorithm, Quota};
+
+    #[tokio::test]
+    async fn keeps_state_of_unchanged_limits_only() {
+        let store = MemoryStore::default();
+        let a = LimitSpec::new("a", Algorithm::Gcra, vec![Quota::new(2, 1_000).unwrap()]);
+        let b = LimitSpec::new("b", Algorithm::FixedWindow, vec![Quota::new(1, 1_000).unwrap()]);
+        let c = |spec| Check { spec, key: "k", cost: 1, now: 10 };
+        assert!(store.decide(c(&a)).await.unwrap().allowed);
+        assert!(store.decide(c(&b)).await.unwrap().allowed);
+        assert!(!store.decide(c(&b)).await.unwrap().allowed);
+        store.retain(std::slice::from_ref(&b));
+        // b kept its count, a starts fresh.
+        assert!(!store.decide(c(&b)).await.unwrap().allowed);
+        assert_eq!(store.decide(c(&a)).await.unwrap().remaining, 1);
+    }
+}

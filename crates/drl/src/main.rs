@@ -1,0 +1,33 @@
+//! `drl`: the one binary. Each subcommand lives in `cmd/<name>.rs`.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+/// drl: a distributed rate limiter.
+#[derive(Debug, Parser)]
+#[command(name = "drl", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Decide a CSV trace of requests offline, as a limit would have.
+    Replay(cmd::replay::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Replay(args) => cmd::replay::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("drl: error: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}

@@ -40,9 +40,9 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
     let count = count_at(quota, s, now);
     let reset = |count: u64| if count > 0 { to_end(quota, now) } else { 0 };
     if cost > limit {
-        return impossible(quota, limit - count, reset(count));
+        return impossible(quota, limit.saturating_sub(count), reset(count));
     }
-    if count + cost <= limit {
+    if cost <= limit.saturating_sub(count) {
         let after = count + cost;
         Decision {
             allowed: true,
@@ -56,7 +56,7 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
     } else {
         Decision {
             allowed: false,
-            remaining: limit - count,
+            remaining: limit.saturating_sub(count),
             limit,
             retry_after: Some(to_end(quota, now)),
             reset_after: reset(count),

@@ -39,12 +39,12 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
     let newest = s.log.back().filter(|_| live < s.log.len()).map(|&(ts, _)| ts);
     let reset_live = newest.map_or(0, |ts| expires_in(quota, ts, now));
     if cost > limit {
-        return impossible(quota, limit - used, reset_live);
+        return impossible(quota, limit.saturating_sub(used), reset_live);
     }
-    if used + cost <= limit {
+    if cost <= limit.saturating_sub(used) {
         Decision {
             allowed: true,
-            remaining: limit - used - cost,
+            remaining: limit.saturating_sub(used) - cost,
             limit,
             retry_after: Some(0),
             reset_after: if cost > 0 {
@@ -61,14 +61,14 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
         let mut retry = None;
         for &(ts, c) in s.log.range(live..) {
             left -= c;
-            if left + cost <= limit {
+            if cost <= limit.saturating_sub(left) {
                 retry = Some(expires_in(quota, ts, now));
                 break;
             }
         }
         Decision {
             allowed: false,
-            remaining: limit - used,
+            remaining: limit.saturating_sub(used),
             limit,
             retry_after: Some(retry.expect("cost <= limit fits in an empty log")),
             reset_after: reset_live,

@@ -54,7 +54,11 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
     if cost > limit {
         return impossible(quota, remaining_with(curr), reset(curr));
     }
-    let fits = weighted + (curr as u128 + cost as u128) * w <= limit as u128 * w;
+    // `curr + cost <= limit` first, so the products below stay in u128.
+    let fits = cost <= limit.saturating_sub(curr)
+        && weighted
+            .checked_add((curr + cost) as u128 * w)
+            .is_some_and(|x| x <= limit as u128 * w);
     if fits {
         let after = curr + cost;
         return Decision {
@@ -69,7 +73,7 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
     }
     // Shortest wait: prev's weight falls while this window lasts; after the
     // rollover `curr` becomes the weighted count and falls in turn.
-    let retry = if curr + cost <= limit {
+    let retry = if cost <= limit.saturating_sub(curr) {
         // Fits within this window once prev * (to_end - wait) <= room * w.
         let room = (limit - curr - cost) as u128 * w;
         to_end - room / prev as u128

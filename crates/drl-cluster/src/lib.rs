@@ -5,4 +5,8 @@
 //! Modules are added by the simulator work (estimator, gossip, allocators)
 //! and the Orbit work (`orbit`); each owns its own files.
 
+pub mod alloc;
+pub mod estimator;
+pub mod gossip;
+pub mod limiter;
 pub mod orbit;

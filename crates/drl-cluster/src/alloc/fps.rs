@@ -1,0 +1,467 @@
+//! Flow proportional share (FPS), paper §3.2.2 and Figure 2.
+//!
+//! Each limiter polices with a local token bucket whose rate is its share of
+//! the global limit in proportion to a *weight*, an estimate of how many
+//! unbottlenecked flows its demand is worth. Every estimate interval:
+//!
+//! * if local demand ≥ local limit (some flow is held back here), the weight
+//!   is `local limit / max sampled flow rate`: TCP's own fair share tells
+//!   how many such flows the limit is feeding;
+//! * otherwise (every flow is bottlenecked elsewhere) the weight is the one
+//!   that would set the local limit equal to the demand:
+//!   `demand · remote / (limit − demand)`;
+//!
+//! then `local limit = weight · limit / (remote + weight)`, where `remote`
+//! is the gossiped sum of the other limiters' weights. The weight is smoothed
+//! with the same EWMA as the demand estimator (the paper smooths the
+//! oscillation between the two regimes this way).
+//!
+//! Flow rates come from a constant-size sample set: an arriving unit of a
+//! flow not in the set joins it with probability `resample_probability`,
+//! evicting the slowest established flow when full; flows idle for
+//! `flow_expiry` leave. When the local limit falls to zero the bucket is
+//! filled to its depth so that a newly arriving TCP flow can get its first
+//! packets through (slow start), and the first interval with demand after
+//! that is treated as bottlenecked (second regime).
+
+use std::collections::BTreeMap;
+
+use drl_core::Nanos;
+use rand::RngCore;
+use rand_chacha::ChaCha8Rng;
+
+use super::{
+    AlgorithmKind, Allocator, FlowId, IntervalInput, VarBucket, Verdict, to_threshold, to_units,
+};
+use crate::estimator::Ewma;
+
+/// Tuning of [`Fps`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FpsConfig {
+    /// Maximum number of flows in the sample set.
+    pub sample_capacity: usize,
+    /// Probability that an arrival of an unsampled flow adds it to the set.
+    pub resample_probability: f64,
+    /// Sampled flows idle this long (ns) are dropped from the set.
+    pub flow_expiry: Nanos,
+    /// Upper bound on a weight (guards the second regime's division).
+    pub max_weight: f64,
+}
+
+impl Default for FpsConfig {
+    fn default() -> Self {
+        Self {
+            sample_capacity: 16,
+            resample_probability: 0.1,
+            flow_expiry: 3_000_000_000,
+            max_weight: 1_000.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct FlowSample {
+    units: u64,
+    rate: Ewma,
+    established: bool,
+    last_active: Nanos,
+}
+
+/// Which branch of FPS-ESTIMATE the last interval took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Regime {
+    /// Demand at or above the local limit: weight from the fastest flow.
+    Unbottlenecked,
+    /// Demand below the local limit: weight that matches the demand.
+    Bottlenecked,
+    /// No local demand: zero weight, slow-start burst armed.
+    Idle,
+}
+
+/// One FPS limiter.
+#[derive(Debug, Clone)]
+pub struct Fps {
+    cfg: FpsConfig,
+    limit: f64,
+    bucket: VarBucket,
+    local_limit: f64,
+    weight: Ewma,
+    flow_history: f64,
+    resample: u64,
+    flows: BTreeMap<FlowId, FlowSample>,
+    regime: Regime,
+}
+
+impl Fps {
+    /// An FPS limiter for a global `limit` (units/s) with bucket `depth`,
+    /// starting at `initial_limit` with `initial_weight`. `history` is the
+    /// per-interval EWMA history weight used for flow rates and the weight.
+    pub fn new(
+        limit: u64,
+        depth: u64,
+        initial_limit: u64,
+        initial_weight: f64,
+        history: f64,
+        cfg: FpsConfig,
+        now: Nanos,
+    ) -> Self {
+        let mut weight = Ewma::new(history);
+        weight.set(initial_weight.max(0.0));
+        Self {
+            cfg,
+            limit: limit as f64,
+            bucket: VarBucket::new(depth, initial_limit.min(i64::MAX as u64) as i64, now),
+            local_limit: initial_limit as f64,
+            weight,
+            flow_history: history,
+            resample: to_threshold(cfg.resample_probability),
+            flows: BTreeMap::new(),
+            regime: Regime::Unbottlenecked,
+        }
+    }
+
+    /// The smoothed weight this limiter publishes.
+    pub fn weight(&self) -> f64 {
+        self.weight.value()
+    }
+
+    /// The regime of the last interval.
+    pub fn regime(&self) -> Regime {
+        self.regime
+    }
+
+    /// Number of flows in the sample set.
+    pub fn sampled_flows(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// The highest established sampled flow rate (units/s).
+    pub fn max_flow_rate(&self) -> f64 {
+        self.flows
+            .values()
+            .filter(|f| f.established)
+            .map(|f| f.rate.value())
+            .fold(0.0, f64::max)
+    }
+
+    fn maybe_sample(&mut self, flow: FlowId, now: Nanos, rng: &mut ChaCha8Rng) {
+        if self.flows.contains_key(&flow) || self.cfg.sample_capacity == 0 {
+            return;
+        }
+        if self.resample == 0 || (rng.next_u32() as u64) >= self.resample {
+            return;
+        }
+        if self.flows.len() >= self.cfg.sample_capacity {
+            // Evict the slowest established flow; ties to the lowest id.
+            let victim = self
+                .flows
+                .iter()
+                .filter(|(_, f)| f.established)
+                .min_by(|a, b| a.1.rate.value().total_cmp(&b.1.rate.value()))
+                .map(|(id, _)| *id);
+            match victim {
+                Some(id) => {
+                    self.flows.remove(&id);
+                }
+                None => return,
+            }
+        }
+        self.flows.insert(
+            flow,
+            FlowSample {
+                units: 0,
+                rate: Ewma::new(self.flow_history),
+                established: false,
+                last_active: now,
+            },
+        );
+    }
+
+    fn update_flows(&mut self, now: Nanos, elapsed: Nanos) {
+        let expiry = self.cfg.flow_expiry;
+        self.flows
+            .retain(|_, f| now.saturating_sub(f.last_active) <= expiry);
+        let secs = elapsed.max(1) as f64 / 1e9;
+        for f in self.flows.values_mut() {
+            let sample = f.units as f64 / secs;
+            f.units = 0;
+            if f.established {
+                f.rate.update(sample);
+            } else {
+                // The first interval was partial: start measuring from here.
+                f.established = true;
+            }
+        }
+    }
+}
+
+impl Allocator for Fps {
+    fn kind(&self) -> AlgorithmKind {
+        AlgorithmKind::Fps
+    }
+
+    fn on_arrival(&mut self, now: Nanos, flow: FlowId, size: u64, rng: &mut ChaCha8Rng) -> Verdict {
+        self.maybe_sample(flow, now, rng);
+        if self.bucket.try_take(now, size) {
+            if let Some(f) = self.flows.get_mut(&flow) {
+                f.units = f.units.saturating_add(size);
+                f.last_active = now;
+            }
+            Verdict::Forward
+        } else {
+            if let Some(f) = self.flows.get_mut(&flow) {
+                f.last_active = now;
+            }
+            Verdict::Drop
+        }
+    }
+
+    fn on_interval(&mut self, input: &IntervalInput) -> f64 {
+        self.update_flows(input.now, input.elapsed);
+        let demand = if input.local_rate.is_finite() {
+            input.local_rate.max(0.0)
+        } else {
+            0.0
+        };
+        let remote = if input.remote.is_finite() {
+            input.remote.max(0.0)
+        } else {
+            0.0
+        };
+        let max_flow = self.max_flow_rate();
+        let (regime, ideal) = if demand <= 0.0 {
+            (Regime::Idle, 0.0)
+        } else if demand >= self.local_limit && self.local_limit > 0.0 && max_flow > 0.0 {
+            (Regime::Unbottlenecked, self.local_limit / max_flow)
+        } else if remote <= 0.0 {
+            // Nobody else has weight: any positive weight takes it all.
+            (Regime::Bottlenecked, 1.0)
+        } else if demand < self.limit {
+            (
+                Regime::Bottlenecked,
+                demand * remote / (self.limit - demand),
+            )
+        } else {
+            (Regime::Bottlenecked, self.cfg.max_weight)
+        };
+        self.regime = regime;
+        let ideal = ideal.clamp(0.0, self.cfg.max_weight);
+        let w = if regime == Regime::Idle {
+            // No demand: release the share at once.
+            self.weight.set(0.0);
+            0.0
+        } else {
+            self.weight.update(ideal)
+        };
+        let total = remote + w;
+        self.local_limit = if total > 0.0 {
+            w * self.limit / total
+        } else {
+            0.0
+        };
+        let units = to_units(self.local_limit);
+        if units == 0 {
+            self.local_limit = 0.0;
+            self.bucket.set_rate(input.now, 0);
+            self.bucket.fill(input.now);
+        } else {
+            self.bucket.set_rate(input.now, units);
+        }
+        w
+    }
+
+    fn local_limit(&self) -> Option<f64> {
+        Some(self.local_limit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    const IV: Nanos = 50_000_000;
+
+    fn cfg() -> FpsConfig {
+        FpsConfig {
+            resample_probability: 1.0,
+            ..FpsConfig::default()
+        }
+    }
+
+    /// Offers each flow `rates[k]` units/s over one interval ending at
+    /// `start + IV`, as evenly spaced 10-unit arrivals, then closes it.
+    fn run_interval(
+        f: &mut Fps,
+        rng: &mut ChaCha8Rng,
+        start: Nanos,
+        rates: &[f64],
+        remote: f64,
+    ) -> (u64, f64) {
+        run_interval_sized(f, rng, start, rates, remote, 10)
+    }
+
+    /// As [`run_interval`], with arrivals of `size` units.
+    fn run_interval_sized(
+        f: &mut Fps,
+        rng: &mut ChaCha8Rng,
+        start: Nanos,
+        rates: &[f64],
+        remote: f64,
+        size: u64,
+    ) -> (u64, f64) {
+        let mut events = Vec::new();
+        let mut offered = 0u64;
+        for (k, r) in rates.iter().enumerate() {
+            let n = (r * IV as f64 / 1e9 / size as f64).round() as u64;
+            offered += n * size;
+            for j in 0..n {
+                events.push((start + j * IV / n.max(1), k as FlowId));
+            }
+        }
+        events.sort();
+        let mut fwd = 0;
+        for (t, flow) in events {
+            if f.on_arrival(t, flow, size, rng) == Verdict::Forward {
+                fwd += size;
+            }
+        }
+        let rate = offered as f64 * 1e9 / IV as f64;
+        let w = f.on_interval(&IntervalInput {
+            now: start + IV,
+            elapsed: IV,
+            local_rate: rate,
+            local_forwarded: fwd as f64 * 1e9 / IV as f64,
+            remote,
+            nodes: 2,
+        });
+        (fwd, w)
+    }
+
+    /// The appendix: at the ideal allocation FPS stays there. Two limiters,
+    /// L = 10⁷ units/s; limiter 1 has a1 = 3 unbottlenecked flows and one
+    /// flow bottlenecked at B1 = 5·10⁵; limiter 2 has a2 = 7 and B2 = 0.
+    /// U = L − B1, I1 = U·3/10 + B1, I2 = L − I1, w1 = I1·a1/(I1 − B1),
+    /// w2 = 7. The unbottlenecked flows offer their share of the *current*
+    /// local limit plus 0.5 % (TCP probing); the bucket is deep enough that
+    /// nothing is dropped, so forwarded = offered as in the appendix model.
+    #[test]
+    fn appendix_fixed_point_is_stable() {
+        let limit = 10_000_000.0f64;
+        let (a1, b1, a2) = (3.0f64, 500_000.0f64, 7.0f64);
+        let u = limit - b1;
+        let i1 = u * a1 / (a1 + a2) + b1;
+        let w1 = i1 * a1 / (i1 - b1);
+        let w2 = a2;
+        assert!((w1 * limit / (w1 + w2) - i1).abs() < 1e-6);
+        let mut f = Fps::new(10_000_000, 10_000_000, i1.round() as u64, w1, 0.9, cfg(), 0);
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        for k in 0..200 {
+            let l = f.local_limit().unwrap();
+            let share = (l - b1) / a1 * 1.005;
+            let (fwd, _) = run_interval_sized(
+                &mut f,
+                &mut rng,
+                k * IV,
+                &[share, share, share, b1],
+                w2,
+                100,
+            );
+            assert!(fwd > 0);
+            let l = f.local_limit().unwrap();
+            assert!(
+                (l - i1).abs() / i1 < 0.01,
+                "interval {k}: limit {l} vs {i1}"
+            );
+            if k >= 2 {
+                // (Sampled flows need one full interval before they count.)
+                assert_eq!(f.regime(), Regime::Unbottlenecked, "interval {k}");
+            }
+        }
+        assert_eq!(f.sampled_flows(), 4);
+        // The published weight is the appendix's w1 (within the probe bias).
+        assert!((f.weight() - w1).abs() / w1 < 0.01, "w = {}", f.weight());
+    }
+
+    /// Closed loop over two limiters with an idealised TCP model (each
+    /// unbottlenecked flow gets `(l_i − B_i)/a_i`): from an even split FPS
+    /// moves to the max-min fair allocation.
+    #[test]
+    fn two_limiters_converge_to_max_min_shares() {
+        let limit = 10_000.0;
+        let a = [3.0, 7.0];
+        let mut nodes: Vec<Fps> = (0..2)
+            .map(|_| Fps::new(10_000, 1_000, 5_000, 1.0, 0.5, cfg(), 0))
+            .collect();
+        let mut rngs: Vec<ChaCha8Rng> = (0..2).map(ChaCha8Rng::seed_from_u64).collect();
+        let mut weights = [1.0, 1.0];
+        for k in 0..400 {
+            let mut next = [0.0; 2];
+            for i in 0..2 {
+                let l = nodes[i].local_limit().unwrap();
+                let per_flow = l / a[i] * 1.05;
+                let rates = vec![per_flow; a[i] as usize];
+                let (_, w) =
+                    run_interval(&mut nodes[i], &mut rngs[i], k * IV, &rates, weights[1 - i]);
+                next[i] = w;
+            }
+            weights = next;
+        }
+        let l0 = nodes[0].local_limit().unwrap();
+        let l1 = nodes[1].local_limit().unwrap();
+        assert!((l0 - 3_000.0).abs() < 150.0, "l0 = {l0}");
+        assert!((l1 - 7_000.0).abs() < 150.0, "l1 = {l1}");
+        assert!((l0 + l1 - limit).abs() < 100.0);
+    }
+
+    /// Second regime: demand below the limit sets the limit to the demand.
+    #[test]
+    fn bottlenecked_demand_gets_exactly_its_rate() {
+        let mut f = Fps::new(10_000, 1_000, 5_000, 5.0, 0.0, cfg(), 0);
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        run_interval(&mut f, &mut rng, 0, &[2_000.0], 5.0);
+        assert_eq!(f.regime(), Regime::Bottlenecked);
+        let l = f.local_limit().unwrap();
+        assert!((l - 2_000.0).abs() < 1e-6, "limit {l}");
+        // w = 2000·5/(10000 − 2000) = 1.25
+        assert!((f.weight() - 1.25).abs() < 1e-9);
+    }
+
+    /// With no traffic the limit drops to zero, the bucket keeps a full
+    /// burst for a newcomer, and the newcomer's first interval counts as
+    /// bottlenecked demand.
+    #[test]
+    fn slow_start_burst_when_the_local_limit_is_zero() {
+        let mut f = Fps::new(10_000, 300, 5_000, 1.0, 0.0, cfg(), 0);
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        run_interval(&mut f, &mut rng, 0, &[], 7.0);
+        assert_eq!(f.regime(), Regime::Idle);
+        assert_eq!(f.local_limit(), Some(0.0));
+        assert_eq!(f.weight(), 0.0);
+        // A flow arrives: exactly the 300-unit burst gets through.
+        let (fwd, _) = run_interval(&mut f, &mut rng, IV, &[20_000.0], 7.0);
+        assert_eq!(fwd, 300);
+        // Its demand (20000/s offered) made it bottlenecked, not idle.
+        assert_eq!(f.regime(), Regime::Bottlenecked);
+        assert!(f.local_limit().unwrap() > 0.0);
+    }
+
+    #[test]
+    fn sample_set_is_bounded_and_evicts_the_slowest() {
+        let c = FpsConfig {
+            sample_capacity: 2,
+            resample_probability: 1.0,
+            ..FpsConfig::default()
+        };
+        let mut f = Fps::new(1_000_000, 1_000_000, 1_000_000, 1.0, 0.0, c, 0);
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        run_interval(&mut f, &mut rng, 0, &[1_000.0, 5_000.0], 0.0);
+        run_interval(&mut f, &mut rng, IV, &[1_000.0, 5_000.0], 0.0);
+        assert_eq!(f.sampled_flows(), 2);
+        // Flow 2 arrives: flow 0 (slowest) is evicted.
+        run_interval(&mut f, &mut rng, 2 * IV, &[0.0, 5_000.0, 9_000.0], 0.0);
+        run_interval(&mut f, &mut rng, 3 * IV, &[0.0, 5_000.0, 9_000.0], 0.0);
+        assert_eq!(f.sampled_flows(), 2);
+        assert!((f.max_flow_rate() - 9_000.0).abs() < 1.0);
+    }
+}

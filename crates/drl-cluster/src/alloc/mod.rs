@@ -1,0 +1,195 @@
+//! Allocators: how a limiter turns local traffic and gossiped global state
+//! into forward/drop decisions.
+//!
+//! * [`ctb`]: central token bucket, the reference (one limiter sees all
+//!   traffic);
+//! * [`gtb`]: global token bucket (each limiter refills at the global limit
+//!   and drains at the other limiters' reported arrival rate);
+//! * [`grd`]: global random drop as the paper writes it (Figure 1), and
+//!   `grd-smooth`, our variant with a feedback-controlled drop probability;
+//! * [`fps`]: flow proportional share (Figure 2), with flow sampling, its two
+//!   regimes and the slow-start burst.
+//!
+//! All allocators count abstract *units* (bytes, packets or request cost)
+//! and decide with integers; the floating-point work happens once per
+//! estimate interval in [`Allocator::on_interval`].
+
+pub mod bucket;
+pub mod ctb;
+pub mod fps;
+pub mod grd;
+pub mod gtb;
+
+use std::fmt;
+use std::str::FromStr;
+
+use drl_core::Nanos;
+use rand_chacha::ChaCha8Rng;
+
+pub use bucket::VarBucket;
+
+/// Identifies a flow (a TCP connection in the simulator, a client id in the
+/// service).
+pub type FlowId = u64;
+
+/// What to do with an arriving unit of traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// Let it through.
+    Forward,
+    /// Police it.
+    Drop,
+}
+
+/// What an allocator learns at the end of each estimate interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IntervalInput {
+    /// End of the interval.
+    pub now: Nanos,
+    /// Length of the interval that just ended (ns).
+    pub elapsed: Nanos,
+    /// Smoothed local arrival (ingress) rate, units per second.
+    pub local_rate: f64,
+    /// Smoothed local forwarded rate, units per second.
+    pub local_forwarded: f64,
+    /// Estimate of the sum of the other limiters' published values (rates
+    /// for GTB and GRD, weights for FPS, forwarded rates for `grd-smooth`).
+    pub remote: f64,
+    /// Number of limiters in the cluster.
+    pub nodes: u32,
+}
+
+/// A per-limiter allocation policy.
+pub trait Allocator: fmt::Debug + Send {
+    /// Which algorithm this is.
+    fn kind(&self) -> AlgorithmKind;
+    /// Decides one arrival of `size` units from `flow` at `now`.
+    fn on_arrival(&mut self, now: Nanos, flow: FlowId, size: u64, rng: &mut ChaCha8Rng) -> Verdict;
+    /// Runs once per estimate interval; returns the value this limiter
+    /// publishes to the others through gossip.
+    fn on_interval(&mut self, input: &IntervalInput) -> f64;
+    /// The current local rate limit in units per second, for allocators
+    /// that have one (reports only).
+    fn local_limit(&self) -> Option<f64>;
+    /// The current drop probability, for allocators that have one.
+    fn drop_probability(&self) -> Option<f64> {
+        None
+    }
+}
+
+/// The allocation algorithms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AlgorithmKind {
+    /// Central token bucket (reference; one limiter for all traffic).
+    Ctb,
+    /// Central random drop: GRD with a single limiter (paper, Figure 5).
+    Crd,
+    /// Global token bucket.
+    Gtb,
+    /// Global random drop, as in the paper's Figure 1.
+    Grd,
+    /// Global random drop with a feedback-controlled drop probability.
+    GrdSmooth,
+    /// Flow proportional share.
+    Fps,
+}
+
+impl AlgorithmKind {
+    /// All kinds, in report order.
+    pub const ALL: [AlgorithmKind; 6] = [
+        AlgorithmKind::Ctb,
+        AlgorithmKind::Crd,
+        AlgorithmKind::Gtb,
+        AlgorithmKind::Grd,
+        AlgorithmKind::GrdSmooth,
+        AlgorithmKind::Fps,
+    ];
+
+    /// The short name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            AlgorithmKind::Ctb => "ctb",
+            AlgorithmKind::Crd => "crd",
+            AlgorithmKind::Gtb => "gtb",
+            AlgorithmKind::Grd => "grd",
+            AlgorithmKind::GrdSmooth => "grd-smooth",
+            AlgorithmKind::Fps => "fps",
+        }
+    }
+
+    /// True for the centralized references (one limiter sees all traffic).
+    pub fn is_central(self) -> bool {
+        matches!(self, AlgorithmKind::Ctb | AlgorithmKind::Crd)
+    }
+}
+
+impl fmt::Display for AlgorithmKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An algorithm name that is not one of [`AlgorithmKind::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown allocator {0:?} (expected one of ctb, crd, gtb, grd, grd-smooth, fps)")]
+pub struct UnknownAllocator(pub String);
+
+impl FromStr for AlgorithmKind {
+    type Err = UnknownAllocator;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        AlgorithmKind::ALL
+            .into_iter()
+            .find(|k| k.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| UnknownAllocator(s.to_string()))
+    }
+}
+
+/// Converts a float rate to an integer rate for a decider (non-finite or
+/// negative values become 0; huge values saturate).
+pub(crate) fn to_units(rate: f64) -> i64 {
+    if rate.is_finite() && rate > 0.0 {
+        if rate >= i64::MAX as f64 {
+            i64::MAX
+        } else {
+            rate.round() as i64
+        }
+    } else {
+        0
+    }
+}
+
+/// A probability as a 32-bit fixed-point threshold: drop when a uniform
+/// `u32` is below it. `1.0` maps to `u32::MAX + 1` (always).
+pub(crate) fn to_threshold(p: f64) -> u64 {
+    if !p.is_finite() || p <= 0.0 {
+        0
+    } else if p >= 1.0 {
+        1 << 32
+    } else {
+        (p * (1u64 << 32) as f64) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for k in AlgorithmKind::ALL {
+            assert_eq!(k.name().parse::<AlgorithmKind>(), Ok(k));
+        }
+        assert!("tokenbucket".parse::<AlgorithmKind>().is_err());
+    }
+
+    #[test]
+    fn conversions_are_total() {
+        assert_eq!(to_units(f64::NAN), 0);
+        assert_eq!(to_units(-3.0), 0);
+        assert_eq!(to_units(2.6), 3);
+        assert_eq!(to_units(1e30), i64::MAX);
+        assert_eq!(to_threshold(0.0), 0);
+        assert_eq!(to_threshold(1.5), 1 << 32);
+        assert_eq!(to_threshold(0.5), 1 << 31);
+    }
+}

@@ -1,0 +1,15 @@
+//! Gossip: how limiters learn global aggregates without a central point.
+//!
+//! [`push_sum`] implements the push-sum protocol of Kempe, Dobra and
+//! Gehrke (FOCS 2003) as Cloud Control uses it: every estimate interval
+//! each limiter folds its new local value into its mass, keeps a share and
+//! pushes one share to each of `branching` random peers. Messages carry a
+//! per-link sequence number so the receiver can detect and compensate lost
+//! updates.
+
+pub mod push_sum;
+
+pub use push_sum::{GossipMsg, LossCompensation, PushSum};
+
+/// A limiter's identity within a cluster: its index, `0..n`.
+pub type NodeId = u32;

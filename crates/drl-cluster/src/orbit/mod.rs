@@ -1,1 +1,19 @@
-//! Orbit: a ring protocol for strict global caps (under construction).
+//! Orbit: a ring protocol for strict global caps, no master.
+//!
+//! The sum over all nodes of what is admitted for a key in a window never
+//! exceeds the cap, whatever the network does. The protocol, its invariant
+//! and the proof sketch are in `docs/orbit.md`.
+//!
+//! - [`OrbitNode`]: the sans-IO state machine (requests, messages, timers).
+//! - [`codec`]: the binary, versioned, delta-encoded table format.
+//! - [`sim`]: a deterministic fault-injection harness (virtual time, seeded).
+
+pub mod codec;
+mod config;
+mod node;
+pub mod sim;
+mod table;
+
+pub use config::{ConfigError, MAX_KEY_LEN, MAX_RING, MAX_TABLE_KEYS, NodeId, OrbitConfig, PPM};
+pub use node::{Admit, DenyReason, OrbitNode, OrbitStats, Outgoing};
+pub use table::TableMsg;

@@ -92,6 +92,9 @@ struct KeyState {
 struct Held {
     table: Table,
     due: Nanos,
+    /// Per key, the free capacity this visit must leave in the table:
+    /// `ceil(r * free)` when the key was first rebalanced in this visit.
+    reserve: BTreeMap<Vec<u8>, u64>,
 }
 
 /// One node of an Orbit ring: a pure state machine. Feed it requests,
@@ -369,6 +372,7 @@ impl OrbitNode {
             self.held = Some(Held {
                 table: Table::fresh(w, self.ring.len()),
                 due: now.saturating_add(self.cfg.epoch),
+                reserve: BTreeMap::new(),
             });
             self.rebalance_all(now);
         }
@@ -453,6 +457,7 @@ impl OrbitNode {
         self.held = Some(Held {
             table,
             due: now.saturating_add(self.cfg.epoch),
+            reserve: BTreeMap::new(),
         });
         self.rebalance_all(now);
     }
@@ -475,6 +480,7 @@ impl OrbitNode {
             // Alone: keep the table and keep rebalancing from it.
             if let Some(h) = &mut self.held {
                 h.due = now.saturating_add(self.cfg.epoch);
+                h.reserve.clear();
             }
             return out;
         };
@@ -517,7 +523,7 @@ impl OrbitNode {
         }
     }
 
-    /// The rebalance rule of `docs/orbit.md`: `keep = min(want, H + floor((1-r) F))`.
+    /// The rebalance rule of `docs/orbit.md`: `keep = min(want, H + F - reserve)`.
     fn rebalance_key(&mut self, now: Nanos, key: &[u8], min_want: u64) {
         let ks = self.keys.get(key).copied().unwrap_or(KeyState {
             holding: self.local,
@@ -532,8 +538,18 @@ impl OrbitNode {
         let Some(held) = &mut self.held else { return };
         let h = ks.holding;
         let f = held.table.free(key, pool);
-        let takeable = f as u128 * (PPM - rollover) as u128 / PPM as u128;
-        let keep = (want as u128).min(h as u128 + takeable) as u64;
+        let reserve = match held.reserve.get(key) {
+            Some(&r) => r,
+            None => {
+                let r = (f as u128 * rollover as u128 / PPM as u128) as u64;
+                if held.reserve.len() < max_keys {
+                    held.reserve.insert(key.to_vec(), r);
+                }
+                r
+            }
+        };
+        let takeable = f.saturating_sub(reserve);
+        let keep = (want as u128).min(h as u128 + takeable as u128) as u64;
         // keep <= h + f, and h + f <= cap by conservation (forged tables are
         // rejected in `accept` if any free > cap), so this cannot wrap.
         let new_free = u64::try_from(h as u128 + f as u128 - keep as u128).unwrap_or(u64::MAX);

@@ -1,0 +1,251 @@
+//! Unit tests of the Orbit state machine, driven by hand on virtual time.
+
+use drl_cluster::orbit::{Admit, ConfigError, DenyReason, OrbitConfig, OrbitNode, Outgoing};
+
+const MS: u64 = 1_000_000;
+
+fn cfg(cap: u64) -> OrbitConfig {
+    // 3 nodes x 10 ms epoch = 30 ms lap; 300 ms window = 10 laps.
+    OrbitConfig::new(cap, 300 * MS, 10 * MS)
+}
+
+fn ring(n: u32, cap: u64) -> Vec<OrbitNode> {
+    let ids: Vec<u32> = (0..n).collect();
+    ids.iter()
+        .map(|&i| OrbitNode::new(cfg(cap), i, ids.clone(), 0).expect("valid"))
+        .collect()
+}
+
+/// Messages in flight on a perfect network: (delivery time, sender, message).
+type Wire = Vec<(u64, u32, Outgoing)>;
+
+/// Perfect network: ticks every node every ms from `from` to `to`,
+/// delivering every message 1 ms after it was sent; returns the messages
+/// sent. Messages still in flight stay in `wire`.
+fn run(nodes: &mut [OrbitNode], wire: &mut Wire, from: u64, to: u64) -> Vec<Outgoing> {
+    let mut seen = Vec::new();
+    let mut t = from;
+    while t < to {
+        let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(wire)
+            .into_iter()
+            .partition(|(at, _, _)| *at <= t);
+        *wire = rest;
+        for (_, src, o) in due {
+            let me = o.to;
+            let outs = nodes[me as usize].on_message(t, src, o.msg.clone());
+            for x in outs {
+                seen.push(x.clone());
+                wire.push((t + MS, me, x));
+            }
+        }
+        for i in 0..nodes.len() {
+            for o in nodes[i].on_tick(t) {
+                seen.push(o.clone());
+                wire.push((t + MS, i as u32, o));
+            }
+        }
+        t += MS;
+    }
+    seen
+}
+
+fn admit_all(node: &mut OrbitNode, now: u64, key: &[u8]) -> u64 {
+    let mut n = 0;
+    while node.admit(now, key, 1).is_allowed() {
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn window_shorter_than_a_lap_is_rejected_with_a_clear_error() {
+    let c = OrbitConfig::new(10, 20 * MS, 10 * MS);
+    let err = OrbitNode::new(c, 0, vec![0, 1, 2], 0).unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::WindowShorterThanLap {
+            window: 20 * MS,
+            epoch: 10 * MS,
+            nodes: 3,
+            min: 30 * MS
+        }
+    );
+    assert!(err.to_string().contains("shorter than one lap"), "{err}");
+    assert_eq!(OrbitConfig::new(10, 30 * MS, 10 * MS).validate(3), Ok(()));
+}
+
+#[test]
+fn ring_errors() {
+    assert_eq!(
+        OrbitNode::new(cfg(10), 0, vec![0, 1, 1], 0).unwrap_err(),
+        ConfigError::DuplicateNode(1)
+    );
+    assert_eq!(
+        OrbitNode::new(cfg(10), 9, vec![0, 1, 2], 0).unwrap_err(),
+        ConfigError::NotInRing(9)
+    );
+    assert_eq!(
+        OrbitNode::new(cfg(0), 0, vec![0], 0).unwrap_err(),
+        ConfigError::ZeroCap
+    );
+}
+
+#[test]
+fn local_allowances_are_carved_out_of_the_cap() {
+    let c = cfg(1000).with_local_fraction(0.1);
+    let sum: u64 = (0..7).map(|p| c.local_allowance(p, 7)).sum();
+    assert_eq!(sum, c.local_total());
+    assert_eq!(sum + c.pool(), 1000);
+    assert_eq!(c.local_allowance(0, 7), 15);
+    assert_eq!(c.local_allowance(6, 7), 14);
+}
+
+#[test]
+fn a_node_sits_out_the_window_it_started_in() {
+    let mut n = ring(3, 90);
+    let w = 300 * MS;
+    match n[0].admit(5 * MS, b"k", 1) {
+        Admit::Denied {
+            reason: DenyReason::Recovering,
+            retry_after: Some(r),
+        } => assert_eq!(r, w - 5 * MS),
+        d => panic!("expected Recovering, got {d:?}"),
+    }
+    // Next window: the local allowance (10% of 90 over 3 nodes = 3) is there
+    // at once, without any message.
+    // (Window 1's origin is position 1; node 2 only has its allowance.)
+    assert_eq!(admit_all(&mut n[2], w + MS, b"k"), 3);
+    // A node restarted mid-window sits out the rest of that window.
+    n[2] = OrbitNode::new(cfg(90), 2, vec![0, 1, 2], w + 2 * MS).unwrap();
+    assert!(!n[2].admit(w + 3 * MS, b"k", 1).is_allowed());
+    assert!(n[2].admit(2 * w + MS, b"k", 1).is_allowed());
+}
+
+#[test]
+fn a_single_node_ring_admits_exactly_the_cap_per_window() {
+    let mut n = ring(1, 50);
+    let w = 300 * MS;
+    for win in 1..4u64 {
+        let mut admitted = 0;
+        let mut t = win * w;
+        while t < (win + 1) * w {
+            assert!(n[0].on_tick(t).is_empty(), "nobody to send to");
+            admitted += u64::from(n[0].admit(t, b"k", 1).is_allowed());
+            t += MS / 2;
+        }
+        assert_eq!(admitted, 50, "window {win}");
+    }
+}
+
+#[test]
+fn the_ring_never_admits_more_than_the_cap_and_shares_it() {
+    let mut n = ring(3, 300);
+    let w = 300 * MS;
+    let mut wire = Wire::new();
+    let msgs = run(&mut n, &mut wire, w, w + 100 * MS);
+    assert!(
+        msgs.len() >= 6,
+        "the table circulates: {} forwards",
+        msgs.len()
+    );
+    // Second lap onwards, messages are deltas on the receiver's base.
+    assert!(msgs.iter().any(|m| m.msg.is_delta()));
+    assert!(n.iter().all(|x| x.stats().dropped_no_base == 0));
+    let mut total = 0;
+    let mut t = w + 100 * MS;
+    while t < 2 * w {
+        for node in n.iter_mut() {
+            total += u64::from(node.admit(t, b"k", 1).is_allowed());
+        }
+        run(&mut n, &mut wire, t, t + MS);
+        t += MS;
+        assert!(n.iter().all(|x| x.stats().dropped_no_base == 0));
+    }
+    assert!(total <= 300, "admitted {total} > cap");
+    assert!(total >= 270, "admitted only {total} of 300");
+}
+
+#[test]
+fn duplicates_and_stale_tables_are_ignored() {
+    let mut n = ring(2, 100);
+    let w = 300 * MS;
+    let mut wire = Wire::new();
+    // Window 1's origin is position 1 % 2 = 1.
+    let outs = run(&mut n, &mut wire, w, w + 12 * MS);
+    let first = outs
+        .into_iter()
+        .find(|o| o.to == 0)
+        .expect("node 1 forwards to node 0");
+    let before = n[0].live_capacity(b"k", 1);
+    // Deliver the same message again (network duplicate).
+    n[0].on_message(w + 12 * MS, 1, first.msg.clone());
+    assert_eq!(n[0].stats().dropped_duplicate, 1);
+    assert_eq!(n[0].live_capacity(b"k", 1), before);
+    // And once more in the next window: stale.
+    n[0].on_message(2 * w + MS, 1, first.msg);
+    assert_eq!(n[0].stats().dropped_stale, 1);
+}
+
+#[test]
+fn forged_tables_are_dropped() {
+    let mut n = ring(2, 100);
+    let w = 300 * MS;
+    let mut wire = Wire::new();
+    let outs = run(&mut n, &mut wire, w, w + 11 * MS);
+    let mut m = outs.into_iter().find(|o| o.to == 0).unwrap().msg;
+    m.hop += 100;
+    m.entries = vec![(b"k".to_vec(), 101)];
+    n[0].on_message(w + 12 * MS, 1, m.clone());
+    assert_eq!(n[0].stats().dropped_invalid, 1);
+    m.entries.clear();
+    m.pool += 1; // a node with another configuration
+    n[0].on_message(w + 12 * MS, 1, m);
+    assert_eq!(n[0].stats().dropped_invalid, 2);
+}
+
+#[test]
+fn a_dead_successor_is_skipped_and_the_table_goes_to_one_node_only() {
+    let mut n = ring(3, 100);
+    let w = 300 * MS;
+    let mut wire = Wire::new();
+    // Window 1's origin is position 1; its successor 2 is believed down.
+    n[1].on_peer_down(2);
+    let outs = run(&mut n, &mut wire, w, w + 12 * MS);
+    let from1: Vec<_> = outs.iter().filter(|o| o.msg.from == 1).collect();
+    assert_eq!(from1.len(), 1);
+    assert_eq!(from1[0].to, 0, "skips node 2");
+    n[1].on_peer_up(2);
+    assert_eq!(n[1].stats().tables_forwarded, 1);
+}
+
+#[test]
+fn decisions_never_wait_and_costs_are_checked() {
+    let mut n = ring(3, 90);
+    let w = 300 * MS;
+    match n[0].admit(w, b"k", 91) {
+        Admit::Denied {
+            reason: DenyReason::CostExceedsCap,
+            retry_after: None,
+        } => {}
+        d => panic!("{d:?}"),
+    }
+    assert!(n[0].admit(w, b"k", 0).is_allowed(), "a query");
+    // Node 0 is not window 1's origin: 3 permits of local allowance, then a
+    // denial with a retry hint no longer than one lap.
+    assert_eq!(admit_all(&mut n[0], w, b"k"), 3);
+    match n[0].admit(w, b"k", 1) {
+        Admit::Denied {
+            reason: DenyReason::Exhausted,
+            retry_after: Some(r),
+        } => assert!(r > 0 && r <= 30 * MS, "{r}"),
+        d => panic!("{d:?}"),
+    }
+    let long = vec![b'x'; 2000];
+    assert!(matches!(
+        n[0].admit(w, &long, 1),
+        Admit::Denied {
+            reason: DenyReason::KeyTooLong,
+            ..
+        }
+    ));
+}

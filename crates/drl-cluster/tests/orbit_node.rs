@@ -38,8 +38,8 @@ fn run(nodes: &mut [OrbitNode], wire: &mut Wire, from: u64, to: u64) -> Vec<Outg
                 wire.push((t + MS, me, x));
             }
         }
-        for i in 0..nodes.len() {
-            for o in nodes[i].on_tick(t) {
+        for (i, node) in nodes.iter_mut().enumerate() {
+            for o in node.on_tick(t) {
                 seen.push(o.clone());
                 wire.push((t + MS, i as u32, o));
             }

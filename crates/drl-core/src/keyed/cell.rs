@@ -22,7 +22,6 @@ pub trait Word128: Send + Sync {
     fn compare_exchange(&self, current: u128, new: u128) -> Result<u128, u128>;
 }
 
-#[cfg(not(loom))]
 impl Word128 for portable_atomic::AtomicU128 {
     fn new(v: u128) -> Self {
         portable_atomic::AtomicU128::new(v)

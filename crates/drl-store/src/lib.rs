@@ -3,12 +3,18 @@
 //! `redis` scope uses the Redis implementation (Lua scripts, Redis Cluster).
 
 pub mod memory;
+pub mod redis_store;
+pub mod resilient;
 pub mod spec;
 
 use async_trait::async_trait;
 use drl_core::{Decision, Nanos};
 
 pub use memory::MemoryStore;
+pub use redis_store::{RedisConfig, RedisStore, TimeSource};
+pub use resilient::{
+    BreakerConfig, BreakerState, FailurePolicy, OnStoreError, ResilienceConfig, Resilient,
+};
 pub use spec::LimitSpec;
 
 /// A store could not decide.

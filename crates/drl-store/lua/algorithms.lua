@@ -1,0 +1,134 @@
+-- drl: the seven algorithms of SEMANTICS.md, admission rule and state update
+-- only (the derived fields of the decision are computed by the client from
+-- the pre-decision state this script returns, with drl-core's own code).
+--
+-- Each function takes the quota q (decimal strings: limit, window, cap =
+-- burst*T, need = cost*T or false when cost exceeds the capacity, lw =
+-- limit*window), the stored state string (or false when the key is
+-- missing, i.e. fresh), now (limbs) and cost (limbs). It returns
+-- admit, new state string, and the wait (ns, limbs) until the new state is
+-- fresh again (the key's expiry). Stored states are space-separated decimal
+-- fields, the first always `last` (the clock clamp of SEMANTICS.md).
+local ALG = {}
+
+-- Token bucket: "last credit" (credit = tokens * T).
+ALG['token-bucket'] = function(q, raw, now, cost)
+  if not q.need then return false end
+  local cap = N(q.cap)
+  local last, credit = ZERO, cap
+  if raw then
+    local f = fields(raw)
+    last, credit = f[1], f[2]
+  end
+  now = max(now, last)
+  local c = min(add(credit, sub(now, last)), cap)
+  local need = N(q.need)
+  if cmp(c, need) < 0 then return false end
+  local after = sub(c, need)
+  return true, S(now) .. ' ' .. S(after), sub(cap, after)
+end
+
+-- Leaky bucket (meter): "last level" (level * T), drains one unit per ns.
+ALG['leaky-bucket'] = function(q, raw, now, cost)
+  if not q.need then return false end
+  local last, level = ZERO, ZERO
+  if raw then
+    local f = fields(raw)
+    last, level = f[1], f[2]
+  end
+  now = max(now, last)
+  local after = add(subsat(level, sub(now, last)), N(q.need))
+  if cmp(after, N(q.cap)) > 0 then return false end
+  return true, S(now) .. ' ' .. S(after), after
+end
+
+-- GCRA and the shaper: "last ahead" with tat = last + ahead.
+local function gcra(q, raw, now, cost)
+  if not q.need then return false end
+  local last, ahead = ZERO, ZERO
+  if raw then
+    local f = fields(raw)
+    last, ahead = f[1], f[2]
+  end
+  now = max(now, last)
+  local queued = subsat(add(last, ahead), now)
+  local new_ahead = add(queued, N(q.need))
+  if cmp(new_ahead, N(q.cap)) > 0 then return false end
+  return true, S(now) .. ' ' .. S(new_ahead), new_ahead
+end
+ALG['gcra'] = gcra
+ALG['leaky-queue'] = gcra
+
+-- Fixed window: "last index count".
+ALG['fixed-window'] = function(q, raw, now, cost)
+  if not q.need then return false end
+  local last, index, count = ZERO, ZERO, ZERO
+  if raw then
+    local f = fields(raw)
+    last, index, count = f[1], f[2], f[3]
+  end
+  now = max(now, last)
+  local w = N(q.window)
+  local idx, elapsed = divmod(now, w)
+  if cmp(idx, index) ~= 0 then count = ZERO end
+  local after = add(count, cost)
+  if cmp(after, N(q.limit)) > 0 then return false end
+  return true, S(now) .. ' ' .. S(idx) .. ' ' .. S(after), sub(w, elapsed)
+end
+
+-- Sliding log: "last ts1 cost1 ts2 cost2 ..." (oldest first). An entry
+-- counts while now - ts < window.
+ALG['sliding-log'] = function(q, raw, now, cost)
+  if not q.need then return false end
+  local f = {ZERO}
+  if raw then f = fields(raw) end
+  now = max(now, f[1])
+  local w = N(q.window)
+  local used = ZERO
+  local live = {}
+  for i = 2, #f - 1, 2 do
+    if cmp(add(f[i], w), now) > 0 then
+      used = add(used, f[i + 1])
+      live[#live + 1] = f[i]
+      live[#live + 1] = f[i + 1]
+    end
+  end
+  if cmp(add(used, cost), N(q.limit)) > 0 then return false end
+  local n = #live
+  if n > 0 and cmp(live[n - 1], now) == 0 then
+    live[n] = add(live[n], cost)
+  else
+    live[n + 1] = now
+    live[n + 2] = cost
+  end
+  local parts = {S(now)}
+  for i = 1, #live do parts[i + 1] = S(live[i]) end
+  return true, table.concat(parts, ' '), w
+end
+
+-- Sliding window counter (strict): "last index prev curr".
+ALG['sliding-window'] = function(q, raw, now, cost)
+  if not q.need then return false end
+  local last, index, prev, curr = ZERO, ZERO, ZERO, ZERO
+  if raw then
+    local f = fields(raw)
+    last, index, prev, curr = f[1], f[2], f[3], f[4]
+  end
+  now = max(now, last)
+  local w = N(q.window)
+  local idx, elapsed = divmod(now, w)
+  local c = cmp(idx, index)
+  if c ~= 0 then
+    if cmp(idx, add(index, ONE)) == 0 then
+      prev, curr = curr, ZERO
+    else
+      prev, curr = ZERO, ZERO
+    end
+  end
+  local to_end = sub(w, elapsed)
+  local after = add(curr, cost)
+  if cmp(add(mul(prev, to_end), mul(after, w)), N(q.lw)) > 0 then return false end
+  return true,
+    S(now) .. ' ' .. S(idx) .. ' ' .. S(prev) .. ' ' .. S(after),
+    add(to_end, w)
+end

@@ -1,0 +1,410 @@
+//! Test harness: real `redis-server` processes on free loopback ports,
+//! started per test and torn down on drop; a 3-master Redis Cluster.
+//!
+//! These tests need the Debian packages `redis-server` and `redis-tools`
+//! (redis-cli). If the binaries are missing the tests FAIL with an
+//! explanation; they never skip.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MISSING: &str = "these tests need a real Redis: install the Debian packages \
+`redis-server` and `redis-tools` (apt-get update && apt-get install -y redis-server redis-tools). \
+They never skip.";
+
+/// Polls `cond` every few ms until it holds or `within` passes.
+pub fn wait_until(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    loop {
+        if cond() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Async flavour of [`wait_until`].
+pub async fn wait_until_async<F, Fut>(within: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if cond().await {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn port_free(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+/// A free port `p` (and, for cluster nodes, `p + 10000` for the bus).
+fn free_port(cluster: bool) -> u16 {
+    // Spread the search by pid and time so parallel test binaries collide rarely.
+    let seed = std::process::id() as u64 * 7919
+        + Instant::now().elapsed().as_nanos() as u64
+        + std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos() as u64;
+    for i in 0..5000u64 {
+        let port = (20000 + (seed + i * 7) % 30000) as u16;
+        if port_free(port) && (!cluster || port_free(port + 10000)) {
+            return port;
+        }
+    }
+    panic!("no free loopback port found");
+}
+
+/// Sends one inline command over a raw socket; the first reply line.
+pub fn raw_command(port: u16, cmd: &str) -> Option<String> {
+    let mut s =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
+            .ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    s.write_all(format!("{cmd}\r\n").as_bytes()).ok()?;
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).to_string())
+}
+
+fn ping(port: u16) -> bool {
+    raw_command(port, "PING").is_some_and(|r| r.starts_with("+PONG"))
+}
+
+/// One `redis-server` process.
+pub struct RedisServer {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// A standalone server on a free port.
+    pub fn start() -> Self {
+        Self::start_with(free_port(false), &[])
+    }
+
+    /// A server on `port` with extra arguments.
+    pub fn start_with(port: u16, extra: &[&str]) -> Self {
+        let mut s = RedisServer {
+            port,
+            child: None,
+            dir: tempfile::tempdir().expect("tempdir"),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new("redis-server");
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--protected-mode", "no", "--loglevel", "warning"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                panic!("`redis-server` not found on PATH: {MISSING}")
+            }
+            Err(e) => panic!("could not start redis-server: {e}"),
+        };
+        self.child = Some(child);
+        let port = self.port;
+        wait_until(
+            Duration::from_secs(10),
+            "redis-server to answer PING",
+            || ping(port),
+        );
+    }
+
+    /// The server's directory (config files, cluster state).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGKILL, and wait for the process to be gone.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port (empty: no persistence).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    fn signal(&self, sig: &str) {
+        let st = Command::new("kill")
+            .arg(sig)
+            .arg(self.pid().to_string())
+            .status()
+            .expect("kill(1)");
+        assert!(st.success(), "kill {sig} failed");
+    }
+
+    /// SIGSTOP: the process stops answering but keeps its sockets.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    /// A synchronous admin connection.
+    pub fn admin(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .expect("admin connection")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(c) = &self.child {
+            // Never leave a stopped process behind.
+            let _ = Command::new("kill")
+                .arg("-CONT")
+                .arg(c.id().to_string())
+                .status();
+        }
+        self.kill();
+    }
+}
+
+/// Runs `redis-cli` with `args`; its stdout. Fails loudly if missing.
+pub fn redis_cli(args: &[&str]) -> String {
+    let out = match Command::new("redis-cli").args(args).output() {
+        Ok(o) => o,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            panic!("`redis-cli` not found on PATH: {MISSING}")
+        }
+        Err(e) => panic!("redis-cli: {e}"),
+    };
+    assert!(
+        out.status.success(),
+        "redis-cli {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// A Redis Cluster of `n` masters (no replicas) on loopback.
+pub struct RedisCluster {
+    /// The nodes.
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts `n` nodes and joins them with `redis-cli --cluster create`.
+    pub fn start(n: usize) -> Self {
+        let mut nodes: Vec<RedisServer> = Vec::new();
+        for _ in 0..n {
+            let mut port = free_port(true);
+            while nodes.iter().any(|s| s.port == port) {
+                port = free_port(true);
+            }
+            let s = RedisServer::start_with(
+                port,
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                ],
+            );
+            nodes.push(s);
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        let mut args: Vec<&str> = vec!["--cluster", "create"];
+        args.extend(addrs.iter().map(String::as_str));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        redis_cli(&args);
+        let cluster = RedisCluster { nodes };
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// Waits until every node reports `cluster_state:ok` and knows every slot.
+    pub fn wait_ok(&self) {
+        for s in &self.nodes {
+            let port = s.port;
+            wait_until(Duration::from_secs(20), "cluster_state:ok", || {
+                let mut c = match redis::Client::open(format!("redis://127.0.0.1:{port}"))
+                    .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+                {
+                    Ok(c) => c,
+                    Err(_) => return false,
+                };
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut c)
+                    .unwrap_or_default();
+                info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
+            });
+        }
+    }
+
+    /// Node URLs.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// `CLUSTER MYID` of node `i`.
+    pub fn node_id(&self, i: usize) -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut self.nodes[i].admin())
+            .unwrap()
+    }
+
+    /// The slot of `key`.
+    pub fn slot(&self, key: &str) -> u16 {
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.nodes[0].admin())
+            .unwrap()
+    }
+
+    /// Index of the node serving `slot`.
+    pub fn owner(&self, slot: u16) -> usize {
+        for (i, s) in self.nodes.iter().enumerate() {
+            let n: i64 = redis::cmd("CLUSTER")
+                .arg("COUNTKEYSINSLOT")
+                .arg(slot)
+                .query(&mut s.admin())
+                .unwrap_or(-1);
+            // Only the owner answers COUNTKEYSINSLOT without error for an
+            // owned slot; cross-check with CLUSTER NODES.
+            let nodes: String = redis::cmd("CLUSTER")
+                .arg("NODES")
+                .query(&mut s.admin())
+                .unwrap();
+            let me = nodes.lines().find(|l| l.contains("myself")).unwrap();
+            if serves(me, slot) && n >= 0 {
+                return i;
+            }
+        }
+        panic!("no node serves slot {slot}");
+    }
+
+    /// Moves `slot` (and its keys) from node `from` to node `to` the way
+    /// `redis-cli --cluster reshard` does: IMPORTING/MIGRATING, MIGRATE the
+    /// keys, then SETSLOT NODE on every node.
+    pub fn migrate_slot(&self, slot: u16, from: usize, to: usize) {
+        let from_id = self.node_id(from);
+        let to_id = self.node_id(to);
+        let mut src = self.nodes[from].admin();
+        let mut dst = self.nodes[to].admin();
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("IMPORTING")
+            .arg(&from_id)
+            .query(&mut dst)
+            .unwrap();
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("MIGRATING")
+            .arg(&to_id)
+            .query(&mut src)
+            .unwrap();
+        loop {
+            let keys: Vec<String> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(100)
+                .query(&mut src)
+                .unwrap();
+            if keys.is_empty() {
+                break;
+            }
+            let _: () = redis::cmd("MIGRATE")
+                .arg("127.0.0.1")
+                .arg(self.nodes[to].port)
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(&keys)
+                .query(&mut src)
+                .unwrap();
+        }
+        for s in &self.nodes {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(&to_id)
+                .query(&mut s.admin())
+                .unwrap();
+        }
+    }
+}
+
+fn serves(node_line: &str, slot: u16) -> bool {
+    node_line.split_whitespace().skip(8).any(|r| {
+        if r.starts_with('[') {
+            return false;
+        }
+        match r.split_once('-') {
+            Some((a, b)) => {
+                a.parse::<u16>().is_ok_and(|a| a <= slot)
+                    && b.parse::<u16>().is_ok_and(|b| slot <= b)
+            }
+            None => r.parse::<u16>() == Ok(slot),
+        }
+    })
+}
+
+/// Where the tests' temporary files go.
+pub fn scratch() -> PathBuf {
+    std::env::temp_dir()
+}

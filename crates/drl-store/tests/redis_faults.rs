@@ -1,0 +1,378 @@
+//! Faults against a real `redis-server`: killed mid-load, paused (SIGSTOP),
+//! restarted. Each failure policy does what it says, latency stays bounded,
+//! nothing piles up, and decisions go back to Redis when it returns.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::RedisServer;
+use drl_core::{Algorithm, Quota};
+use drl_store::{
+    BreakerConfig, BreakerState, Check, FailurePolicy, LimitSpec, OnStoreError, RedisConfig,
+    RedisStore, ResilienceConfig, Resilient, Store, TimeSource,
+};
+
+/// Generous for a debug build on a loaded 2-core CI box, still far below
+/// any connection-level timeout (1 s): proves the policy's deadline rules.
+const TIMEOUT_MS: u64 = 25;
+const BOUND: Duration = Duration::from_millis(TIMEOUT_MS + 150);
+
+fn spec(name: &str, q: &str) -> LimitSpec {
+    LimitSpec::new(name, Algorithm::Gcra, vec![Quota::parse(q).unwrap()])
+}
+
+async fn resilient(
+    server: &RedisServer,
+    policy: FailurePolicy,
+    breaker: BreakerConfig,
+) -> Resilient<RedisStore> {
+    let mut cfg = RedisConfig::single(server.url());
+    cfg.time = TimeSource::Caller;
+    let store = RedisStore::connect(&cfg).await.unwrap();
+    store.ping().await.unwrap();
+    Resilient::new(
+        store,
+        ResilienceConfig {
+            default_policy: FailurePolicy {
+                timeout_ms: TIMEOUT_MS,
+                ..policy
+            },
+            breaker,
+            ..ResilienceConfig::default()
+        },
+    )
+}
+
+fn breaker() -> BreakerConfig {
+    BreakerConfig {
+        failure_threshold: 3,
+        open_ms: 100,
+        max_in_flight: 1000,
+    }
+}
+
+/// Admissions out of `n` sequential requests on a fresh key, each bounded.
+async fn admitted(store: &Resilient<RedisStore>, spec: &LimitSpec, key: &str, n: u64) -> u64 {
+    let mut ok = 0;
+    for i in 0..n {
+        let t = Instant::now();
+        let d = store
+            .decide(Check {
+                spec,
+                key,
+                cost: 1,
+                now: 1_000 + i,
+            })
+            .await
+            .expect("the policy always answers");
+        assert!(t.elapsed() < BOUND, "a decision took {:?}", t.elapsed());
+        ok += d.allowed as u64;
+    }
+    ok
+}
+
+/// Waits until decisions are made by Redis again: a fresh key gets exactly
+/// the global quota (10), which no failure policy would give (0, all, 5).
+async fn wait_recovered(store: &Resilient<RedisStore>, tag: &str) {
+    let s = spec(&format!("recovered-{tag}"), "10/h");
+    let mut attempt = 0;
+    common::wait_until_async(Duration::from_secs(15), "decisions back on Redis", || {
+        attempt += 1;
+        let key = format!("probe-{attempt}");
+        let s = &s;
+        async move {
+            // Let the breaker probe and close first.
+            let _ = store
+                .decide(Check {
+                    spec: s,
+                    key: "poke",
+                    cost: 0,
+                    now: 1,
+                })
+                .await;
+            store.breaker_state() == BreakerState::Closed
+                && admitted(store, s, &key, 12).await == 10
+        }
+    })
+    .await;
+}
+
+/// Background load on many keys; returns the worst latency seen.
+fn load(
+    store: Arc<Resilient<RedisStore>>,
+    stop: Arc<AtomicBool>,
+    count: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<Duration> {
+    tokio::spawn(async move {
+        let s = spec("load", "1000000/s");
+        let mut worst = Duration::ZERO;
+        let mut i = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let key = format!("k{}", i % 64);
+            let t = Instant::now();
+            store
+                .decide(Check {
+                    spec: &s,
+                    key: &key,
+                    cost: 1,
+                    now: 1_000 + i,
+                })
+                .await
+                .unwrap();
+            worst = worst.max(t.elapsed());
+            count.fetch_add(1, Ordering::Relaxed);
+            i += 1;
+            // An open breaker answers without awaiting anything: let the
+            // other tasks (and the probe) run, as separate requests would.
+            tokio::task::yield_now().await;
+        }
+        worst
+    })
+}
+
+async fn killed_mid_load(policy: FailurePolicy, expect_after_kill: u64) {
+    let mut server = RedisServer::start();
+    let store = Arc::new(resilient(&server, policy, breaker()).await);
+    let tag = format!("{:?}", policy.on_store_error);
+    let s = spec(&format!("before-{tag}"), "10/h");
+    assert_eq!(
+        admitted(&store, &s, "a", 12).await,
+        10,
+        "Redis decides while up"
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..4)
+        .map(|_| load(store.clone(), stop.clone(), count.clone()))
+        .collect();
+    common::wait_until_async(Duration::from_secs(5), "load running", || {
+        let c = count.load(Ordering::Relaxed);
+        async move { c > 200 }
+    })
+    .await;
+    tokio::task::block_in_place(|| server.kill());
+    let at_kill = count.load(Ordering::Relaxed);
+    common::wait_until_async(
+        Duration::from_secs(5),
+        "load continuing after the kill",
+        || {
+            let c = count.load(Ordering::Relaxed);
+            async move { c > at_kill + 500 }
+        },
+    )
+    .await;
+    assert_eq!(
+        store.breaker_state(),
+        BreakerState::Open,
+        "a dead Redis opens the breaker"
+    );
+
+    // The policy decides, fast.
+    let s = spec(&format!("during-{tag}"), "10/h");
+    assert_eq!(
+        admitted(&store, &s, "b", 12).await,
+        expect_after_kill,
+        "{tag} policy"
+    );
+    let t = Instant::now();
+    for i in 0..1000 {
+        let _ = store
+            .decide(Check {
+                spec: &s,
+                key: "c",
+                cost: 1,
+                now: i,
+            })
+            .await;
+    }
+    let per = t.elapsed() / 1000;
+    assert!(
+        per < Duration::from_micros(500),
+        "open breaker costs {per:?} per decision"
+    );
+
+    tokio::task::block_in_place(|| server.restart());
+    wait_recovered(&store, &tag).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        let worst = w.await.unwrap();
+        assert!(worst < BOUND, "worst latency under load {worst:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_load_deny_denies() {
+    killed_mid_load(FailurePolicy::on_error(OnStoreError::Deny), 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_load_allow_allows() {
+    killed_mid_load(FailurePolicy::on_error(OnStoreError::Allow), 12).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_load_local_enforces_quota_over_n() {
+    let policy = FailurePolicy {
+        local_divisor: 2,
+        ..FailurePolicy::on_error(OnStoreError::Local)
+    };
+    killed_mid_load(policy, 5).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_redis_costs_a_timeout_then_microseconds() {
+    let server = RedisServer::start();
+    let store = resilient(
+        &server,
+        FailurePolicy::on_error(OnStoreError::Deny),
+        breaker(),
+    )
+    .await;
+    let s = spec("paused", "10/h");
+    assert_eq!(admitted(&store, &s, "a", 3).await, 3);
+    server.pause();
+    // The first requests wait for the deadline, then the breaker opens.
+    let mut slow = 0;
+    for i in 0..10 {
+        let t = Instant::now();
+        let d = store
+            .decide(Check {
+                spec: &s,
+                key: "a",
+                cost: 1,
+                now: 100 + i,
+            })
+            .await
+            .unwrap();
+        assert!(!d.allowed, "deny policy");
+        let e = t.elapsed();
+        assert!(e < BOUND, "{e:?}");
+        if e >= Duration::from_millis(TIMEOUT_MS) {
+            slow += 1;
+        }
+    }
+    assert_eq!(
+        slow, 3,
+        "exactly failure_threshold requests wait for the timeout"
+    );
+    assert_eq!(store.breaker_state(), BreakerState::Open);
+    let t = Instant::now();
+    for i in 0..1000 {
+        store
+            .decide(Check {
+                spec: &s,
+                key: "a",
+                cost: 1,
+                now: 200 + i,
+            })
+            .await
+            .unwrap();
+    }
+    let per = t.elapsed() / 1000;
+    assert!(
+        per < Duration::from_micros(200),
+        "open breaker: {per:?} per decision"
+    );
+    server.resume();
+    wait_recovered(&store, "paused").await;
+    // State written before the pause is still there: "a" had 3 of 10. The
+    // 3 requests that timed out had already been sent: Redis ran them when
+    // it woke up, so they count (the caller got the policy's answer).
+    assert_eq!(admitted(&store, &s, "a", 10).await, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_flight_is_bounded_nothing_piles_up() {
+    let server = RedisServer::start();
+    let policy = FailurePolicy {
+        timeout_ms: 300,
+        ..FailurePolicy::on_error(OnStoreError::Deny)
+    };
+    let mut cfg = RedisConfig::single(server.url());
+    cfg.time = TimeSource::Caller;
+    let store = Arc::new(Resilient::new(
+        RedisStore::connect(&cfg).await.unwrap(),
+        ResilienceConfig {
+            default_policy: policy,
+            breaker: BreakerConfig {
+                failure_threshold: 1000,
+                open_ms: 100,
+                max_in_flight: 4,
+            },
+            ..ResilienceConfig::default()
+        },
+    ));
+    store.inner().ping().await.unwrap();
+    server.pause();
+    let s = Arc::new(spec("pile", "10/h"));
+    let mut tasks = Vec::new();
+    for i in 0..100u64 {
+        let store = store.clone();
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let t = Instant::now();
+            store
+                .decide(Check {
+                    spec: &s,
+                    key: "k",
+                    cost: 1,
+                    now: i,
+                })
+                .await
+                .unwrap();
+            t.elapsed()
+        }));
+    }
+    let mut fast = 0;
+    for t in tasks {
+        let e = t.await.unwrap();
+        assert!(e < Duration::from_millis(300 + 200), "{e:?}");
+        if e < Duration::from_millis(100) {
+            fast += 1;
+        }
+    }
+    assert!(
+        fast >= 96,
+        "only 4 may wait on the paused Redis; {fast} of 100 were fast"
+    );
+    server.resume();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_limit_policies_apply() {
+    let mut server = RedisServer::start();
+    let mut cfg = RedisConfig::single(server.url());
+    cfg.time = TimeSource::Caller;
+    let mut limits = std::collections::BTreeMap::new();
+    limits.insert(
+        "open".to_string(),
+        FailurePolicy {
+            timeout_ms: TIMEOUT_MS,
+            ..FailurePolicy::on_error(OnStoreError::Allow)
+        },
+    );
+    let store = Resilient::new(
+        RedisStore::connect(&cfg).await.unwrap(),
+        ResilienceConfig {
+            default_policy: FailurePolicy {
+                timeout_ms: TIMEOUT_MS,
+                ..FailurePolicy::on_error(OnStoreError::Deny)
+            },
+            limits,
+            breaker: breaker(),
+        },
+    );
+    server.kill();
+    assert_eq!(admitted(&store, &spec("open", "1/h"), "k", 5).await, 5);
+    assert_eq!(admitted(&store, &spec("closed", "1/h"), "k", 5).await, 0);
+    let yaml = "default_policy: {timeout_ms: 3, on_store_error: deny}\nlimits:\n  api: {on_store_error: local, local_divisor: 4}\nbreaker: {failure_threshold: 2}\n";
+    let cfg: ResilienceConfig = serde_norway::from_str(yaml).unwrap();
+    assert_eq!(cfg.limits["api"].local_divisor, 4);
+    assert_eq!(cfg.limits["api"].timeout_ms, 5);
+    assert_eq!(cfg.breaker.open_ms, 500);
+    assert_eq!(cfg.default_policy.on_store_error, OnStoreError::Deny);
+}

@@ -338,6 +338,12 @@ impl RedisCluster {
     /// `redis-cli --cluster reshard` does: IMPORTING/MIGRATING, MIGRATE the
     /// keys, then SETSLOT NODE on every node.
     pub fn migrate_slot(&self, slot: u16, from: usize, to: usize) {
+        self.migrate_slot_with(slot, from, to, || {});
+    }
+
+    /// [`RedisCluster::migrate_slot`], calling `mid` once the keys have
+    /// moved but before the slot is reassigned (clients get ASK then).
+    pub fn migrate_slot_with(&self, slot: u16, from: usize, to: usize, mut mid: impl FnMut()) {
         let from_id = self.node_id(from);
         let to_id = self.node_id(to);
         let mut src = self.nodes[from].admin();
@@ -377,6 +383,7 @@ impl RedisCluster {
                 .query(&mut src)
                 .unwrap();
         }
+        mid();
         for s in &self.nodes {
             let _: () = redis::cmd("CLUSTER")
                 .arg("SETSLOT")

@@ -13,11 +13,25 @@ const MS: u64 = 1_000_000;
 const CAP: u64 = 3000;
 const WINDOWS: u64 = 4;
 
+/// Admitted fraction of the cap in each window 1.. (window 0 is the boot
+/// window: every node sits it out by the restart rule), and the fairness of
+/// each window: smallest over largest admitted among the nodes with demand.
+struct Run {
+    util: Vec<f64>,
+    fairness: Vec<f64>,
+}
+
 /// 5 nodes, cap 3000 per 10 s, epoch 100 ms (20 laps per window), 1 ms
-/// links; returns the admitted fraction of the cap for windows 1.. (window
-/// 0 is the boot window: every node sits it out by the restart rule).
+/// links, demand twice the cap.
 fn utilization(rollover: f64, weights: Vec<u32>) -> Vec<f64> {
-    let orbit = OrbitConfig::new(CAP, 10_000 * MS, 100 * MS).with_rollover_ratio(rollover);
+    run(rollover, weights, 20).util
+}
+
+/// As [`utilization`] with `laps` laps of the ring per 10 s window.
+fn run(rollover: f64, weights: Vec<u32>, laps: u64) -> Run {
+    let epoch = 10_000 * MS / (weights.len() as u64 * laps);
+    let orbit = OrbitConfig::new(CAP, 10_000 * MS, epoch).with_rollover_ratio(rollover);
+    let active: Vec<usize> = (0..weights.len()).filter(|&i| weights[i] > 0).collect();
     let cfg = SimConfig {
         orbit,
         nodes: weights.len(),
@@ -26,16 +40,35 @@ fn utilization(rollover: f64, weights: Vec<u32>) -> Vec<f64> {
         weights,
         demand_per_window: 2 * CAP,
         cost: (1, 3),
-        tick: 50 * MS,
+        tick: (epoch / 2).max(1),
         faults: Faults::none(MS),
     };
     let report = Sim::new(cfg, 7)
         .expect("valid config")
         .run()
         .expect("invariant");
-    (1..WINDOWS)
+    let util = (1..WINDOWS)
         .map(|w| report.admitted.get(&(0, w)).copied().unwrap_or(0) as f64 / CAP as f64)
-        .collect()
+        .collect();
+    let fairness = (1..WINDOWS)
+        .map(|w| {
+            let got: Vec<u64> = active
+                .iter()
+                .map(|&i| report.admitted_by_node.get(&(i, w)).copied().unwrap_or(0))
+                .collect();
+            let max = got.iter().copied().max().unwrap_or(0).max(1);
+            got.iter().copied().min().unwrap_or(0) as f64 / max as f64
+        })
+        .collect();
+    Run { util, fairness }
+}
+
+fn min(u: &[f64]) -> f64 {
+    u.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+fn mean(u: &[f64]) -> f64 {
+    u.iter().sum::<f64>() / u.len() as f64
 }
 
 #[test]
@@ -56,20 +89,54 @@ fn demand_spread_evenly_reaches_90_percent() {
 
 #[test]
 fn curve_against_rollover_ratio() {
-    println!("| rollover_ratio | one node: min / mean of cap | spread: min / mean of cap |");
-    println!("|---|---|---|");
+    let mut out = String::new();
+    out.push_str("| rollover_ratio | laps/window | one node: min / mean util | spread: min / mean util | spread: fairness (min/max node) |\n");
+    out.push_str("|---|---|---|---|---|\n");
     for r in [0.0, 0.1, 0.25, 0.5, 0.75, 0.9] {
-        let one = utilization(r, vec![0, 0, 1, 0, 0]);
-        let all = utilization(r, vec![1; 5]);
-        let stats = |u: &[f64]| {
-            let min = u.iter().copied().fold(f64::INFINITY, f64::min);
-            let mean = u.iter().sum::<f64>() / u.len() as f64;
-            (min, mean)
-        };
-        let (a, b) = stats(&one);
-        let (c, d) = stats(&all);
-        println!("| {r:.2} | {a:.3} / {b:.3} | {c:.3} / {d:.3} |");
-        assert!(a <= 1.0 && c <= 1.0, "over the cap");
-        assert!(b > 0.0 && d > 0.0, "nothing admitted");
+        for laps in [2u64, 20] {
+            let one = run(r, vec![0, 0, 1, 0, 0], laps);
+            let all = run(r, vec![1; 5], laps);
+            out.push_str(&format!(
+                "| {r:.2} | {laps} | {:.3} / {:.3} | {:.3} / {:.3} | {:.2} |\n",
+                min(&one.util),
+                mean(&one.util),
+                min(&all.util),
+                mean(&all.util),
+                mean(&all.fairness)
+            ));
+            for u in one.util.iter().chain(&all.util) {
+                assert!(*u <= 1.0, "over the cap: {u}");
+            }
+            assert!(
+                mean(&one.util) > 0.0 && mean(&all.util) > 0.0,
+                "nothing admitted"
+            );
+        }
     }
+    println!("{out}");
+}
+
+#[test]
+fn curve_against_laps_per_window() {
+    let mut out = String::new();
+    out.push_str(
+        "| laps per window (epoch) | one node: min / mean util | spread: min / mean util |\n",
+    );
+    out.push_str("|---|---|---|\n");
+    for laps in [1u64, 2, 5, 10, 20, 50] {
+        let one = run(0.1, vec![0, 0, 1, 0, 0], laps).util;
+        let all = run(0.1, vec![1; 5], laps).util;
+        out.push_str(&format!(
+            "| {laps} ({} ms) | {:.3} / {:.3} | {:.3} / {:.3} |\n",
+            10_000 / (5 * laps),
+            min(&one),
+            mean(&one),
+            min(&all),
+            mean(&all)
+        ));
+        for u in one.iter().chain(&all) {
+            assert!(*u <= 1.0, "over the cap: {u}");
+        }
+    }
+    println!("{out}");
 }

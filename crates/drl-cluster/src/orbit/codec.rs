@@ -276,8 +276,8 @@ pub fn decode(frame: &[u8]) -> Result<TableMsg, DecodeError> {
     // An entry takes at least 3 bytes (shared, suffix_len, value).
     let n = r.len("entries", MAX_TABLE_KEYS, 3)?;
     let mut entries: Vec<(Vec<u8>, u64)> = Vec::with_capacity(n);
-    let mut prev: Vec<u8> = Vec::new();
     for i in 0..n {
+        let prev: &[u8] = entries.last().map_or(&[], |(k, _)| k.as_slice());
         let shared = r.u64("shared")?;
         if shared > prev.len() as u64 {
             return Err(DecodeError::Length {
@@ -296,12 +296,11 @@ pub fn decode(frame: &[u8]) -> Result<TableMsg, DecodeError> {
         let mut key = Vec::with_capacity((shared + suffix) as usize);
         key.extend_from_slice(&prev[..shared as usize]);
         key.extend_from_slice(tail);
-        if i > 0 && key <= prev {
+        if i > 0 && key.as_slice() <= prev {
             return Err(DecodeError::Unsorted(i));
         }
         let z = r.varint(66, "value")?;
         let free = unzigzag(z, pool).ok_or(DecodeError::BadInt("value"))?;
-        prev.clone_from(&key);
         entries.push((key, free));
     }
     if !r.b.is_empty() {

@@ -85,6 +85,8 @@ pub struct SimConfig {
 pub struct SimReport {
     /// Admitted cost per (key index, window).
     pub admitted: BTreeMap<(usize, u64), u64>,
+    /// Admitted cost per (node, window), all keys.
+    pub admitted_by_node: BTreeMap<(usize, u64), u64>,
     /// Events processed.
     pub events: u64,
     /// Messages sent (before loss).
@@ -293,6 +295,7 @@ impl Sim {
                         // The node charges the window of its (monotonic) now.
                         let w = n.current_window();
                         *self.report.admitted.entry((k, w)).or_default() += cost;
+                        *self.report.admitted_by_node.entry((i, w)).or_default() += cost;
                     }
                 }
             }

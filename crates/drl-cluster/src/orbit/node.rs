@@ -385,6 +385,57 @@ impl OrbitNode {
         }
     }
 
+    /// What [`Self::on_message`] would do with a well-formed table message
+    /// of this header, given the node's state (the checks of `docs/orbit.md`).
+    fn verdict(&self, window: u64, hop: u32, base_hop: u32) -> Verdict {
+        if window < self.window {
+            return Verdict::Stale;
+        }
+        if window > self.window {
+            // Sender's clock is ahead: keep one, unprocessed.
+            return match &self.pending {
+                Some(p) if (window, hop) <= (p.window, p.hop) => Verdict::Duplicate,
+                _ => Verdict::Pending,
+            };
+        }
+        if !self.is_eligible(self.window) {
+            return Verdict::Ineligible;
+        }
+        if self.last_hop.is_some_and(|l| hop <= l) || self.held.is_some() {
+            return Verdict::Duplicate;
+        }
+        if base_hop != 0 {
+            match &self.base {
+                Some(b) if b.window == window && b.hop == base_hop => {}
+                _ => return Verdict::NoBase,
+            }
+        }
+        Verdict::Process
+    }
+
+    /// For test harnesses: true if a well-formed table message with this
+    /// header, delivered now, would be processed or kept aside for its
+    /// window (as opposed to dropped).
+    pub fn would_accept(&self, window: u64, hop: u32, base_hop: u32) -> bool {
+        matches!(
+            self.verdict(window, hop, base_hop),
+            Verdict::Process | Verdict::Pending
+        )
+    }
+
+    /// For test harnesses: the tables this node holds or keeps aside, as
+    /// `(window, hop)` (hop 0: created here as the origin).
+    pub fn live_tables(&self) -> Vec<(u64, u32)> {
+        let mut v = Vec::new();
+        if let Some(h) = &self.held {
+            v.push((h.table.window, h.table.hop));
+        }
+        if let Some(p) = &self.pending {
+            v.push((p.window, p.hop));
+        }
+        v
+    }
+
     fn accept(&mut self, now: Nanos, msg: TableMsg) {
         if msg.pool != self.pool
             || msg.visits.len() != self.ring.len()
@@ -400,38 +451,35 @@ impl OrbitNode {
             self.stats.dropped_invalid += 1;
             return;
         }
-        if msg.window < self.window {
-            self.stats.dropped_stale += 1;
-            return;
-        }
-        if msg.window > self.window {
-            // Sender's clock is ahead: keep one, unprocessed.
-            let keep = match &self.pending {
-                None => true,
-                Some(p) => (msg.window, msg.hop) > (p.window, p.hop),
-            };
-            if keep {
-                self.pending = Some(msg);
-            } else {
-                self.stats.dropped_duplicate += 1;
+        match self.verdict(msg.window, msg.hop, msg.base_hop) {
+            Verdict::Stale => {
+                self.stats.dropped_stale += 1;
+                return;
             }
-            return;
-        }
-        if !self.is_eligible(self.window) {
-            self.stats.dropped_ineligible += 1;
-            return;
-        }
-        if self.last_hop.is_some_and(|l| msg.hop <= l) || self.held.is_some() {
-            self.stats.dropped_duplicate += 1;
-            return;
+            Verdict::Pending => {
+                self.pending = Some(msg);
+                return;
+            }
+            Verdict::Ineligible => {
+                self.stats.dropped_ineligible += 1;
+                return;
+            }
+            Verdict::Duplicate => {
+                self.stats.dropped_duplicate += 1;
+                return;
+            }
+            Verdict::NoBase => {
+                self.stats.dropped_no_base += 1;
+                return;
+            }
+            Verdict::Process => {}
         }
         let mut table = if msg.base_hop == 0 {
             Table::fresh(msg.window, self.ring.len())
         } else {
             match self.base.take() {
-                Some(b) if b.window == msg.window && b.hop_forwarded() == msg.base_hop => b,
-                other => {
-                    self.base = other;
+                Some(b) => b,
+                None => {
                     self.stats.dropped_no_base += 1;
                     return;
                 }
@@ -572,9 +620,12 @@ impl OrbitNode {
     }
 }
 
-impl Table {
-    /// The hop with which the node that keeps this table as base forwarded it.
-    fn hop_forwarded(&self) -> u32 {
-        self.hop
-    }
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    Stale,
+    Pending,
+    Ineligible,
+    Duplicate,
+    NoBase,
+    Process,
 }

@@ -18,7 +18,10 @@ use proptest::prelude::*;
 
 struct Env {
     rt: tokio::runtime::Runtime,
+    /// The default configuration (fast script for bucket algorithms).
     store: RedisStore,
+    /// The general exact-integer script for everything.
+    general: RedisStore,
     _server: RedisServer,
 }
 
@@ -37,9 +40,12 @@ fn env() -> &'static Env {
         // Synthetic time runs far ahead of real time: keep keys for the test.
         cfg.expiry_grace_ms = 3_600_000;
         let store = rt.block_on(RedisStore::connect(&cfg)).unwrap();
+        cfg.fast_path = false;
+        let general = rt.block_on(RedisStore::connect(&cfg)).unwrap();
         Env {
             rt,
             store,
+            general,
             _server: server,
         }
     })
@@ -50,8 +56,19 @@ fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", N.fetch_add(1, Ordering::Relaxed))
 }
 
-/// Runs `trace` through Redis and through drl-core; asserts equal decisions.
+/// Runs `trace` through Redis (with both scripts) and through drl-core;
+/// asserts equal decisions.
 fn differential(spec: &LimitSpec, trace: &[(u64, u64)]) -> Result<(), TestCaseError> {
+    let env = env();
+    differential_on(&env.store, spec, trace)?;
+    differential_on(&env.general, spec, trace)
+}
+
+fn differential_on(
+    store: &RedisStore,
+    spec: &LimitSpec,
+    trace: &[(u64, u64)],
+) -> Result<(), TestCaseError> {
     let env = env();
     let key = unique("k");
     let reference = spec.limiter();
@@ -60,7 +77,7 @@ fn differential(spec: &LimitSpec, trace: &[(u64, u64)]) -> Result<(), TestCaseEr
         let want = reference.decide(&mut states, now, cost);
         let got = env
             .rt
-            .block_on(env.store.decide(Check {
+            .block_on(store.decide(Check {
                 spec,
                 key: &key,
                 cost,
@@ -142,7 +159,7 @@ fn spec_and_trace(algorithm: Algorithm) -> impl Strategy<Value = (LimitSpec, Vec
 
 fn config() -> ProptestConfig {
     ProptestConfig {
-        cases: 48,
+        cases: 64,
         failure_persistence: None,
         ..ProptestConfig::default()
     }
@@ -371,10 +388,14 @@ fn noscript_after_script_flush_is_recovered() {
             .unwrap()
             .get_connection()
             .unwrap();
-        let s = spec(Algorithm::TokenBucket, &["2/s"]);
+        let s = spec(Algorithm::FixedWindow, &["2/s"]);
+        let fast = spec(Algorithm::TokenBucket, &["2/s"]);
         assert!(decide(&env.store, &s, "k", 10, 1).await.allowed);
+        assert!(decide(&env.store, &fast, "k", 10, 1).await.allowed);
         let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut admin).unwrap();
         let d = decide(&env.store, &s, "k", 11, 1).await;
+        assert!(d.allowed && d.remaining == 0, "{d:?}");
+        let d = decide(&env.store, &fast, "k", 11, 1).await;
         assert!(d.allowed && d.remaining == 0, "{d:?}");
         let loaded: Vec<bool> = redis::cmd("SCRIPT")
             .arg("EXISTS")
@@ -390,8 +411,14 @@ fn noscript_after_script_flush_is_recovered() {
             cost: 1,
             now: 12,
         };
-        let r = env.store.decide_many(&[c, c]).await;
-        assert!(r.iter().all(|d| !d.as_ref().unwrap().allowed));
+        let f = Check {
+            spec: &fast,
+            key: "k",
+            cost: 1,
+            now: 12,
+        };
+        let r = env.store.decide_many(&[c, f, c, f]).await;
+        assert!(r.iter().all(|d| !d.as_ref().unwrap().allowed), "{r:?}");
     });
 }
 

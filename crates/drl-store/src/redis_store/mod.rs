@@ -63,6 +63,10 @@ pub struct RedisConfig {
     /// missing one. The grace covers clock differences between callers and
     /// Redis in `time: caller` mode.
     pub expiry_grace_ms: u64,
+    /// Use the double-precision fast script for bucket algorithms whose
+    /// capacity is below 2^53 ns (default true). Both scripts decide alike;
+    /// turning this off is for tests and comparisons.
+    pub fast_path: bool,
 }
 
 impl Default for RedisConfig {
@@ -75,6 +79,7 @@ impl Default for RedisConfig {
             connect_timeout_ms: 1000,
             response_timeout_ms: 1000,
             expiry_grace_ms: 1000,
+            fast_path: true,
         }
     }
 }
@@ -136,6 +141,7 @@ impl Conn {
 pub struct RedisStore {
     conn: Conn,
     sha: String,
+    sha_fast: String,
     config: RedisConfig,
 }
 
@@ -198,9 +204,13 @@ impl RedisStore {
             Conn::Cluster(conn)
         };
         let sha = redis::Script::new(script::SOURCE).get_hash().to_string();
+        let sha_fast = redis::Script::new(script::FAST_BUCKET)
+            .get_hash()
+            .to_string();
         Ok(RedisStore {
             conn,
             sha,
+            sha_fast,
             config: config.clone(),
         })
     }
@@ -210,9 +220,19 @@ impl RedisStore {
         &self.config
     }
 
-    /// The SHA1 of the decision script (what `EVALSHA` is called with).
+    /// The SHA1 of the general decision script (what `EVALSHA` is called
+    /// with for windowed algorithms and very large quotas).
     pub fn script_sha(&self) -> &str {
         &self.sha
+    }
+
+    /// Which script decides `spec`: `(source, sha1)`.
+    fn script_for(&self, spec: &LimitSpec) -> (&'static str, &str) {
+        if self.config.fast_path && script::fast_path(spec) {
+            (script::FAST_BUCKET, &self.sha_fast)
+        } else {
+            (script::SOURCE, &self.sha)
+        }
     }
 
     /// The decision script's source (for `SCRIPT LOAD` by tools).
@@ -232,8 +252,15 @@ impl RedisStore {
     /// Loads the decision script (`SCRIPT LOAD`; on a cluster, on every
     /// primary). Optional: a missing script is loaded on first use.
     pub async fn load_script(&self) -> Result<(), StoreError> {
+        for source in [script::SOURCE, script::FAST_BUCKET] {
+            self.load_one(source).await?;
+        }
+        Ok(())
+    }
+
+    async fn load_one(&self, source: &str) -> Result<(), StoreError> {
         let mut cmd = redis::cmd("SCRIPT");
-        cmd.arg("LOAD").arg(script::SOURCE);
+        cmd.arg("LOAD").arg(source);
         match &self.conn {
             Conn::Single(_) => {
                 self.conn.query(&cmd).await.map_err(backend)?;
@@ -303,15 +330,13 @@ impl RedisStore {
     }
 
     async fn eval(&self, check: &Check<'_>) -> Result<Value, StoreError> {
-        let v = self
-            .conn
-            .query(&self.command("EVALSHA", &self.sha, check))
-            .await;
+        let (source, sha) = self.script_for(check.spec);
+        let v = self.conn.query(&self.command("EVALSHA", sha, check)).await;
         match v {
             Err(e) if is_noscript(&e) => {
                 metrics::counter!("drl_store_redis_noscript_total").increment(1);
                 self.conn
-                    .query(&self.command("EVAL", script::SOURCE, check))
+                    .query(&self.command("EVAL", source, check))
                     .await
                     .map_err(backend)
             }
@@ -349,7 +374,7 @@ impl Store for RedisStore {
         let mut valid = Vec::with_capacity(checks.len());
         for c in checks {
             if validate(c).is_ok() {
-                pipe.add_command(self.command("EVALSHA", &self.sha, c));
+                pipe.add_command(self.command("EVALSHA", self.script_for(c.spec).1, c));
                 valid.push(true);
             } else {
                 valid.push(false);

@@ -26,6 +26,19 @@ pub(crate) const SOURCE: &str = concat!(
     include_str!("../../lua/main.lua"),
 );
 
+/// The fast path for the bucket algorithms (`lua/fast_bucket.lua`): same
+/// arguments, states and reply as [`SOURCE`].
+pub(crate) const FAST_BUCKET: &str = include_str!("../../lua/fast_bucket.lua");
+
+/// Can [`FAST_BUCKET`] decide `spec`? Token bucket, leaky meter, GCRA and the
+/// shaper with every capacity `burst * T` below 2^53 ns (~104 days).
+pub(crate) fn fast_path(spec: &LimitSpec) -> bool {
+    matches!(
+        spec.algorithm,
+        Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra | Algorithm::LeakyQueue
+    ) && spec.quotas.iter().all(|q| q.capacity_ns() < (1u64 << 53))
+}
+
 /// The Redis keys of `key` under `spec`, one per quota.
 ///
 /// Layout: `PREFIX{LEN:NAME:KEY}:ALGO:LIMIT/WINDOW/BURST`. The braces are a

@@ -16,12 +16,18 @@ struct Cli {
 enum Command {
     /// Decide a CSV trace of requests offline, as a limit would have.
     Replay(cmd::replay::Args),
+    /// Run the rate-limit service (HTTP, gRPC, Envoy RLS).
+    Serve(cmd::serve::Args),
+    /// Work with configuration files (`drl config check FILE`).
+    Config(cmd::config::Args),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Replay(args) => cmd::replay::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
+        Command::Config(args) => cmd::config::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,3 +1,5 @@
 //! Subcommands, one module each.
 
 pub mod replay;
+pub mod serve;
+pub mod config;

@@ -1,0 +1,294 @@
+//! envoyproxy/ratelimit configuration files, loaded unchanged.
+//!
+//! The format (as their README documents it): a `domain`, and a tree of
+//! `descriptors`, each with a `key`, an optional `value` (exact, or a
+//! prefix ending in `*`), an optional `rate_limit` (`unit` +
+//! `requests_per_unit`, or `unlimited: true`; optional `name` and
+//! `replaces`), `shadow_mode`, `detailed_metric` and nested `descriptors`.
+
+use std::collections::BTreeSet;
+
+use drl_core::Nanos;
+use drl_core::time::{DAY, HOUR, MINUTE, SECOND};
+use serde::Deserialize;
+
+use super::ConfigError;
+
+/// One domain: a file of envoyproxy/ratelimit.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvoyDomain {
+    /// The domain (requests name it).
+    pub domain: String,
+    /// The top-level descriptors.
+    #[serde(default)]
+    pub descriptors: Vec<EnvoyDescriptor>,
+}
+
+/// A descriptor node.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "RawDescriptor")]
+pub struct EnvoyDescriptor {
+    /// The entry key to match.
+    pub key: String,
+    /// The entry value: `None` matches any value (each value counts
+    /// separately); a value ending in `*` matches by prefix.
+    pub value: Option<String>,
+    /// The limit applied when a request descriptor ends here.
+    pub rate_limit: Option<EnvoyRateLimit>,
+    /// Decide and count, but always answer OK.
+    pub shadow_mode: bool,
+    /// Accepted for compatibility (metric detail; drl never labels by value).
+    pub detailed_metric: bool,
+    /// Nested descriptors.
+    pub descriptors: Vec<EnvoyDescriptor>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDescriptor {
+    key: String,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    rate_limit: Option<EnvoyRateLimit>,
+    #[serde(default)]
+    shadow_mode: bool,
+    #[serde(default)]
+    detailed_metric: bool,
+    #[serde(default)]
+    descriptors: Option<Vec<EnvoyDescriptor>>,
+    // Accepted and ignored, as envoyproxy/ratelimit does for fields it does
+    // not use.
+    #[serde(default, rename = "quota_mode")]
+    _quota_mode: Option<serde_norway::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRateLimit {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    replaces: Vec<Replace>,
+    #[serde(default)]
+    unit: Option<String>,
+    #[serde(default)]
+    requests_per_unit: Option<u32>,
+    #[serde(default)]
+    unlimited: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Replace {
+    name: String,
+}
+
+/// A time unit of envoyproxy/ratelimit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// One second.
+    Second,
+    /// One minute.
+    Minute,
+    /// One hour.
+    Hour,
+    /// One day.
+    Day,
+    /// Seven days.
+    Week,
+    /// 30 days (as envoyproxy/ratelimit counts a month).
+    Month,
+    /// 365 days.
+    Year,
+}
+
+impl Unit {
+    /// Parses a unit name, case-insensitively.
+    pub fn parse(s: &str) -> Option<Unit> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "second" => Unit::Second,
+            "minute" => Unit::Minute,
+            "hour" => Unit::Hour,
+            "day" => Unit::Day,
+            "week" => Unit::Week,
+            "month" => Unit::Month,
+            "year" => Unit::Year,
+            _ => return None,
+        })
+    }
+
+    /// The window length.
+    pub fn window(self) -> Nanos {
+        match self {
+            Unit::Second => SECOND,
+            Unit::Minute => MINUTE,
+            Unit::Hour => HOUR,
+            Unit::Day => DAY,
+            Unit::Week => 7 * DAY,
+            Unit::Month => 30 * DAY,
+            Unit::Year => 365 * DAY,
+        }
+    }
+
+    /// The Envoy RLS v3 enum value.
+    pub fn proto(self) -> i32 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 2,
+            Unit::Hour => 3,
+            Unit::Day => 4,
+            Unit::Month => 5,
+            Unit::Year => 6,
+            Unit::Week => 7,
+        }
+    }
+
+    /// The lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "second",
+            Unit::Minute => "minute",
+            Unit::Hour => "hour",
+            Unit::Day => "day",
+            Unit::Week => "week",
+            Unit::Month => "month",
+            Unit::Year => "year",
+        }
+    }
+}
+
+/// A descriptor's rate limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvoyLimitKind {
+    /// `requests_per_unit` per `unit` (0 blocks every request).
+    Limited {
+        /// The unit (window).
+        unit: Unit,
+        /// Requests per unit.
+        requests_per_unit: u32,
+    },
+    /// `unlimited: true`: always OK.
+    Unlimited,
+}
+
+/// A descriptor's `rate_limit` block.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "RawRateLimit")]
+pub struct EnvoyRateLimit {
+    /// Optional name, the target of other limits' `replaces`.
+    pub name: Option<String>,
+    /// Names of limits this one replaces when both match.
+    pub replaces: Vec<String>,
+    /// The limit.
+    pub kind: EnvoyLimitKind,
+}
+
+impl TryFrom<RawRateLimit> for EnvoyRateLimit {
+    type Error = String;
+    fn try_from(r: RawRateLimit) -> Result<Self, String> {
+        let kind = if r.unlimited {
+            if r.unit.is_some() || r.requests_per_unit.is_some() {
+                return Err(
+                    "an unlimited rate_limit must not also set unit or requests_per_unit".into(),
+                );
+            }
+            EnvoyLimitKind::Unlimited
+        } else {
+            let unit_text = r
+                .unit
+                .ok_or("rate_limit needs a unit (second, minute, hour, day, week, month, year)")?;
+            let unit = Unit::parse(&unit_text).ok_or_else(|| {
+                format!("invalid rate limit unit {unit_text:?} (second, minute, hour, day, week, month, year)")
+            })?;
+            let requests_per_unit = r
+                .requests_per_unit
+                .ok_or("rate_limit needs requests_per_unit")?;
+            EnvoyLimitKind::Limited {
+                unit,
+                requests_per_unit,
+            }
+        };
+        let mut replaces = Vec::new();
+        for rep in r.replaces {
+            if rep.name.is_empty() {
+                return Err("a replaces entry needs a name".into());
+            }
+            replaces.push(rep.name);
+        }
+        Ok(EnvoyRateLimit {
+            name: r.name.filter(|n| !n.is_empty()),
+            replaces,
+            kind,
+        })
+    }
+}
+
+impl TryFrom<RawDescriptor> for EnvoyDescriptor {
+    type Error = String;
+    fn try_from(r: RawDescriptor) -> Result<Self, String> {
+        if r.key.is_empty() {
+            return Err("descriptor has empty key".into());
+        }
+        let rate_limit = r.rate_limit;
+        let descriptors = r.descriptors.unwrap_or_default();
+        let mut seen = BTreeSet::new();
+        for d in &descriptors {
+            if !seen.insert((d.key.as_str(), d.value.as_deref())) {
+                return Err(format!(
+                    "duplicate descriptor composite key {:?}",
+                    composite(&d.key, d.value.as_deref())
+                ));
+            }
+        }
+        Ok(EnvoyDescriptor {
+            key: r.key,
+            value: r.value.filter(|v| !v.is_empty()),
+            rate_limit,
+            shadow_mode: r.shadow_mode,
+            detailed_metric: r.detailed_metric,
+            descriptors,
+        })
+    }
+}
+
+/// `key_value` or `key`: envoyproxy/ratelimit's name of a descriptor level.
+pub fn composite(key: &str, value: Option<&str>) -> String {
+    match value {
+        Some(v) => format!("{key}_{v}"),
+        None => key.to_string(),
+    }
+}
+
+/// Parses one envoyproxy/ratelimit file.
+pub fn parse_domain(text: &str, source: &str) -> Result<EnvoyDomain, ConfigError> {
+    let d: EnvoyDomain =
+        serde_norway::from_str(text).map_err(|e| ConfigError::from_yaml(source, &e))?;
+    d.check(text, source)?;
+    Ok(d)
+}
+
+impl EnvoyDomain {
+    pub(crate) fn check(&self, text: &str, source: &str) -> Result<(), ConfigError> {
+        if self.domain.is_empty() {
+            return Err(
+                ConfigError::new(source, "the domain must not be empty").locate(text, &["domain"])
+            );
+        }
+        let mut seen = BTreeSet::new();
+        for d in &self.descriptors {
+            if !seen.insert((d.key.as_str(), d.value.as_deref())) {
+                return Err(ConfigError::new(
+                    source,
+                    format!(
+                        "duplicate descriptor composite key {:?}",
+                        composite(&d.key, d.value.as_deref())
+                    ),
+                )
+                .locate_nth(text, &["key:", &d.key], 1));
+            }
+        }
+        Ok(())
+    }
+}

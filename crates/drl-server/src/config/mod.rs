@@ -1,0 +1,146 @@
+//! The service configuration: drl's native YAML format, or an
+//! envoyproxy/ratelimit file loaded unchanged (see [`envoy`]).
+//!
+//! Parsing is two steps: [`parse`] turns text into a [`Config`] (syntax and
+//! every per-field check, with line and column), and
+//! [`crate::limits::Limits::build`] turns a `Config` into decidable limits
+//! (store wiring).
+
+pub mod envoy;
+mod native;
+
+use std::fmt;
+use std::path::Path;
+
+pub use native::{
+    Config, DEFAULT_MAX_KEYS, KeyConfig, LimitConfig, ListenConfig, QuotaEntry, Scope, ServerConfig,
+};
+
+/// The configuration served when `drl serve` is started without `--config`.
+pub const EMBEDDED_DEFAULT: &str = include_str!("default.yaml");
+
+/// A configuration error, with the place it was found when known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    /// The file (or `<embedded>`, `<text>`).
+    pub source_name: String,
+    /// One-based line, when known.
+    pub line: Option<usize>,
+    /// One-based column, when known.
+    pub column: Option<usize>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.line, self.column) {
+            (Some(l), Some(c)) => write!(f, "{}:{l}:{c}: {}", self.source_name, self.message),
+            (Some(l), None) => write!(f, "{}:{l}: {}", self.source_name, self.message),
+            _ => write!(f, "{}: {}", self.source_name, self.message),
+        }
+    }
+}
+
+impl ConfigError {
+    /// An error without a position.
+    pub fn new(source_name: &str, message: impl Into<String>) -> Self {
+        Self {
+            source_name: source_name.to_string(),
+            line: None,
+            column: None,
+            message: message.into(),
+        }
+    }
+
+    /// An error at one-based `line`, `column`.
+    pub fn at(source_name: &str, line: usize, column: usize, message: impl Into<String>) -> Self {
+        Self {
+            source_name: source_name.to_string(),
+            line: Some(line),
+            column: Some(column),
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn from_yaml(source_name: &str, e: &serde_norway::Error) -> Self {
+        let mut message = e.to_string();
+        // serde_norway appends " at line L column C"; we print it ourselves.
+        if let Some(i) = message.rfind(" at line ") {
+            message.truncate(i);
+        }
+        match e.location() {
+            Some(loc) => Self::at(source_name, loc.line(), loc.column(), message),
+            None => Self::new(source_name, message),
+        }
+    }
+
+    /// Places an error that was found after parsing at the first line of
+    /// `text` containing all of `needles` (a best effort for cross-field
+    /// checks such as duplicate names).
+    pub(crate) fn locate(mut self, text: &str, needles: &[&str]) -> Self {
+        if self.line.is_none() {
+            for (i, l) in text.lines().enumerate() {
+                if needles.iter().all(|n| l.contains(n)) {
+                    let col = needles.first().and_then(|n| l.find(n)).map_or(1, |c| c + 1);
+                    self.line = Some(i + 1);
+                    self.column = Some(col);
+                    break;
+                }
+            }
+        }
+        self
+    }
+}
+
+/// Which format a file is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// drl's native format (`limits:` ...).
+    Native,
+    /// An envoyproxy/ratelimit file (`domain:` + `descriptors:`).
+    Envoy,
+}
+
+/// Detects the format: a top-level `domain` key means envoyproxy/ratelimit.
+pub fn detect(text: &str) -> Format {
+    match serde_norway::from_str::<serde_norway::Value>(text) {
+        Ok(serde_norway::Value::Mapping(m)) if m.contains_key("domain") => Format::Envoy,
+        _ => Format::Native,
+    }
+}
+
+/// Parses a configuration text (either format). `source_name` names it in
+/// errors.
+pub fn parse(text: &str, source_name: &str) -> Result<Config, ConfigError> {
+    match detect(text) {
+        Format::Envoy => {
+            let domain = envoy::parse_domain(text, source_name)?;
+            let cfg = Config {
+                envoy: vec![domain],
+                ..Config::empty()
+            };
+            cfg.validate(text, source_name)?;
+            Ok(cfg)
+        }
+        Format::Native => {
+            let cfg: Config = serde_norway::from_str(text)
+                .map_err(|e| ConfigError::from_yaml(source_name, &e))?;
+            cfg.validate(text, source_name)?;
+            Ok(cfg)
+        }
+    }
+}
+
+/// Reads and parses a configuration file.
+pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(&name, format!("cannot read: {e}")))?;
+    parse(&text, &name)
+}
+
+/// The embedded default configuration.
+pub fn embedded() -> Config {
+    parse(EMBEDDED_DEFAULT, "<embedded>").expect("the embedded default config is valid")
+}

@@ -1,0 +1,370 @@
+//! drl's native configuration format.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::SocketAddr;
+
+use drl_core::{Algorithm, Quota};
+use serde::Deserialize;
+
+use super::ConfigError;
+use super::envoy::EnvoyDomain;
+
+/// The default bound on keys held per limit.
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
+/// A whole configuration file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Listener addresses (flags override them).
+    #[serde(default)]
+    pub listen: ListenConfig,
+    /// Request bounds and timeouts.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// Named limits.
+    #[serde(default)]
+    pub limits: Vec<LimitConfig>,
+    /// envoyproxy/ratelimit domains, inline (same format as their files).
+    #[serde(default)]
+    pub envoy: Vec<EnvoyDomain>,
+}
+
+impl Config {
+    /// A configuration with no limits and default settings.
+    pub fn empty() -> Self {
+        Self {
+            listen: ListenConfig::default(),
+            server: ServerConfig::default(),
+            limits: Vec::new(),
+            envoy: Vec::new(),
+        }
+    }
+
+    /// Cross-field checks that serde cannot do (unique names, domains).
+    pub(crate) fn validate(&self, text: &str, source: &str) -> Result<(), ConfigError> {
+        let mut names = BTreeSet::new();
+        for l in &self.limits {
+            if !names.insert(l.name.as_str()) {
+                return Err(ConfigError::new(
+                    source,
+                    format!(
+                        "duplicate limit name {:?}: limit names must be unique",
+                        l.name
+                    ),
+                )
+                .locate_nth(text, &["name:", &l.name], 1));
+            }
+        }
+        let mut domains = BTreeSet::new();
+        for d in &self.envoy {
+            d.check(text, source)?;
+            if !domains.insert(d.domain.as_str()) {
+                return Err(ConfigError::new(
+                    source,
+                    format!("duplicate envoy domain {:?}", d.domain),
+                )
+                .locate_nth(text, &["domain:", &d.domain], 1));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ConfigError {
+    /// Like `locate`, but the `nth` (zero-based) matching line.
+    pub(crate) fn locate_nth(mut self, text: &str, needles: &[&str], nth: usize) -> Self {
+        let mut seen = 0;
+        for (i, l) in text.lines().enumerate() {
+            if needles.iter().all(|n| l.contains(n)) {
+                if seen == nth {
+                    let col = l.find(needles[0]).map_or(1, |c| c + 1);
+                    self.line = Some(i + 1);
+                    self.column = Some(col);
+                    return self;
+                }
+                seen += 1;
+            }
+        }
+        self.locate(text, needles)
+    }
+}
+
+/// Where the service listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenConfig {
+    /// HTTP/JSON, forward-auth, health and metrics.
+    #[serde(default = "default_http")]
+    pub http: Option<SocketAddr>,
+    /// gRPC: the native API and Envoy RLS v3.
+    #[serde(default = "default_grpc")]
+    pub grpc: Option<SocketAddr>,
+}
+
+fn default_http() -> Option<SocketAddr> {
+    Some(SocketAddr::from(([127, 0, 0, 1], 8080)))
+}
+
+fn default_grpc() -> Option<SocketAddr> {
+    Some(SocketAddr::from(([127, 0, 0, 1], 8081)))
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        Self {
+            http: default_http(),
+            grpc: default_grpc(),
+        }
+    }
+}
+
+/// Request bounds and timeouts. Every bound has a default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Largest accepted request body, HTTP and gRPC (default 1 MiB).
+    pub max_body_bytes: usize,
+    /// Most checks in one batch (default 10,000).
+    pub max_batch: usize,
+    /// Largest accepted cost of one check (default 1,000,000,000).
+    pub max_cost: u64,
+    /// Longest time one request may take (default 5,000 ms).
+    pub request_timeout_ms: u64,
+    /// How long SIGTERM waits for in-flight requests (default 10,000 ms).
+    pub shutdown_grace_ms: u64,
+    /// Add `RateLimit-*` headers to Envoy RLS responses (default true).
+    pub envoy_response_headers: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 1 << 20,
+            max_batch: 10_000,
+            max_cost: 1_000_000_000,
+            request_timeout_ms: 5_000,
+            shutdown_grace_ms: 10_000,
+            envoy_response_headers: true,
+        }
+    }
+}
+
+/// Where a limit's state lives (the consistency level, see DESIGN.md).
+///
+/// `local` is served by this build. The others are accepted by the parser
+/// so that a config naming them gets a precise "not supported by this build
+/// yet" error; each plugs in at [`crate::scope::Stores::backend`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// This node only, in memory (`drl_store::MemoryStore`).
+    #[default]
+    Local,
+    /// Atomic Lua scripts on Redis / Redis Cluster.
+    Redis,
+    /// Cloud Control GRD/FPS over gossip.
+    Gossip,
+    /// Orbit ring.
+    Orbit,
+}
+
+impl Scope {
+    /// The name used in configs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Local => "local",
+            Scope::Redis => "redis",
+            Scope::Gossip => "gossip",
+            Scope::Orbit => "orbit",
+        }
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How forward-auth derives a limit key from request headers.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    /// Header names (case-insensitive); the key is their values joined by `|`.
+    pub headers: Vec<String>,
+    /// Used for a missing header; without it a missing header is a 400.
+    #[serde(default)]
+    pub default: Option<String>,
+}
+
+impl Default for KeyConfig {
+    fn default() -> Self {
+        Self {
+            headers: vec!["x-api-key".to_string()],
+            default: None,
+        }
+    }
+}
+
+/// One quota of a limit: `100/s`, or `{quota: 100/s, burst: 20}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaEntry(pub Quota);
+
+impl<'de> Deserialize<'de> for QuotaEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Full { quota: String, burst: Option<u64> },
+        }
+        let raw = Raw::deserialize(d).map_err(|_| {
+            serde::de::Error::custom("expected a quota such as 100/s, or {quota: 100/s, burst: 20}")
+        })?;
+        let (text, burst) = match raw {
+            Raw::Text(t) => (t, None),
+            Raw::Full { quota, burst } => (quota, burst),
+        };
+        let q = Quota::parse(&text).map_err(serde::de::Error::custom)?;
+        let q = match burst {
+            Some(b) => q.burst_of(b).map_err(serde::de::Error::custom)?,
+            None => q,
+        };
+        Ok(QuotaEntry(q))
+    }
+}
+
+/// An algorithm name from SEMANTICS.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct AlgorithmName(Algorithm);
+
+impl<'de> Deserialize<'de> for AlgorithmName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse::<Algorithm>()
+            .map(AlgorithmName)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimit {
+    name: String,
+    #[serde(default)]
+    algorithm: Option<AlgorithmName>,
+    #[serde(default)]
+    quota: Option<QuotaEntry>,
+    #[serde(default)]
+    quotas: Option<Vec<QuotaEntry>>,
+    #[serde(default)]
+    burst: Option<u64>,
+    #[serde(default)]
+    scope: Scope,
+    #[serde(default)]
+    max_keys: Option<usize>,
+    #[serde(default)]
+    shadow: bool,
+    #[serde(default)]
+    key: Option<KeyConfig>,
+}
+
+/// One named limit.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "RawLimit")]
+pub struct LimitConfig {
+    /// Unique name, used by clients (`"limit": "api"`) and in metrics.
+    pub name: String,
+    /// The algorithm (default `gcra`).
+    pub algorithm: Algorithm,
+    /// One or more quotas, checked all-or-nothing.
+    pub quotas: Vec<Quota>,
+    /// Where state lives.
+    pub scope: Scope,
+    /// Most keys held for this limit (default [`DEFAULT_MAX_KEYS`]).
+    pub max_keys: usize,
+    /// Decide and count, but always allow (soft launch).
+    pub shadow: bool,
+    /// How forward-auth derives the key.
+    pub key: KeyConfig,
+}
+
+impl TryFrom<RawLimit> for LimitConfig {
+    type Error = String;
+    fn try_from(r: RawLimit) -> Result<Self, String> {
+        let name = r.name.trim().to_string();
+        if name.is_empty() {
+            return Err("a limit name must not be empty".into());
+        }
+        if name.len() > 200
+            || name
+                .chars()
+                .any(|c| c.is_control() || c == '"' || c == '\\')
+        {
+            return Err(format!(
+                "limit name {name:?} must be at most 200 characters, without quotes, backslashes or control characters"
+            ));
+        }
+        let algorithm = r.algorithm.map_or(Algorithm::Gcra, |a| a.0);
+        let mut quotas: Vec<Quota> = match (r.quota, r.quotas) {
+            (Some(q), None) => vec![q.0],
+            (None, Some(qs)) if !qs.is_empty() => qs.into_iter().map(|q| q.0).collect(),
+            (None, Some(_)) => return Err(format!("limit {name:?}: `quotas` must not be empty")),
+            (Some(_), Some(_)) => {
+                return Err(format!(
+                    "limit {name:?}: give either `quota` or `quotas`, not both"
+                ));
+            }
+            (None, None) => {
+                return Err(format!(
+                    "limit {name:?} needs a `quota` (e.g. quota: 100/s) or a list of `quotas`"
+                ));
+            }
+        };
+        if let Some(b) = r.burst {
+            if quotas.len() != 1 {
+                return Err(format!(
+                    "limit {name:?}: `burst` applies to a single `quota`; with several `quotas` write each as {{quota: 10/s, burst: 5}}"
+                ));
+            }
+            quotas[0] = quotas[0]
+                .burst_of(b)
+                .map_err(|e| format!("limit {name:?}: burst: {e}"))?;
+        }
+        if algorithm.is_windowed() && quotas.iter().any(|q| q.burst() != q.limit()) {
+            return Err(format!(
+                "limit {name:?}: `burst` has no effect on {algorithm} (a window's capacity is its limit); remove it or pick token-bucket, leaky-bucket, gcra or leaky-queue"
+            ));
+        }
+        if quotas.len() > 8 {
+            return Err(format!("limit {name:?}: at most 8 quotas per limit"));
+        }
+        crate::scope::check_supported(r.scope).map_err(|e| format!("limit {name:?}: {e}"))?;
+        let max_keys = r.max_keys.unwrap_or(DEFAULT_MAX_KEYS);
+        if max_keys == 0 {
+            return Err(format!("limit {name:?}: max_keys must be at least 1"));
+        }
+        let key = r.key.unwrap_or_default();
+        if key.headers.is_empty() {
+            return Err(format!(
+                "limit {name:?}: key.headers must name at least one header"
+            ));
+        }
+        for h in &key.headers {
+            if axum::http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                return Err(format!("limit {name:?}: {h:?} is not a valid header name"));
+            }
+        }
+        Ok(LimitConfig {
+            name,
+            algorithm,
+            quotas,
+            scope: r.scope,
+            max_keys,
+            shadow: r.shadow,
+            key,
+        })
+    }
+}

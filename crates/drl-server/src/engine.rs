@@ -1,0 +1,288 @@
+//! [`Engine`]: the live configuration, the stores, and the decision logic
+//! shared by every API.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use drl_core::{Clock, Decision, Nanos, SystemClock};
+use drl_store::StoreError;
+use parking_lot::RwLock;
+
+use crate::config::{self, Config, ConfigError};
+use crate::limits::{Limit, Limits};
+use crate::metrics::ApiMetrics;
+use crate::scope::Stores;
+
+/// The longest key accepted, in bytes.
+pub const MAX_KEY_BYTES: usize = 4096;
+
+/// One check of a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckRequest<'a> {
+    /// The limit's name.
+    pub limit: &'a str,
+    /// The key within the limit.
+    pub key: &'a str,
+    /// The cost (0 queries).
+    pub cost: u64,
+}
+
+/// Why a batch was refused (nothing was decided).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckError {
+    /// A request names a limit that is not configured.
+    #[error("requests[{index}]: unknown limit {name:?}; configured limits: {known}")]
+    UnknownLimit {
+        /// Position in the batch.
+        index: usize,
+        /// The name asked for.
+        name: String,
+        /// The configured names, comma-separated.
+        known: String,
+    },
+    /// A cost above the configured maximum.
+    #[error("requests[{index}]: cost {cost} exceeds the maximum of {max}")]
+    CostTooLarge {
+        /// Position in the batch.
+        index: usize,
+        /// The cost asked for.
+        cost: u64,
+        /// `server.max_cost`.
+        max: u64,
+    },
+    /// A key longer than [`MAX_KEY_BYTES`].
+    #[error("requests[{index}]: key is {len} bytes; at most {MAX_KEY_BYTES}")]
+    KeyTooLong {
+        /// Position in the batch.
+        index: usize,
+        /// Its length.
+        len: usize,
+    },
+    /// Too many requests in one batch.
+    #[error("{n} requests in one call; at most {max}")]
+    TooMany {
+        /// How many.
+        n: usize,
+        /// `server.max_batch`.
+        max: usize,
+    },
+    /// An empty batch.
+    #[error("`requests` is empty")]
+    Empty,
+    /// A store could not decide.
+    #[error("limit {limit:?}: {error}")]
+    Store {
+        /// The limit.
+        limit: String,
+        /// What failed.
+        error: StoreError,
+    },
+}
+
+impl CheckError {
+    /// A short stable name for metrics and problem types.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CheckError::UnknownLimit { .. } => "unknown_limit",
+            CheckError::CostTooLarge { .. } => "cost_too_large",
+            CheckError::KeyTooLong { .. } => "key_too_long",
+            CheckError::TooMany { .. } => "batch_too_large",
+            CheckError::Empty => "empty_batch",
+            CheckError::Store { .. } => "store_unavailable",
+        }
+    }
+}
+
+/// What a reload did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReloadReport {
+    /// Limits in the new config.
+    pub limits: usize,
+    /// Of those, limits whose state was kept (unchanged spec).
+    pub kept: usize,
+}
+
+/// The service's state: live limits and stores.
+#[derive(Debug)]
+pub struct Engine {
+    current: RwLock<Arc<Limits>>,
+    stores: Stores,
+    source: Option<PathBuf>,
+    reload_lock: parking_lot::Mutex<()>,
+    draining: AtomicBool,
+    /// Latency histograms.
+    pub api_metrics: ApiMetrics,
+}
+
+impl Engine {
+    /// An engine serving `config`; `source` is the file reloads read (none
+    /// for the embedded default).
+    pub fn new(config: &Config, source: Option<PathBuf>) -> Result<Self, ConfigError> {
+        let stores = Stores::new();
+        let name = source_name(source.as_ref());
+        let limits = Limits::build(config, &stores, &name)?;
+        Ok(Self {
+            current: RwLock::new(Arc::new(limits)),
+            stores,
+            source,
+            reload_lock: parking_lot::Mutex::new(()),
+            draining: AtomicBool::new(false),
+            api_metrics: ApiMetrics::new(),
+        })
+    }
+
+    /// The live limits.
+    #[inline]
+    pub fn limits(&self) -> Arc<Limits> {
+        self.current.read().clone()
+    }
+
+    /// The config file reloads read.
+    pub fn source(&self) -> Option<&PathBuf> {
+        self.source.as_ref()
+    }
+
+    /// Marks the service as shutting down (`/readyz` answers 503).
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// True once shutdown began.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Re-reads the config file; on any error the old config keeps serving.
+    pub fn reload(&self) -> Result<ReloadReport, ConfigError> {
+        let Some(path) = self.source.clone() else {
+            return Err(ConfigError::new(
+                "<embedded>",
+                "no config file to reload (started without --config)",
+            ));
+        };
+        let cfg = config::load_file(&path)?;
+        self.apply(&cfg)
+    }
+
+    /// Serves `cfg` from now on, keeping the state of unchanged limits.
+    pub fn apply(&self, cfg: &Config) -> Result<ReloadReport, ConfigError> {
+        let _guard = self.reload_lock.lock();
+        let name = source_name(self.source.as_ref());
+        let old = self.limits();
+        let new = Limits::build(cfg, &self.stores, &name)?;
+        let old_specs: Vec<_> = old.live();
+        let live = new.live();
+        let kept = live.iter().filter(|s| old_specs.contains(s)).count();
+        let report = ReloadReport {
+            limits: live.len(),
+            kept,
+        };
+        *self.current.write() = Arc::new(new);
+        self.stores.retain(&live);
+        Ok(report)
+    }
+
+    /// The time decisions use.
+    #[inline]
+    pub fn now(&self) -> Nanos {
+        SystemClock.now()
+    }
+
+    /// Decides a batch of independent checks, in order. The batch is
+    /// validated first: if any check is invalid nothing is decided.
+    pub async fn check(
+        &self,
+        limits: &Limits,
+        reqs: &[CheckRequest<'_>],
+    ) -> Result<Vec<Decision>, CheckError> {
+        let resolved = resolve(limits, reqs)?;
+        let now = self.now();
+        let mut out = Vec::with_capacity(reqs.len());
+        for (r, l) in reqs.iter().zip(resolved) {
+            out.push(decide(l, r.key, r.cost, now).await?);
+        }
+        Ok(out)
+    }
+}
+
+fn source_name(p: Option<&PathBuf>) -> String {
+    p.map_or_else(|| "<embedded>".to_string(), |p| p.display().to_string())
+}
+
+/// Looks every check's limit up and validates it.
+pub fn resolve<'l>(
+    limits: &'l Limits,
+    reqs: &[CheckRequest<'_>],
+) -> Result<Vec<&'l Arc<Limit>>, CheckError> {
+    if reqs.is_empty() {
+        return Err(CheckError::Empty);
+    }
+    let s = &limits.server;
+    if reqs.len() > s.max_batch {
+        return Err(CheckError::TooMany {
+            n: reqs.len(),
+            max: s.max_batch,
+        });
+    }
+    let mut out = Vec::with_capacity(reqs.len());
+    for (index, r) in reqs.iter().enumerate() {
+        let Some(l) = limits.get(r.limit) else {
+            return Err(CheckError::UnknownLimit {
+                index,
+                name: r.limit.to_string(),
+                known: limits.names().join(", "),
+            });
+        };
+        if r.cost > s.max_cost {
+            return Err(CheckError::CostTooLarge {
+                index,
+                cost: r.cost,
+                max: s.max_cost,
+            });
+        }
+        if r.key.len() > MAX_KEY_BYTES {
+            return Err(CheckError::KeyTooLong {
+                index,
+                len: r.key.len(),
+            });
+        }
+        out.push(l);
+    }
+    Ok(out)
+}
+
+/// Decides one check on `limit`, counting it, applying shadow mode.
+#[inline]
+pub async fn decide(
+    limit: &Limit,
+    key: &str,
+    cost: u64,
+    now: Nanos,
+) -> Result<Decision, CheckError> {
+    let d = match limit.backend.decide_now(key, cost, now) {
+        Some(d) => d,
+        None => limit
+            .backend
+            .decide(&limit.spec, key, cost, now)
+            .await
+            .map_err(|error| CheckError::Store {
+                limit: limit.name.to_string(),
+                error,
+            })?,
+    };
+    Ok(finish(limit, d))
+}
+
+/// Counts a decision and applies shadow mode.
+#[inline]
+pub fn finish(limit: &Limit, mut d: Decision) -> Decision {
+    limit.metrics.record(d.allowed);
+    if limit.shadow && !d.allowed {
+        limit.metrics.shadow.increment(1);
+        d.allowed = true;
+        d.retry_after = Some(0);
+        d.reason = None;
+    }
+    d
+}

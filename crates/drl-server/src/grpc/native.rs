@@ -1,0 +1,74 @@
+//! The native gRPC API, mirroring `POST /v1/check`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tonic::{Request, Response, Status};
+
+use super::pb::rate_limiter_server::RateLimiter;
+use super::pb::{CheckRequest, CheckResponse, CheckResult};
+use crate::engine::{self, CheckError, Engine};
+use crate::headers::ceil_ms;
+use crate::metrics::{Api, rejected};
+
+/// The `drl.v1.RateLimiter` service.
+#[derive(Debug, Clone)]
+pub struct NativeService {
+    engine: Arc<Engine>,
+}
+
+impl NativeService {
+    /// A service deciding with `engine`.
+    pub fn new(engine: Arc<Engine>) -> Self {
+        Self { engine }
+    }
+}
+
+/// The gRPC status of a refused batch.
+pub fn status_of(e: &CheckError) -> Status {
+    match e {
+        CheckError::UnknownLimit { .. } => Status::not_found(e.to_string()),
+        CheckError::Store { .. } => Status::unavailable(e.to_string()),
+        _ => Status::invalid_argument(e.to_string()),
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimiter for NativeService {
+    async fn check(&self, req: Request<CheckRequest>) -> Result<Response<CheckResponse>, Status> {
+        let started = Instant::now();
+        let req = req.into_inner();
+        let reqs: Vec<engine::CheckRequest<'_>> = req
+            .requests
+            .iter()
+            .map(|i| engine::CheckRequest {
+                limit: &i.limit,
+                key: &i.key,
+                cost: i.cost.unwrap_or(1),
+            })
+            .collect();
+        let limits = self.engine.limits();
+        let decisions = self.engine.check(&limits, &reqs).await.map_err(|e| {
+            rejected(Api::GrpcCheck, e.kind());
+            status_of(&e)
+        })?;
+        let results = decisions
+            .iter()
+            .map(|d| CheckResult {
+                allowed: d.allowed,
+                limit: d.limit,
+                remaining: d.remaining,
+                retry_after_ms: if d.allowed {
+                    None
+                } else {
+                    d.retry_after.map(ceil_ms)
+                },
+                reset_after_ms: ceil_ms(d.reset_after),
+                delay_ms: ceil_ms(d.delay),
+                reason: d.reason.map(|r| r.as_str().to_string()).unwrap_or_default(),
+            })
+            .collect();
+        self.engine.api_metrics.observe(Api::GrpcCheck, started);
+        Ok(Response::new(CheckResponse { results }))
+    }
+}

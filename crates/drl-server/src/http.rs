@@ -1,0 +1,344 @@
+//! The HTTP API (axum): `POST /v1/check`, forward-auth at
+//! `/v1/auth/{limit}`, `/healthz`, `/readyz`, `/metrics`.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use drl_core::Decision;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::Deserialize;
+use tower_http::timeout::TimeoutLayer;
+
+use crate::engine::{self, CheckError, CheckRequest, Engine};
+use crate::headers::{self, ceil_ms};
+use crate::metrics::{Api, rejected};
+
+/// Shared state of the HTTP handlers.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The engine.
+    pub engine: Arc<Engine>,
+    /// Renders `/metrics`.
+    pub metrics: PrometheusHandle,
+}
+
+/// The router, with body-size and timeout bounds from the live config.
+pub fn router(state: AppState) -> Router {
+    let s = state.engine.limits().server;
+    Router::new()
+        .route("/v1/check", post(check))
+        .route("/v1/auth/{limit}", any(forward_auth))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(s.max_body_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            Duration::from_millis(s.request_timeout_ms),
+        ))
+        .with_state(state)
+}
+
+static PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
+static JSON: HeaderValue = HeaderValue::from_static("application/json");
+static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+/// An RFC 9457 problem response.
+pub fn problem(status: StatusCode, kind: &str, title: &str, detail: &str) -> Response {
+    let body = serde_json::json!({
+        "type": format!("https://drl.invalid/problems/{kind}"),
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    (
+        status,
+        [(header::CONTENT_TYPE, PROBLEM_JSON.clone())],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn bad_request(api: Api, kind: &'static str, detail: &str) -> Response {
+    rejected(api, kind);
+    problem(StatusCode::BAD_REQUEST, kind, "Bad Request", detail)
+}
+
+fn check_error(api: Api, e: &CheckError) -> Response {
+    rejected(api, e.kind());
+    let status = match e {
+        CheckError::Store { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        CheckError::UnknownLimit { .. } => StatusCode::NOT_FOUND,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    let title = status.canonical_reason().unwrap_or("Error");
+    problem(status, e.kind(), title, &e.to_string())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckBody<'a> {
+    #[serde(borrow)]
+    requests: Vec<Item<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Item<'a> {
+    #[serde(borrow)]
+    limit: Cow<'a, str>,
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(default)]
+    cost: Option<serde_json::Number>,
+}
+
+/// Validates a JSON cost: a whole number from 0 to `u64::MAX`.
+fn cost_of(index: usize, n: Option<&serde_json::Number>) -> Result<u64, String> {
+    let Some(n) = n else { return Ok(1) };
+    if let Some(c) = n.as_u64() {
+        return Ok(c);
+    }
+    if n.as_i64().is_some() {
+        return Err(format!(
+            "requests[{index}]: cost {n} is negative; costs are whole numbers >= 0"
+        ));
+    }
+    match n.as_f64() {
+        Some(f) if f.fract() == 0.0 && f > 0.0 => Err(format!(
+            "requests[{index}]: cost {n} is too large (at most {})",
+            u64::MAX
+        )),
+        Some(f) if f < 0.0 => Err(format!(
+            "requests[{index}]: cost {n} is negative; costs are whole numbers >= 0"
+        )),
+        _ => Err(format!("requests[{index}]: cost {n} is not a whole number")),
+    }
+}
+
+fn write_decision(out: &mut String, d: &Decision) {
+    let _ = write!(
+        out,
+        "{{\"allowed\":{},\"limit\":{},\"remaining\":{},\"retry_after_ms\":",
+        d.allowed, d.limit, d.remaining
+    );
+    match d.retry_after {
+        Some(ns) if !d.allowed => {
+            let _ = write!(out, "{}", ceil_ms(ns));
+        }
+        _ => out.push_str("null"),
+    }
+    let _ = write!(out, ",\"reset_after_ms\":{}", ceil_ms(d.reset_after));
+    if d.delay > 0 {
+        let _ = write!(out, ",\"delay_ms\":{}", ceil_ms(d.delay));
+    }
+    if let Some(r) = d.reason {
+        let _ = write!(out, ",\"reason\":\"{}\"", r.as_str());
+    }
+    out.push('}');
+}
+
+async fn check(State(app): State<AppState>, body: Bytes) -> Response {
+    let started = Instant::now();
+    let parsed: CheckBody<'_> = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return bad_request(
+                Api::HttpCheck,
+                "invalid_json",
+                &format!(
+                    "invalid request body: {e} (expected {{\"requests\":[{{\"limit\":\"api\",\"key\":\"tenant-7\",\"cost\":1}}]}})"
+                ),
+            );
+        }
+    };
+    let mut reqs = Vec::with_capacity(parsed.requests.len());
+    for (i, it) in parsed.requests.iter().enumerate() {
+        let cost = match cost_of(i, it.cost.as_ref()) {
+            Ok(c) => c,
+            Err(e) => return bad_request(Api::HttpCheck, "invalid_cost", &e),
+        };
+        reqs.push(CheckRequest {
+            limit: &it.limit,
+            key: &it.key,
+            cost,
+        });
+    }
+    let limits = app.engine.limits();
+    let decisions = match app.engine.check(&limits, &reqs).await {
+        Ok(d) => d,
+        Err(e) => return check_error(Api::HttpCheck, &e),
+    };
+    let mut out = String::with_capacity(16 + decisions.len() * 100);
+    out.push_str("{\"results\":[");
+    for (i, d) in decisions.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_decision(&mut out, d);
+    }
+    out.push_str("]}");
+    app.engine.api_metrics.observe(Api::HttpCheck, started);
+    ([(header::CONTENT_TYPE, JSON.clone())], out).into_response()
+}
+
+fn query_param<'q>(q: Option<&'q str>, name: &str) -> Option<&'q str> {
+    q?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == name).then_some(v)
+    })
+}
+
+/// Forward-auth (nginx `auth_request`, Traefik ForwardAuth): the key comes
+/// from the limit's configured headers. Answers 200, or 429 (or the status
+/// given as `?deny_status=403`, since nginx's `auth_request` passes only
+/// 401 and 403 through) with a problem+json body. `?cost=N` sets the cost.
+async fn forward_auth(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let started = Instant::now();
+    let api = Api::ForwardAuth;
+    let limits = app.engine.limits();
+    let Some(limit) = limits.get(&name) else {
+        return check_error(
+            api,
+            &CheckError::UnknownLimit {
+                index: 0,
+                name,
+                known: limits.names().join(", "),
+            },
+        );
+    };
+    let deny_status = match query_param(query.as_deref(), "deny_status") {
+        None => StatusCode::TOO_MANY_REQUESTS,
+        Some(s) => match s
+            .parse::<u16>()
+            .ok()
+            .and_then(|c| StatusCode::from_u16(c).ok())
+        {
+            Some(c) if c.is_client_error() => c,
+            _ => {
+                return bad_request(
+                    api,
+                    "invalid_deny_status",
+                    &format!("deny_status {s:?} must be a 4xx status code"),
+                );
+            }
+        },
+    };
+    let cost = match query_param(query.as_deref(), "cost") {
+        None => 1,
+        Some(c) => match c.parse::<u64>() {
+            Ok(c) if c <= limits.server.max_cost => c,
+            _ => {
+                return bad_request(
+                    api,
+                    "invalid_cost",
+                    &format!(
+                        "cost {c:?} must be a whole number from 0 to {}",
+                        limits.server.max_cost
+                    ),
+                );
+            }
+        },
+    };
+    let mut key = String::new();
+    for (i, h) in limit.key.headers.iter().enumerate() {
+        if i > 0 {
+            key.push('|');
+        }
+        match headers.get(h).and_then(|v| v.to_str().ok()) {
+            Some(v) => key.push_str(v.trim()),
+            None => match &limit.key.default {
+                Some(d) => key.push_str(d),
+                None => {
+                    return bad_request(
+                        api,
+                        "missing_key",
+                        &format!(
+                            "limit {:?} takes its key from header {h}, which the request lacks",
+                            limit.name
+                        ),
+                    );
+                }
+            },
+        }
+    }
+    if key.len() > engine::MAX_KEY_BYTES {
+        return bad_request(api, "key_too_long", "the key headers are too long");
+    }
+    let d = match engine::decide(limit, &key, cost, app.engine.now()).await {
+        Ok(d) => d,
+        Err(e) => return check_error(api, &e),
+    };
+    app.engine.api_metrics.observe(api, started);
+    let mut resp = if d.allowed {
+        StatusCode::OK.into_response()
+    } else {
+        let detail = match d.retry_after {
+            Some(ns) => format!(
+                "limit {:?} is exhausted for this client; retry in {} ms",
+                limit.name,
+                ceil_ms(ns)
+            ),
+            None => format!(
+                "a request of cost {cost} can never fit limit {:?}",
+                limit.name
+            ),
+        };
+        let body = serde_json::json!({
+            "type": "https://drl.invalid/problems/rate-limited",
+            "title": "Too Many Requests",
+            "status": deny_status.as_u16(),
+            "detail": detail,
+            "limit": &*limit.name,
+            "retry_after_ms": d.retry_after.map(ceil_ms),
+        });
+        let mut r = (deny_status, body.to_string()).into_response();
+        r.headers_mut()
+            .insert(header::CONTENT_TYPE, PROBLEM_JSON.clone());
+        if let Some(ra) = headers::retry_after(&d) {
+            r.headers_mut().insert(header::RETRY_AFTER, ra);
+        }
+        r
+    };
+    let h = resp.headers_mut();
+    h.insert(RATELIMIT_POLICY.clone(), limit.policy.clone());
+    h.insert(RATELIMIT.clone(), headers::ratelimit(&limit.name, &d));
+    resp
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(app): State<AppState>) -> Response {
+    if app.engine.is_draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()
+    } else {
+        (StatusCode::OK, "ready\n").into_response()
+    }
+}
+
+async fn metrics(State(app): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        )],
+        app.metrics.render(),
+    )
+        .into_response()
+}

@@ -1,0 +1,318 @@
+//! [`Limits`]: a configuration compiled for deciding. Built once per
+//! (re)load; every request then finds its limit by one hash lookup and
+//! decides through a pre-resolved [`Backend`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::http::{HeaderName, HeaderValue};
+use drl_core::{Algorithm, Quota};
+use drl_store::LimitSpec;
+
+use crate::config::envoy::{EnvoyDescriptor, EnvoyDomain, EnvoyLimitKind, Unit, composite};
+use crate::config::{Config, ConfigError, KeyConfig, ListenConfig, Scope, ServerConfig};
+use crate::headers;
+use crate::metrics::LimitMetrics;
+use crate::scope::{Backend, Stores};
+
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// How forward-auth derives a key from headers.
+#[derive(Debug, Clone)]
+pub struct KeyMapping {
+    /// The headers whose values, joined by `|`, make the key.
+    pub headers: Vec<HeaderName>,
+    /// Stands in for a missing header.
+    pub default: Option<String>,
+}
+
+impl KeyMapping {
+    fn from_config(k: &KeyConfig) -> Self {
+        Self {
+            headers: k
+                .headers
+                .iter()
+                .filter_map(|h| HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes()).ok())
+                .collect(),
+            default: k.default.clone(),
+        }
+    }
+}
+
+/// One decidable limit.
+#[derive(Debug)]
+pub struct Limit {
+    /// The name clients use and metrics show.
+    pub name: Arc<str>,
+    /// Algorithm and quotas.
+    pub spec: LimitSpec,
+    /// Where state lives.
+    pub scope: Scope,
+    /// Most keys held.
+    pub max_keys: usize,
+    /// How it decides.
+    pub backend: Backend,
+    /// Always allow, but count what would have been denied.
+    pub shadow: bool,
+    /// Forward-auth key mapping.
+    pub key: KeyMapping,
+    /// Pre-registered metric handles.
+    pub metrics: LimitMetrics,
+    /// The `RateLimit-Policy` header value.
+    pub policy: HeaderValue,
+}
+
+/// What an Envoy descriptor node limits to.
+#[derive(Debug)]
+pub enum RuleKind {
+    /// `unlimited: true`.
+    Unlimited,
+    /// `requests_per_unit: 0`: every request is over the limit.
+    Block(LimitMetrics),
+    /// A fixed-window limit.
+    Limited(Arc<Limit>),
+}
+
+/// A `rate_limit` of an Envoy descriptor node.
+#[derive(Debug)]
+pub struct EnvoyRule {
+    /// The stats path, e.g. `messaging.message_type_marketing.to_number`.
+    pub path: Arc<str>,
+    /// What it limits to.
+    pub kind: RuleKind,
+    /// `rate_limit.name`.
+    pub name: Option<String>,
+    /// `rate_limit.replaces`.
+    pub replaces: Vec<String>,
+    /// `shadow_mode`.
+    pub shadow: bool,
+    /// Window unit (`Second` for unlimited).
+    pub unit: Unit,
+    /// Requests per unit (0 for unlimited).
+    pub requests_per_unit: u32,
+}
+
+/// A node of a domain's descriptor tree.
+#[derive(Debug, Default)]
+pub struct EnvoyNode {
+    /// The rule when a request descriptor ends here.
+    pub rule: Option<EnvoyRule>,
+    /// Nested descriptors.
+    pub children: EnvoyLevel,
+}
+
+/// One level of a descriptor tree, by key.
+#[derive(Debug, Default)]
+pub struct EnvoyLevel {
+    by_key: FastMap<String, KeyNodes>,
+}
+
+#[derive(Debug, Default)]
+struct KeyNodes {
+    exact: FastMap<String, EnvoyNode>,
+    prefix: Vec<(String, EnvoyNode)>,
+    any: Option<Box<EnvoyNode>>,
+}
+
+impl EnvoyLevel {
+    /// The most specific node for an entry: exact value, then a wildcard
+    /// prefix (longest first), then key only.
+    pub fn find(&self, key: &str, value: &str) -> Option<&EnvoyNode> {
+        let k = self.by_key.get(key)?;
+        if let Some(n) = k.exact.get(value) {
+            return Some(n);
+        }
+        if let Some((_, n)) = k.prefix.iter().find(|(p, _)| value.starts_with(p.as_str())) {
+            return Some(n);
+        }
+        k.any.as_deref()
+    }
+
+    /// True when the level has no descriptors.
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+}
+
+/// The rule for a request descriptor, matched as envoyproxy/ratelimit
+/// does: walk the tree one entry per level; the descriptor gets the rule of
+/// the node its last entry lands on (none if the walk leaves the tree
+/// early, or the node has no `rate_limit`).
+pub fn match_descriptor<'a, I, K, V>(root: &'a EnvoyLevel, entries: I) -> Option<&'a EnvoyRule>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: AsRef<str>,
+    V: AsRef<str>,
+{
+    let mut level = root;
+    let mut node = None;
+    for (k, v) in entries {
+        let n = level.find(k.as_ref(), v.as_ref())?;
+        node = Some(n);
+        level = &n.children;
+    }
+    node?.rule.as_ref()
+}
+
+/// A compiled configuration.
+#[derive(Debug)]
+pub struct Limits {
+    /// Native limits, in config order.
+    pub limits: Vec<Arc<Limit>>,
+    by_name: FastMap<Box<str>, usize>,
+    /// Envoy domains by name.
+    pub domains: FastMap<String, EnvoyLevel>,
+    /// Every fixed-window limit made from Envoy descriptors.
+    pub envoy_limits: Vec<Arc<Limit>>,
+    /// Request bounds.
+    pub server: ServerConfig,
+    /// Listener addresses (read at start only).
+    pub listen: ListenConfig,
+}
+
+impl Limits {
+    /// Compiles `config`, wiring each limit to its store in `stores`.
+    pub fn build(config: &Config, stores: &Stores, source: &str) -> Result<Limits, ConfigError> {
+        let mut limits = Vec::with_capacity(config.limits.len());
+        let mut by_name = FastMap::default();
+        for (i, l) in config.limits.iter().enumerate() {
+            let spec = LimitSpec::new(l.name.clone(), l.algorithm, l.quotas.clone());
+            let backend = stores
+                .backend(l.scope, &spec, l.max_keys)
+                .map_err(|e| ConfigError::new(source, format!("limit {:?}: {e}", l.name)))?;
+            let name: Arc<str> = Arc::from(l.name.as_str());
+            limits.push(Arc::new(Limit {
+                policy: headers::policy(&name, &l.quotas),
+                metrics: LimitMetrics::new(&name),
+                name,
+                spec,
+                scope: l.scope,
+                max_keys: l.max_keys,
+                backend,
+                shadow: l.shadow,
+                key: KeyMapping::from_config(&l.key),
+            }));
+            by_name.insert(Box::from(l.name.as_str()), i);
+        }
+        let mut domains = FastMap::default();
+        let mut envoy_limits = Vec::new();
+        for d in &config.envoy {
+            let level = build_domain(d, stores, source, &mut envoy_limits)?;
+            domains.insert(d.domain.clone(), level);
+        }
+        Ok(Limits {
+            limits,
+            by_name,
+            domains,
+            envoy_limits,
+            server: config.server,
+            listen: config.listen,
+        })
+    }
+
+    /// The native limit called `name`.
+    #[inline]
+    pub fn get(&self, name: &str) -> Option<&Arc<Limit>> {
+        self.by_name.get(name).map(|&i| &self.limits[i])
+    }
+
+    /// (scope, spec, max_keys) of every limit: what a reload must keep.
+    pub fn live(&self) -> Vec<(Scope, LimitSpec, usize)> {
+        self.limits
+            .iter()
+            .chain(self.envoy_limits.iter())
+            .map(|l| (l.scope, l.spec.clone(), l.max_keys))
+            .collect()
+    }
+
+    /// Names of every native limit, in config order.
+    pub fn names(&self) -> Vec<&str> {
+        self.limits.iter().map(|l| &*l.name).collect()
+    }
+}
+
+fn build_domain(
+    d: &EnvoyDomain,
+    stores: &Stores,
+    source: &str,
+    all: &mut Vec<Arc<Limit>>,
+) -> Result<EnvoyLevel, ConfigError> {
+    build_level(&d.descriptors, &d.domain, stores, source, all)
+}
+
+fn build_level(
+    descriptors: &[EnvoyDescriptor],
+    parent_path: &str,
+    stores: &Stores,
+    source: &str,
+    all: &mut Vec<Arc<Limit>>,
+) -> Result<EnvoyLevel, ConfigError> {
+    let mut level = EnvoyLevel::default();
+    for d in descriptors {
+        let path = format!("{parent_path}.{}", composite(&d.key, d.value.as_deref()));
+        let rule = match &d.rate_limit {
+            None => None,
+            Some(rl) => {
+                let path: Arc<str> = Arc::from(path.as_str());
+                let (kind, unit, rpu) = match rl.kind {
+                    EnvoyLimitKind::Unlimited => (RuleKind::Unlimited, Unit::Second, 0),
+                    EnvoyLimitKind::Limited {
+                        requests_per_unit: 0,
+                        unit,
+                    } => (RuleKind::Block(LimitMetrics::new(&path)), unit, 0),
+                    EnvoyLimitKind::Limited {
+                        requests_per_unit,
+                        unit,
+                    } => {
+                        let quota = Quota::new(u64::from(requests_per_unit), unit.window())
+                            .map_err(|e| ConfigError::new(source, format!("{path}: {e}")))?;
+                        let spec =
+                            LimitSpec::new(path.to_string(), Algorithm::FixedWindow, vec![quota]);
+                        let backend = stores
+                            .backend(Scope::Local, &spec, crate::config::DEFAULT_MAX_KEYS)
+                            .map_err(|e| ConfigError::new(source, format!("{path}: {e}")))?;
+                        let limit = Arc::new(Limit {
+                            policy: headers::policy(&path, &[quota]),
+                            metrics: LimitMetrics::new(&path),
+                            name: path.clone(),
+                            spec,
+                            scope: Scope::Local,
+                            max_keys: crate::config::DEFAULT_MAX_KEYS,
+                            backend,
+                            shadow: d.shadow_mode,
+                            key: KeyMapping::from_config(&KeyConfig::default()),
+                        });
+                        all.push(limit.clone());
+                        (RuleKind::Limited(limit), unit, requests_per_unit)
+                    }
+                };
+                Some(EnvoyRule {
+                    path,
+                    kind,
+                    name: rl.name.clone(),
+                    replaces: rl.replaces.clone(),
+                    shadow: d.shadow_mode,
+                    unit,
+                    requests_per_unit: rpu,
+                })
+            }
+        };
+        let node = EnvoyNode {
+            rule,
+            children: build_level(&d.descriptors, &path, stores, source, all)?,
+        };
+        let k = level.by_key.entry(d.key.clone()).or_default();
+        match d.value.as_deref() {
+            None => k.any = Some(Box::new(node)),
+            Some(v) if v.ends_with('*') => {
+                k.prefix.push((v.trim_end_matches('*').to_string(), node));
+                k.prefix
+                    .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
+            }
+            Some(v) => {
+                k.exact.insert(v.to_string(), node);
+            }
+        }
+    }
+    Ok(level)
+}

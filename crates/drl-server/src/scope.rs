@@ -1,0 +1,142 @@
+//! Scopes: where a limit's state lives, and the one place a new backend
+//! plugs in.
+//!
+//! A limit is compiled to a [`Backend`]. `local` resolves, once per config
+//! load, to the [`KeyedLimiter`] that `drl_store::MemoryStore` holds for the
+//! limit's spec, so a decision is a direct, synchronous call with no lookup
+//! by name. Any other scope is a `drl_store::Store` trait object, awaited.
+//!
+//! To add a scope (`redis`, `gossip`, `orbit`): make [`check_supported`]
+//! accept it, and return [`Backend::Store`] with its `Store` implementation
+//! from [`Stores::backend`]. Reload calls [`Store::retain`] on every store.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use drl_core::{Decision, KeyedConfig, KeyedLimiter, Nanos};
+use drl_store::{Check, LimitSpec, MemoryStore, Store, StoreError};
+use parking_lot::Mutex;
+
+use crate::config::Scope;
+
+/// `Ok` if this build can serve `scope`; otherwise why not.
+pub fn check_supported(scope: Scope) -> Result<(), String> {
+    match scope {
+        Scope::Local => Ok(()),
+        other => Err(format!(
+            "scope `{other}` is not supported by this build yet (supported: local)"
+        )),
+    }
+}
+
+/// How one limit decides.
+#[derive(Clone)]
+pub enum Backend {
+    /// In memory, this node: a pre-resolved keyed limiter.
+    Local(Arc<KeyedLimiter<String>>),
+    /// Any `Store` (remote or cluster-wide state).
+    Store(Arc<dyn Store>),
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backend::Local(_) => f.write_str("Backend::Local"),
+            Backend::Store(_) => f.write_str("Backend::Store"),
+        }
+    }
+}
+
+impl Backend {
+    /// Decides `cost` for `key` at `now` under `spec`.
+    #[inline]
+    pub async fn decide(
+        &self,
+        spec: &LimitSpec,
+        key: &str,
+        cost: u64,
+        now: Nanos,
+    ) -> Result<Decision, StoreError> {
+        match self {
+            Backend::Local(l) => Ok(l.decide(key, now, cost)),
+            Backend::Store(s) => {
+                s.decide(Check {
+                    spec,
+                    key,
+                    cost,
+                    now,
+                })
+                .await
+            }
+        }
+    }
+
+    /// The synchronous decision, when this backend has one (local).
+    #[inline]
+    pub fn decide_now(&self, key: &str, cost: u64, now: Nanos) -> Option<Decision> {
+        match self {
+            Backend::Local(l) => Some(l.decide(key, now, cost)),
+            Backend::Store(_) => None,
+        }
+    }
+}
+
+/// Every store the service uses, kept across reloads so that unchanged
+/// limits keep their counters.
+#[derive(Debug, Default)]
+pub struct Stores {
+    /// One memory store per distinct `max_keys` bound.
+    memory: Mutex<BTreeMap<usize, Arc<MemoryStore>>>,
+}
+
+impl Stores {
+    /// Empty stores.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The backend for a limit of `scope` with `spec`, holding at most
+    /// `max_keys` keys. This is the extension point for new scopes.
+    pub fn backend(
+        &self,
+        scope: Scope,
+        spec: &LimitSpec,
+        max_keys: usize,
+    ) -> Result<Backend, String> {
+        check_supported(scope)?;
+        match scope {
+            Scope::Local => {
+                let store = self
+                    .memory
+                    .lock()
+                    .entry(max_keys)
+                    .or_insert_with(|| {
+                        Arc::new(MemoryStore::new(KeyedConfig {
+                            max_keys,
+                            ..KeyedConfig::default()
+                        }))
+                    })
+                    .clone();
+                Ok(Backend::Local(store.limiter(spec)))
+            }
+            Scope::Redis | Scope::Gossip | Scope::Orbit => Err(format!(
+                "scope `{scope}` is not supported by this build yet"
+            )),
+        }
+    }
+
+    /// After a reload: keep state of the limits in `live` (scope, spec,
+    /// max_keys), drop everything else.
+    pub fn retain(&self, live: &[(Scope, LimitSpec, usize)]) {
+        let mut memory = self.memory.lock();
+        memory.retain(|max_keys, store| {
+            let specs: Vec<LimitSpec> = live
+                .iter()
+                .filter(|(s, _, m)| *s == Scope::Local && m == max_keys)
+                .map(|(_, spec, _)| spec.clone())
+                .collect();
+            store.retain(&specs);
+            !specs.is_empty()
+        });
+    }
+}

@@ -1,0 +1,58 @@
+//! `drl config`: check configuration files, print the default.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `drl config`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Sub,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Sub {
+    /// Check a config file (drl's or envoyproxy/ratelimit's); errors name
+    /// the line and column. Exit status 1 if it is invalid.
+    Check {
+        /// The file.
+        file: PathBuf,
+    },
+    /// Print the embedded default configuration.
+    Default,
+}
+
+/// Runs `drl config`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.command {
+        Sub::Check { file } => match drl_server::config::load_file(&file) {
+            Ok(cfg) => {
+                let stores = drl_server::scope::Stores::new();
+                let name = file.display().to_string();
+                match drl_server::limits::Limits::build(&cfg, &stores, &name) {
+                    Ok(l) => {
+                        println!(
+                            "{name}: ok ({} limits, {} envoy domains with {} limits)",
+                            l.limits.len(),
+                            l.domains.len(),
+                            l.envoy_limits.len()
+                        );
+                        Ok(ExitCode::SUCCESS)
+                    }
+                    Err(e) => {
+                        eprintln!("{e}");
+                        Ok(ExitCode::from(1))
+                    }
+                }
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                Ok(ExitCode::from(1))
+            }
+        },
+        Sub::Default => {
+            print!("{}", drl_server::config::EMBEDDED_DEFAULT);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! Shared helpers for the end-to-end tests: start the real `drl` binary,
+//! learn its ports, wait on conditions with deadlines.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long any single wait may take before a test fails.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// A running `drl serve`, killed on drop.
+pub struct Drl {
+    /// The child process.
+    pub child: Child,
+    /// HTTP address.
+    pub http: SocketAddr,
+    /// gRPC address.
+    pub grpc: SocketAddr,
+    /// The config file it was started with.
+    pub config: PathBuf,
+    /// Everything it wrote to stderr so far.
+    pub log: Arc<Mutex<Vec<String>>>,
+    /// Keeps the temp dir alive.
+    pub dir: tempfile::TempDir,
+}
+
+impl Drl {
+    /// Writes `yaml` to a temp file and starts `drl serve` on free loopback ports.
+    pub fn start(yaml: &str) -> Drl {
+        Self::start_with(yaml, &[])
+    }
+
+    /// Like [`Drl::start`] with extra arguments.
+    pub fn start_with(yaml: &str, extra: &[&str]) -> Drl {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("drl.yaml");
+        std::fs::write(&config, yaml).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_drl"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .args(["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start drl");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    if let Some(rest) = line.strip_prefix("drl serve: listening ") {
+                        let _ = tx.send(rest.to_string());
+                    }
+                    log.lock().unwrap().push(line);
+                }
+            });
+        }
+        let line = match rx.recv_timeout(DEADLINE) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "drl serve did not start; log:\n{}",
+                    log.lock().unwrap().join("\n")
+                );
+            }
+        };
+        let mut http = None;
+        let mut grpc = None;
+        for part in line.split_whitespace() {
+            if let Some(a) = part.strip_prefix("http=") {
+                http = Some(a.parse().unwrap());
+            }
+            if let Some(a) = part.strip_prefix("grpc=") {
+                grpc = Some(a.parse().unwrap());
+            }
+        }
+        let drl = Drl {
+            child,
+            http: http.expect("http address"),
+            grpc: grpc.expect("grpc address"),
+            config,
+            log,
+            dir,
+        };
+        drl.wait_ready();
+        drl
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.http)
+    }
+
+    /// `http://ADDR` of the gRPC port.
+    pub fn grpc_url(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    /// Polls `/readyz` until it answers 200.
+    pub fn wait_ready(&self) {
+        let url = self.url("/readyz");
+        wait_for("drl /readyz", || {
+            http_get(&url).is_some_and(|(status, _)| status == 200)
+        });
+    }
+
+    /// Waits until stderr has a line containing `needle`; returns it.
+    pub fn wait_log(&self, needle: &str) -> String {
+        let mut found = None;
+        wait_for(&format!("log line {needle:?}"), || {
+            found = self
+                .log
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains(needle))
+                .cloned();
+            found.is_some()
+        });
+        found.unwrap()
+    }
+
+    /// How many stderr lines contain `needle`.
+    pub fn count_log(&self, needle: &str) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+
+    /// Sends a signal (`TERM`, `HUP`) to the process.
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig} failed");
+    }
+
+    /// Waits for the process to exit; returns its status.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(start.elapsed() < DEADLINE, "drl did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Drl {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `cond` every 20 ms until it holds; panics after [`DEADLINE`].
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A minimal blocking HTTP/1.1 request (no dependency on an async runtime):
+/// returns status, lowercase headers and body.
+pub fn http_request(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Option<(u16, Vec<(String, String)>, String)> {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://")?;
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    let mut s = std::net::TcpStream::connect(host).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let _ = s.write_all(body);
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    parse_response(&raw)
+}
+
+/// Parses a raw HTTP/1.1 response (content-length or chunked).
+pub fn parse_response(raw: &[u8]) -> Option<(u16, Vec<(String, String)>, String)> {
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let mut lines = head.lines();
+    let status: u16 = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Some((status, headers, body))
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].strip_prefix("\r\n").unwrap_or(&rest[n..]);
+    }
+    out
+}
+
+/// GET: status and body.
+pub fn http_get(url: &str) -> Option<(u16, String)> {
+    http_request("GET", url, &[], b"").map(|(s, _, b)| (s, b))
+}
+
+/// POST JSON: status, headers, parsed body (Null if not JSON).
+pub fn post_json(url: &str, body: &str) -> (u16, Vec<(String, String)>, serde_json::Value) {
+    let (s, h, b) = http_request(
+        "POST",
+        url,
+        &[("content-type", "application/json")],
+        body.as_bytes(),
+    )
+    .expect("request failed");
+    let v = serde_json::from_str(&b).unwrap_or(serde_json::Value::Null);
+    (s, h, v)
+}
+
+/// The value of header `name` (lowercase).
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// The value of a Prometheus sample `name{labels}` in a `/metrics` text.
+pub fn metric(text: &str, name_and_labels: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels) && l[name_and_labels.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// A free loopback port (bound then released; callers retry on a clash).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -92,9 +92,8 @@ struct KeyState {
 struct Held {
     table: Table,
     due: Nanos,
-    /// Per key, the free capacity this visit must leave in the table:
-    /// `ceil(r * free)` when the key was first rebalanced in this visit.
-    reserve: BTreeMap<Vec<u8>, u64>,
+    /// Id of this visit (entries' reserves are valid for this visit only).
+    visit: u32,
 }
 
 /// One node of an Orbit ring: a pure state machine. Feed it requests,
@@ -118,6 +117,8 @@ pub struct OrbitNode {
     last_hop: Option<u32>,
     pending: Option<TableMsg>,
     stats: OrbitStats,
+    /// Visit counter (ids for [`Held::visit`]).
+    visits: u32,
 }
 
 impl OrbitNode {
@@ -163,6 +164,7 @@ impl OrbitNode {
             last_hop: None,
             pending: None,
             stats: OrbitStats::default(),
+            visits: 0,
         })
     }
 
@@ -330,6 +332,12 @@ impl OrbitNode {
         self.poll(now)
     }
 
+    fn next_visit(&mut self) -> u32 {
+        // 0 means "no visit" in `Entry::visit`.
+        self.visits = self.visits.checked_add(1).unwrap_or(1);
+        self.visits
+    }
+
     fn lap(&self) -> Nanos {
         self.cfg.epoch.saturating_mul(self.ring.len() as u64)
     }
@@ -372,7 +380,7 @@ impl OrbitNode {
             self.held = Some(Held {
                 table: Table::fresh(w, self.ring.len()),
                 due: now.saturating_add(self.cfg.epoch),
-                reserve: BTreeMap::new(),
+                visit: self.next_visit(),
             });
             self.rebalance_all(now);
         }
@@ -493,6 +501,8 @@ impl OrbitNode {
                 Entry {
                     free,
                     modified: msg.hop,
+                    reserve: 0,
+                    visit: 0,
                 },
             );
         }
@@ -505,7 +515,7 @@ impl OrbitNode {
         self.held = Some(Held {
             table,
             due: now.saturating_add(self.cfg.epoch),
-            reserve: BTreeMap::new(),
+            visit: self.next_visit(),
         });
         self.rebalance_all(now);
     }
@@ -528,7 +538,10 @@ impl OrbitNode {
             // Alone: keep the table and keep rebalancing from it.
             if let Some(h) = &mut self.held {
                 h.due = now.saturating_add(self.cfg.epoch);
-                h.reserve.clear();
+                h.visit = {
+                    self.visits = self.visits.checked_add(1).unwrap_or(1);
+                    self.visits
+                };
             }
             return out;
         };
@@ -552,71 +565,167 @@ impl OrbitNode {
         out
     }
 
-    fn forecast(&self, now: Nanos, ks: &KeyState) -> u64 {
-        let lap = self.lap() as u128;
+    fn rule(&self, now: Nanos) -> Rule {
         let start = self.window.saturating_mul(self.cfg.window);
-        let elapsed = now.saturating_sub(start).max(self.cfg.epoch) as u128;
-        let cur = ks.demand as u128 * lap / elapsed;
-        let prev = ks.prev_demand as u128 * lap / self.cfg.window as u128;
-        let want = cur.max(prev) * self.cfg.headroom_pct as u128 / 100;
-        want.min(self.cfg.cap as u128) as u64
-    }
-
-    fn rebalance_all(&mut self, now: Nanos) {
-        let Some(held) = &self.held else { return };
-        let mut keys: BTreeSet<Vec<u8>> = held.table.entries.keys().cloned().collect();
-        keys.extend(self.keys.keys().cloned());
-        for k in keys {
-            self.rebalance_key(now, &k, 0);
+        Rule {
+            lap: self.lap() as u128,
+            elapsed: now.saturating_sub(start).max(self.cfg.epoch) as u128,
+            window: self.cfg.window as u128,
+            headroom_pct: self.cfg.headroom_pct as u128,
+            cap: self.cfg.cap,
+            rollover_ppm: self.cfg.rollover_ppm,
         }
     }
 
-    /// The rebalance rule of `docs/orbit.md`: `keep = min(want, H + F - reserve)`.
-    fn rebalance_key(&mut self, now: Nanos, key: &[u8], min_want: u64) {
-        let ks = self.keys.get(key).copied().unwrap_or(KeyState {
-            holding: self.local,
-            ..KeyState::default()
-        });
-        let want = self.forecast(now, &ks).max(min_want);
-        let pool = self.pool;
-        let max_keys = self.cfg.max_keys;
-        let rollover = self.cfg.rollover_ppm;
-        let have_key = self.keys.contains_key(key);
-        let keys_full = self.keys.len() >= max_keys;
-        let Some(held) = &mut self.held else { return };
-        let h = ks.holding;
-        let f = held.table.free(key, pool);
-        let reserve = match held.reserve.get(key) {
-            Some(&r) => r,
-            None => {
-                let r = (f as u128 * rollover as u128 / PPM as u128) as u64;
-                if held.reserve.len() < max_keys {
-                    held.reserve.insert(key.to_vec(), r);
-                }
-                r
-            }
+    /// Rebalances every key of the held table and every key the node has
+    /// state for (one merge pass, no key copies for unchanged keys).
+    fn rebalance_all(&mut self, now: Nanos) {
+        let rule = self.rule(now);
+        let (local, pool, max_keys) = (self.local, self.pool, self.cfg.max_keys);
+        let Some(held) = self.held.as_mut() else {
+            return;
         };
+        let visit = held.visit;
+        let hop1 = held.table.hop.saturating_add(1);
+        let table = &mut held.table.entries;
+        let keys = &mut self.keys;
+        // Keys of the table.
+        let mut new_keys = Vec::new();
+        for (k, e) in table.iter_mut() {
+            if e.visit != visit {
+                e.visit = visit;
+                e.reserve = rule.reserve(e.free);
+            }
+            match keys.get_mut(k.as_slice()) {
+                Some(ks) => {
+                    let (keep, free) = rule.split(ks.holding, e.free, e.reserve, rule.want(ks));
+                    if keep != ks.holding {
+                        ks.holding = keep;
+                        e.free = free;
+                        e.modified = hop1;
+                    }
+                }
+                None => {
+                    // No demand seen: give the local allowance to the table.
+                    let (keep, free) = rule.split(local, e.free, e.reserve, 0);
+                    if keep != local && keys.len() + new_keys.len() < max_keys {
+                        new_keys.push((
+                            k.clone(),
+                            KeyState {
+                                holding: keep,
+                                ..KeyState::default()
+                            },
+                        ));
+                        e.free = free;
+                        e.modified = hop1;
+                    }
+                }
+            }
+        }
+        keys.extend(new_keys);
+        // Keys this node has state for that the table does not carry yet.
+        let mut new_entries = Vec::new();
+        for (k, ks) in keys.iter_mut() {
+            if table.contains_key(k.as_slice()) {
+                continue;
+            }
+            let reserve = rule.reserve(pool);
+            let (keep, free) = rule.split(ks.holding, pool, reserve, rule.want(ks));
+            if keep != ks.holding && table.len() + new_entries.len() < max_keys {
+                ks.holding = keep;
+                new_entries.push((
+                    k.clone(),
+                    Entry {
+                        free,
+                        modified: hop1,
+                        reserve,
+                        visit,
+                    },
+                ));
+            }
+        }
+        table.extend(new_entries);
+    }
+
+    /// The rebalance rule for one key the node has state for, with `want`
+    /// raised to at least `min_want` (a request's cost).
+    fn rebalance_key(&mut self, now: Nanos, key: &[u8], min_want: u64) {
+        let rule = self.rule(now);
+        let (pool, max_keys) = (self.pool, self.cfg.max_keys);
+        let (Some(held), Some(ks)) = (self.held.as_mut(), self.keys.get_mut(key)) else {
+            return;
+        };
+        let visit = held.visit;
+        let hop1 = held.table.hop.saturating_add(1);
+        let table = &mut held.table.entries;
+        let want = rule.want(ks).max(min_want);
+        match table.get_mut(key) {
+            Some(e) => {
+                if e.visit != visit {
+                    e.visit = visit;
+                    e.reserve = rule.reserve(e.free);
+                }
+                let (keep, free) = rule.split(ks.holding, e.free, e.reserve, want);
+                if keep != ks.holding {
+                    ks.holding = keep;
+                    e.free = free;
+                    e.modified = hop1;
+                }
+            }
+            None => {
+                let reserve = rule.reserve(pool);
+                let (keep, free) = rule.split(ks.holding, pool, reserve, want);
+                if keep != ks.holding && table.len() < max_keys {
+                    ks.holding = keep;
+                    table.insert(
+                        key.to_vec(),
+                        Entry {
+                            free,
+                            modified: hop1,
+                            reserve,
+                            visit,
+                        },
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The constants of the rebalance rule at one instant.
+struct Rule {
+    lap: u128,
+    elapsed: u128,
+    window: u128,
+    headroom_pct: u128,
+    cap: u64,
+    rollover_ppm: u32,
+}
+
+impl Rule {
+    /// Demand forecast until the table is back: `max(rate this window, rate
+    /// last window) * lap * headroom`, at most the cap.
+    fn want(&self, ks: &KeyState) -> u64 {
+        let cur = ks.demand as u128 * self.lap / self.elapsed;
+        let prev = ks.prev_demand as u128 * self.lap / self.window;
+        let want = cur.max(prev) * self.headroom_pct / 100;
+        want.min(self.cap as u128) as u64
+    }
+
+    /// What a visit must leave in the table: `floor(r * free)`.
+    fn reserve(&self, free: u64) -> u64 {
+        (free as u128 * self.rollover_ppm as u128 / PPM as u128) as u64
+    }
+
+    /// The rebalance rule of `docs/orbit.md`: holding `h` and free `f` become
+    /// `keep = min(want, h + max(0, f - reserve))` and `h + f - keep`.
+    fn split(&self, h: u64, f: u64, reserve: u64, want: u64) -> (u64, u64) {
         let takeable = f.saturating_sub(reserve);
         let keep = (want as u128).min(h as u128 + takeable as u128) as u64;
-        // keep <= h + f, and h + f <= cap by conservation (forged tables are
-        // rejected in `accept` if any free > cap), so this cannot wrap.
-        let new_free = u64::try_from(h as u128 + f as u128 - keep as u128).unwrap_or(u64::MAX);
-        if keep == h {
-            return;
-        }
-        let in_table = held.table.entries.contains_key(key);
-        if (!in_table && held.table.entries.len() >= max_keys) || (!have_key && keys_full) {
-            return;
-        }
-        let modified = held.table.hop.saturating_add(1);
-        held.table.entries.insert(
-            key.to_vec(),
-            Entry {
-                free: new_free,
-                modified,
-            },
-        );
-        self.keys.entry(key.to_vec()).or_insert(ks).holding = keep;
+        // keep <= h + f; h + f <= cap by conservation (tables with any free
+        // above the cap are rejected), so the rest fits in u64.
+        let free = u64::try_from(h as u128 + f as u128 - keep as u128).unwrap_or(u64::MAX);
+        (keep, free)
     }
 }
 

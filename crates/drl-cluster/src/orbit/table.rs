@@ -42,6 +42,11 @@ pub(crate) struct Entry {
     pub free: u64,
     /// Upper bound of the hop at which `free` last changed.
     pub modified: u32,
+    /// What the current visit must leave in the table (valid if `visit`
+    /// is the holder's current visit id; local bookkeeping, not sent).
+    pub reserve: u64,
+    /// Visit id `reserve` belongs to (0: none).
+    pub visit: u32,
 }
 
 /// The table while a node holds it (or keeps it as delta base).

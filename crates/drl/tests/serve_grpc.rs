@@ -1,0 +1,212 @@
+//! End-to-end: the real `drl serve` over gRPC — the native batched API and
+//! Envoy RLS v3, including response headers and metrics.
+
+mod common;
+
+use common::{Drl, http_get, metric};
+use drl_server::grpc::pb::rate_limiter_client::RateLimiterClient;
+use drl_server::grpc::pb::{CheckItem, CheckRequest};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+const CONFIG: &str = r#"
+limits:
+  - name: hourly
+    algorithm: fixed-window
+    quota: 3/h
+  - name: api
+    algorithm: gcra
+    quota: 100/s
+    burst: 20
+envoy:
+  - domain: edge
+    descriptors:
+      - key: remote_address
+        rate_limit:
+          unit: hour
+          requests_per_unit: 2
+      - key: path
+        value: /health
+        rate_limit:
+          unlimited: true
+"#;
+
+fn item(limit: &str, key: &str, cost: Option<u64>) -> CheckItem {
+    CheckItem {
+        limit: limit.into(),
+        key: key.into(),
+        cost,
+    }
+}
+
+#[tokio::test]
+async fn native_grpc_batches_decide_in_order() {
+    let drl = Drl::start(CONFIG);
+    let mut c = RateLimiterClient::connect(drl.grpc_url()).await.unwrap();
+    let reqs = vec![
+        item("hourly", "a", None),
+        item("hourly", "a", Some(2)),
+        item("hourly", "a", None),
+        item("api", "t", Some(1)),
+        item("hourly", "b", Some(0)),
+    ];
+    let r = c
+        .check(CheckRequest { requests: reqs })
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    assert_eq!(r.len(), 5);
+    assert_eq!(
+        r.iter().map(|x| x.allowed).collect::<Vec<_>>(),
+        [true, true, false, true, true]
+    );
+    assert_eq!(r[1].remaining, 0);
+    assert!(r[2].retry_after_ms.unwrap() > 0);
+    assert_eq!(r[2].reason, "over_limit");
+    assert_eq!(r[0].retry_after_ms, None);
+    assert_eq!(
+        (r[3].limit, r[3].remaining, r[3].reset_after_ms),
+        (100, 19, 10)
+    );
+    assert_eq!(r[4].remaining, 3, "cost 0 is a query");
+
+    let e = c
+        .check(CheckRequest {
+            requests: vec![item("hourly", "z", None), item("nope", "z", None)],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    assert!(
+        e.message().contains("unknown limit \"nope\""),
+        "{}",
+        e.message()
+    );
+    let e = c
+        .check(CheckRequest {
+            requests: vec![item("hourly", "z", Some(u64::MAX))],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    let e = c
+        .check(CheckRequest { requests: vec![] })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+
+    let (_, text) = http_get(&drl.url("/metrics")).unwrap();
+    assert_eq!(
+        metric(
+            &text,
+            r#"drl_decisions_total{limit="hourly",result="denied"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(text.contains("drl_request_duration_seconds_bucket{api=\"grpc_check\""));
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn envoy_rls_decides_with_statuses_and_headers() {
+    let drl = Drl::start(CONFIG);
+    let mut c = RateLimitServiceClient::connect(drl.grpc_url())
+        .await
+        .unwrap();
+    let ask = |descs: Vec<RateLimitDescriptor>| RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: descs,
+        hits_addend: 0,
+    };
+    for remaining in [1u32, 0] {
+        let r = c
+            .should_rate_limit(ask(vec![descriptor(&[("remote_address", "10.0.0.1")])]))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.overall_code, Code::Ok as i32);
+        assert_eq!(r.statuses[0].limit_remaining, remaining);
+        let cl = r.statuses[0].current_limit.as_ref().unwrap();
+        assert_eq!((cl.requests_per_unit, cl.unit), (2, 3));
+        let h: Vec<(&str, &str)> = r
+            .response_headers_to_add
+            .iter()
+            .map(|h| (h.key.as_str(), h.value.as_str()))
+            .collect();
+        assert!(h.contains(&("RateLimit-Limit", "2, 2;w=3600")), "{h:?}");
+        assert!(
+            h.contains(&("RateLimit-Remaining", &*remaining.to_string())),
+            "{h:?}"
+        );
+    }
+    // Over the limit; a second, unmatched descriptor stays OK; the
+    // unlimited one answers u32::MAX remaining.
+    let r = c
+        .should_rate_limit(ask(vec![
+            descriptor(&[("remote_address", "10.0.0.1")]),
+            descriptor(&[("unknown_key", "x")]),
+            descriptor(&[("path", "/health")]),
+        ]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    assert_eq!(r.statuses[0].code, Code::OverLimit as i32);
+    assert!(r.statuses[0].duration_until_reset.as_ref().unwrap().seconds <= 3600);
+    assert_eq!(r.statuses[1].code, Code::Ok as i32);
+    assert!(r.statuses[1].current_limit.is_none());
+    assert_eq!(r.statuses[2].code, Code::Ok as i32);
+    assert_eq!(r.statuses[2].limit_remaining, u32::MAX);
+    // Another address has its own counter; hits_addend is the cost.
+    let mut req = ask(vec![descriptor(&[("remote_address", "10.0.0.2")])]);
+    req.hits_addend = 2;
+    let r = c.should_rate_limit(req).await.unwrap().into_inner();
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert_eq!(r.statuses[0].limit_remaining, 0);
+    // Unknown domain: an error, never a silent OK.
+    let e = c
+        .should_rate_limit(RateLimitRequest {
+            domain: "nope".into(),
+            descriptors: vec![descriptor(&[("a", "b")])],
+            hits_addend: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    assert!(e.message().contains("edge"));
+
+    let (_, text) = http_get(&drl.url("/metrics")).unwrap();
+    assert_eq!(
+        metric(
+            &text,
+            r#"drl_decisions_total{limit="edge.remote_address",result="denied"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"drl_decisions_total{limit="edge.remote_address",result="allowed"}"#
+        ),
+        Some(3.0),
+    );
+    assert!(!text.contains("10.0.0.1"));
+}

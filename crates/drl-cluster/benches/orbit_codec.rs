@@ -23,13 +23,16 @@ fn table(every: u64) -> TableMsg {
             // with donated capacity above the pool.
             let used = (i.wrapping_mul(2_654_435_761) >> 7) % 300;
             let free = if i % 7 == 0 { POOL + used } else { POOL - used };
+            // Changed during the last lap (hops 36..=40).
+            let modified = 36 + (i % 5) as u32;
             (
                 format!("tenant-{:03}/user:{i:08}", i % 1000).into_bytes(),
-                free,
+                (free, modified),
             )
         })
         .collect::<std::collections::BTreeMap<_, _>>()
         .into_iter()
+        .map(|(k, (f, m))| (k, f, m))
         .collect();
     TableMsg {
         window: 123_456,

@@ -15,7 +15,7 @@ fn msg_strategy() -> impl Strategy<Value = TableMsg> {
         prop::collection::vec(any::<u32>(), 0..20),
         prop::collection::btree_map(
             prop::collection::vec(any::<u8>(), 0..40),
-            any::<u64>(),
+            (any::<u64>(), any::<u32>()),
             0..60,
         ),
         any::<bool>(),
@@ -26,10 +26,13 @@ fn msg_strategy() -> impl Strategy<Value = TableMsg> {
                 window,
                 hop,
                 from,
-                base_hop: if delta { 1 + b % hop.max(1) } else { 0 }.min(hop - 1),
+                base_hop: if delta { (1 + b % hop).min(hop - 1) } else { 0 },
                 pool,
                 visits,
-                entries: entries.into_iter().collect(),
+                entries: entries
+                    .into_iter()
+                    .map(|(k, (f, m))| (k, f, m % hop.saturating_add(1).max(1)))
+                    .collect(),
             },
         )
 }
@@ -100,7 +103,7 @@ fn forged_lengths_are_rejected_before_allocating() {
 fn unsorted_keys_are_rejected_both_ways() {
     let m = TableMsg {
         hop: 1,
-        entries: vec![(b"b".to_vec(), 1), (b"a".to_vec(), 2)],
+        entries: vec![(b"b".to_vec(), 1, 0), (b"a".to_vec(), 2, 0)],
         ..TableMsg::default()
     };
     assert!(encode(&m).is_err());
@@ -119,7 +122,11 @@ fn carries_one_million_keys() {
         base_hop: 0,
         pool,
         visits: vec![12, 13, 14, 15, 16],
-        entries: entries.into_iter().collect(),
+        entries: entries
+            .into_iter()
+            .enumerate()
+            .map(|(i, (k, f))| (k, f, 12 + (i % 6) as u32))
+            .collect(),
     };
     let bytes = encode(&m).expect("fits");
     let per_key = bytes.len() as f64 / 1e6;

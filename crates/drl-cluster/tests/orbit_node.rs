@@ -194,7 +194,7 @@ fn forged_tables_are_dropped() {
     let outs = run(&mut n, &mut wire, w, w + 11 * MS);
     let mut m = outs.into_iter().find(|o| o.to == 0).unwrap().msg;
     m.hop += 100;
-    m.entries = vec![(b"k".to_vec(), 101)];
+    m.entries = vec![(b"k".to_vec(), 101, m.hop)];
     n[0].on_message(w + 12 * MS, 1, m.clone());
     assert_eq!(n[0].stats().dropped_invalid, 1);
     m.entries.clear();
@@ -248,4 +248,46 @@ fn decisions_never_wait_and_costs_are_checked() {
             ..
         }
     ));
+}
+
+#[test]
+fn deltas_carry_only_keys_that_changed() {
+    let mut n = ring(3, 300);
+    let w = 300 * MS;
+    let mut wire = Wire::new();
+    // 1000 keys with a little demand at node 0 early in the window.
+    for i in 0..1000 {
+        let key = format!("user:{i:04}");
+        assert!(n[0].admit(w + MS, key.as_bytes(), 1).is_allowed());
+    }
+    let early = run(&mut n, &mut wire, w + MS, w + 61 * MS);
+    let full = early.iter().map(|o| o.msg.entries.len()).max().unwrap();
+    assert!(full >= 1000, "the first lap carries every key: {full}");
+    // Afterwards only one hot key changes; the deltas must stay small.
+    let mut late = Vec::new();
+    let mut t = w + 61 * MS;
+    while t < w + 200 * MS {
+        n[1].admit(t, b"hot", 1);
+        late.extend(run(&mut n, &mut wire, t, t + MS));
+        t += MS;
+    }
+    assert!(
+        late.len() >= 6,
+        "the table kept circulating: {}",
+        late.len()
+    );
+    let deltas: Vec<usize> = late
+        .iter()
+        .filter(|o| o.msg.is_delta())
+        .map(|o| o.msg.entries.len())
+        .collect();
+    // Once node 0 has given back what its idle keys held (first lap after
+    // the demand stopped), only the hot key changes.
+    assert!(deltas.len() >= 6, "{deltas:?}");
+    let steady = &deltas[deltas.len() - 6..];
+    assert!(
+        steady.iter().all(|&d| d <= 2),
+        "delta entries per message: {deltas:?}"
+    );
+    assert!(n.iter().all(|x| x.stats().dropped_no_base == 0));
 }

@@ -9,6 +9,7 @@
 //! n_entries (<= MAX_TABLE_KEYS), then for each entry, keys strictly increasing:
 //!   shared (<= previous key length) | suffix_len (shared + suffix_len <= MAX_KEY_LEN)
 //!   suffix bytes | zigzag(free - pool) as an unsigned varint (u128)
+//!   age = hop - modified (<= hop)
 //! ```
 //!
 //! Keys are prefix-compressed against the previous key; values are signed
@@ -60,6 +61,9 @@ pub enum EncodeError {
     /// The frame would exceed [`MAX_FRAME_LEN`].
     #[error("orbit codec: frame larger than {MAX_FRAME_LEN} bytes")]
     FrameTooLarge,
+    /// An entry's `modified` hop is after the message's hop.
+    #[error("orbit codec: entry {0} modified after the message's hop")]
+    ModifiedAfterHop(usize),
 }
 
 /// Why a frame was rejected.
@@ -164,7 +168,7 @@ pub fn encode_into(msg: &TableMsg, buf: &mut Vec<u8>) -> Result<(), EncodeError>
     }
     put_varint(buf, msg.entries.len() as u128);
     let mut prev: &[u8] = &[];
-    for (i, (key, free)) in msg.entries.iter().enumerate() {
+    for (i, (key, free, modified)) in msg.entries.iter().enumerate() {
         if key.len() > MAX_KEY_LEN {
             return Err(EncodeError::KeyTooLong(key.len()));
         }
@@ -176,6 +180,10 @@ pub fn encode_into(msg: &TableMsg, buf: &mut Vec<u8>) -> Result<(), EncodeError>
         put_varint(buf, (key.len() - shared) as u128);
         buf.extend_from_slice(&key[shared..]);
         put_varint(buf, zigzag(*free, msg.pool));
+        let Some(age) = msg.hop.checked_sub(*modified) else {
+            return Err(EncodeError::ModifiedAfterHop(i));
+        };
+        put_varint(buf, age.into());
         prev = key;
         if buf.len() - start > MAX_FRAME_LEN {
             return Err(EncodeError::FrameTooLarge);
@@ -273,11 +281,11 @@ pub fn decode(frame: &[u8]) -> Result<TableMsg, DecodeError> {
     for _ in 0..n_visits {
         visits.push(r.u32("visit")?);
     }
-    // An entry takes at least 3 bytes (shared, suffix_len, value).
-    let n = r.len("entries", MAX_TABLE_KEYS, 3)?;
-    let mut entries: Vec<(Vec<u8>, u64)> = Vec::with_capacity(n);
+    // An entry takes at least 4 bytes (shared, suffix_len, value, age).
+    let n = r.len("entries", MAX_TABLE_KEYS, 4)?;
+    let mut entries: Vec<(Vec<u8>, u64, u32)> = Vec::with_capacity(n);
     for i in 0..n {
-        let prev: &[u8] = entries.last().map_or(&[], |(k, _)| k.as_slice());
+        let prev: &[u8] = entries.last().map_or(&[], |(k, _, _)| k.as_slice());
         let shared = r.u64("shared")?;
         if shared > prev.len() as u64 {
             return Err(DecodeError::Length {
@@ -301,7 +309,9 @@ pub fn decode(frame: &[u8]) -> Result<TableMsg, DecodeError> {
         }
         let z = r.varint(66, "value")?;
         let free = unzigzag(z, pool).ok_or(DecodeError::BadInt("value"))?;
-        entries.push((key, free));
+        let age = r.u32("age")?;
+        let modified = hop.checked_sub(age).ok_or(DecodeError::BadInt("age"))?;
+        entries.push((key, free, modified));
     }
     if !r.b.is_empty() {
         return Err(DecodeError::Trailing(r.b.len()));

@@ -450,10 +450,12 @@ impl OrbitNode {
             || msg.hop == 0
             || msg.base_hop >= msg.hop
             || msg.entries.len() > self.cfg.max_keys
-            || msg
-                .entries
-                .iter()
-                .any(|(k, f)| *f > self.cfg.cap || k.len() > MAX_KEY_LEN)
+            || msg.entries.iter().any(|(k, f, m)| {
+                *f > self.cfg.cap
+                    || k.len() > MAX_KEY_LEN
+                    || *m > msg.hop
+                    || (msg.base_hop != 0 && *m <= msg.base_hop)
+            })
             || msg.entries.windows(2).any(|p| p[0].0 >= p[1].0)
         {
             self.stats.dropped_invalid += 1;
@@ -495,12 +497,12 @@ impl OrbitNode {
         };
         table.hop = msg.hop;
         table.visits = msg.visits;
-        for (k, free) in msg.entries {
+        for (k, free, modified) in msg.entries {
             table.entries.insert(
                 k,
                 Entry {
                     free,
-                    modified: msg.hop,
+                    modified,
                     reserve: 0,
                     visit: 0,
                 },
@@ -720,6 +722,11 @@ impl Rule {
     /// The rebalance rule of `docs/orbit.md`: holding `h` and free `f` become
     /// `keep = min(want, h + max(0, f - reserve))` and `h + f - keep`.
     fn split(&self, h: u64, f: u64, reserve: u64, want: u64) -> (u64, u64) {
+        // Hysteresis: a node gives back only when it holds more than twice
+        // what it wants, so steady keys do not change (small deltas).
+        if want <= h && h <= want.saturating_mul(2) {
+            return (h, f);
+        }
         let takeable = f.saturating_sub(reserve);
         let keep = (want as u128).min(h as u128 + takeable as u128) as u64;
         // keep <= h + f; h + f <= cap by conservation (tables with any free

@@ -24,8 +24,10 @@ pub struct TableMsg {
     /// For each ring position, the hop at which that node last forwarded
     /// this table in this window (0 = never).
     pub visits: Vec<u32>,
-    /// `(key, free)` pairs, keys strictly increasing.
-    pub entries: Vec<(Vec<u8>, u64)>,
+    /// `(key, free, modified)`: keys strictly increasing; `modified` is the
+    /// hop at which `free` last changed (`<= hop`, and `> base_hop` in a
+    /// delta). Exact hops keep later deltas minimal.
+    pub entries: Vec<(Vec<u8>, u64, u32)>,
 }
 
 impl TableMsg {
@@ -40,7 +42,7 @@ impl TableMsg {
 pub(crate) struct Entry {
     /// Capacity of the window no node holds yet.
     pub free: u64,
-    /// Upper bound of the hop at which `free` last changed.
+    /// The hop at which `free` last changed (0: never in this window).
     pub modified: u32,
     /// What the current visit must leave in the table (valid if `visit`
     /// is the holder's current visit id; local bookkeeping, not sent).
@@ -82,7 +84,7 @@ impl Table {
             .entries
             .iter()
             .filter(|(_, e)| base == 0 || e.modified > base)
-            .map(|(k, e)| (k.clone(), e.free))
+            .map(|(k, e)| (k.clone(), e.free, e.modified))
             .collect();
         TableMsg {
             window: self.window,

@@ -1,7 +1,9 @@
 -- drl: fast path for token-bucket, leaky-bucket, gcra and leaky-queue when
 -- every quota's capacity burst*T is below 2^53 ns (~104 days), the case of
--- virtually every real limit. Same arguments, stored states and reply as
--- main.lua (see there), so either script can serve a key.
+-- virtually every real limit. Same keys, stored states and reply as
+-- main.lua (see there), so either script can serve a key; shorter ARGV:
+-- now ("t": Redis TIME), algorithm, cost, grace (ms), then per quota: cap
+-- (burst*T), need (cost*T, or "x" when cost > burst).
 --
 -- Exactness: the only quantities that can exceed 2^53 are absolute times,
 -- held as (seconds, nanoseconds) pairs, both far below 2^53. A time
@@ -20,7 +22,7 @@ end
 
 local function join(s, ns)
   if s == 0 then return string.format('%d', ns) end
-  return string.format('%d%09d', s, ns)
+  return s .. string.format('%09d', ns)
 end
 
 local now_s, now_ns
@@ -41,12 +43,12 @@ local new_x = {}
 local new_s, new_ns = {}, {}
 local fresh = {}
 for i = 1, nq do
-  local b = 4 + (i - 1) * 5
+  local b = 2 + i * 2
   local raw = redis.call('GET', KEYS[i])
   if raw then out[i + 2] = raw else out[i + 2] = '' end
   if admit then
-    local cap = tonumber(ARGV[b + 3])
-    local need = ARGV[b + 4]
+    local cap = tonumber(ARGV[b + 1])
+    local need = ARGV[b + 2]
     if need == 'x' then
       admit = false
     else

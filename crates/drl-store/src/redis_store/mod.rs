@@ -227,8 +227,12 @@ impl RedisStore {
     }
 
     /// Which script decides `spec`: `(source, sha1)`.
+    fn is_fast(&self, spec: &LimitSpec) -> bool {
+        self.config.fast_path && script::fast_path(spec)
+    }
+
     fn script_for(&self, spec: &LimitSpec) -> (&'static str, &str) {
-        if self.config.fast_path && script::fast_path(spec) {
+        if self.is_fast(spec) {
             (script::FAST_BUCKET, &self.sha_fast)
         } else {
             (script::SOURCE, &self.sha)
@@ -298,12 +302,12 @@ impl RedisStore {
 
     fn command(&self, name: &str, first: &str, check: &Check<'_>) -> Cmd {
         let keys = self.keys(check.spec, check.key);
-        let args = script::args(
-            check.spec,
-            self.now_arg(check),
-            check.cost,
-            self.config.expiry_grace_ms,
-        );
+        let (now, grace) = (self.now_arg(check), self.config.expiry_grace_ms);
+        let args = if self.is_fast(check.spec) {
+            script::fast_args(check.spec, now, check.cost, grace)
+        } else {
+            script::args(check.spec, now, check.cost, grace)
+        };
         let mut cmd = redis::cmd(name);
         cmd.arg(first).arg(keys.len()).arg(keys).arg(args);
         cmd

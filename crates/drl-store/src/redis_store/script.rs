@@ -91,6 +91,31 @@ pub(crate) fn args(spec: &LimitSpec, now: Option<Nanos>, cost: u64, grace_ms: u6
     out
 }
 
+/// ARGV of [`FAST_BUCKET`]: now, algorithm, cost, grace, then per quota
+/// cap and need.
+pub(crate) fn fast_args(
+    spec: &LimitSpec,
+    now: Option<Nanos>,
+    cost: u64,
+    grace_ms: u64,
+) -> Vec<String> {
+    let mut out = Vec::with_capacity(4 + 2 * spec.quotas.len());
+    out.push(now.map_or_else(|| "t".to_string(), |n| n.to_string()));
+    out.push(spec.algorithm.name().to_string());
+    out.push(cost.to_string());
+    out.push(grace_ms.to_string());
+    for q in &spec.quotas {
+        out.push(q.capacity_ns().to_string());
+        if cost > q.burst() {
+            out.push("x".to_string());
+        } else {
+            // cost <= burst, so cost * T <= burst * T < 2^53.
+            out.push((cost * q.emission_interval()).to_string());
+        }
+    }
+    out
+}
+
 fn bad(why: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(format!("unexpected answer from the decision script: {why}"))
 }

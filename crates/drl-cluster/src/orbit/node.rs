@@ -318,11 +318,16 @@ impl OrbitNode {
         }
     }
 
-    /// A table message arrived from `from` (as claimed by the transport).
+    /// A table message arrived from `from` (the sender the transport
+    /// authenticated; a message whose `from` field disagrees is dropped).
     pub fn on_message(&mut self, now: Nanos, from: NodeId, msg: TableMsg) -> Vec<Outgoing> {
         let now = self.observe(now);
-        let _ = from;
-        self.accept(now, msg);
+        if from != msg.from {
+            // The transport's authenticated sender must be the forwarder.
+            self.stats.dropped_invalid += 1;
+        } else {
+            self.accept(now, msg);
+        }
         self.poll(now)
     }
 

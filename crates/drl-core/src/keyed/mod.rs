@@ -17,6 +17,9 @@
 //! [`KeyedStats`]; size `max_keys` so that it stays at zero.
 
 pub mod cell;
+mod direct;
+
+pub use direct::AtomicLimiter;
 
 use std::borrow::Borrow;
 use std::collections::HashMap;

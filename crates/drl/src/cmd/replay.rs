@@ -1,10 +1,312 @@
-//! `drl replay`: decide a CSV trace offline.
+//! `drl replay`: decide a CSV trace offline, exactly as a limit would have
+//! (the format is in `SEMANTICS.md`, "Replay format").
 
-/// Arguments of `drl replay`.
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use drl_core::{Algorithm, Decision, MultiLimiter, Quota, State};
+
+/// Decide a CSV trace of requests offline, as a limit would have.
+///
+/// Input rows are `timestamp_ns,key[,cost]` (a header line starting with
+/// `timestamp` is optional; cost defaults to 1). Each key has its own state.
+/// Output rows are
+/// `timestamp_ns,key,allowed,remaining,retry_after_ns,reset_after_ns,delay_ns`.
+///
+/// Examples:
+///   drl replay --algorithm gcra --quota 100/s --burst 20 access.csv
+///   drl replay --algorithm sliding-window --quota 10/s --quota 300/min - < trace.csv
+///   drl replay --algorithm token-bucket --quota 5/s --summary access.csv
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// Algorithm: token-bucket, leaky-bucket, gcra, leaky-queue,
+    /// fixed-window, sliding-log, sliding-window.
+    #[arg(long, short = 'a', value_parser = parse_algorithm)]
+    pub algorithm: Algorithm,
+    /// Quota as LIMIT/WINDOW (e.g. 100/s, 5/1500ms, 10000/d). Repeat it for
+    /// a multi-limit: a request is admitted only if every quota admits it.
+    #[arg(long, short = 'q', required = true, value_parser = parse_quota)]
+    pub quota: Vec<Quota>,
+    /// Capacity (defaults to the limit). Only with a single --quota.
+    #[arg(long, short = 'b')]
+    pub burst: Option<u64>,
+    /// Print admitted/denied counts per key instead of one row per request
+    /// (rows still go to --output if given).
+    #[arg(long)]
+    pub summary: bool,
+    /// Write the decision rows to this file instead of standard output.
+    #[arg(long, short = 'o')]
+    pub output: Option<PathBuf>,
+    /// The trace; `-` reads standard input.
+    pub file: PathBuf,
+}
+
+fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
+    s.parse().map_err(|e: drl_core::UnknownAlgorithm| e.to_string())
+}
+
+fn parse_quota(s: &str) -> Result<Quota, String> {
+    Quota::parse(s).map_err(|e| e.to_string())
+}
+
+/// One input row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    /// `timestamp_ns`.
+    pub now: u64,
+    /// `key`.
+    pub key: String,
+    /// `cost` (default 1).
+    pub cost: u64,
+}
+
+/// Parses one CSV record; `line` is 1-based for messages.
+fn parse_row(rec: &csv::StringRecord, line: u64) -> anyhow::Result<Row> {
+    if rec.len() < 2 || rec.len() > 3 {
+        bail!(
+            "line {line}: expected 2 or 3 fields (timestamp_ns,key[,cost]), found {}",
+            rec.len()
+        );
+    }
+    let now = rec[0].trim().parse::<u64>().map_err(|_| {
+        anyhow::anyhow!(
+            "line {line}: timestamp_ns {:?} is not a whole number of nanoseconds (0 to 2^64-1)",
+            &rec[0]
+        )
+    })?;
+    let key = rec[1].to_string();
+    let cost = match rec.get(2).map(str::trim) {
+        None | Some("") => 1,
+        Some(c) => c.parse::<u64>().map_err(|_| {
+            anyhow::anyhow!("line {line}: cost {c:?} is not a whole number from 0 to 2^64-1")
+        })?,
+    };
+    Ok(Row { now, key, cost })
+}
+
+/// Per-key totals for `--summary`.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    admitted: u64,
+    denied: u64,
+    admitted_cost: u128,
+    denied_cost: u128,
+}
 
 /// Runs `drl replay`.
-pub fn run(_args: Args) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("not yet implemented")
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let limiter = limiter(&args)?;
+    let input: Box<dyn BufRead> = if args.file.as_os_str() == "-" {
+        Box::new(BufReader::new(io::stdin().lock()))
+    } else {
+        Box::new(BufReader::new(
+            File::open(&args.file).with_context(|| format!("cannot open {}", args.file.display()))?,
+        ))
+    };
+    let rows_out: Option<Box<dyn Write>> = match (&args.output, args.summary) {
+        (Some(p), _) => Some(Box::new(
+            File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
+        )),
+        (None, false) => Some(Box::new(io::stdout().lock())),
+        (None, true) => None,
+    };
+    let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
+    let mut writer = rows_out.map(|w| csv::Writer::from_writer(BufWriter::with_capacity(1 << 16, w)));
+    if let Some(w) = writer.as_mut() {
+        w.write_record([
+            "timestamp_ns",
+            "key",
+            "allowed",
+            "remaining",
+            "retry_after_ns",
+            "reset_after_ns",
+            "delay_ns",
+        ])?;
+    }
+    let mut states: HashMap<String, Vec<State>> = HashMap::new();
+    replay_rows(input, |row| {
+        let states = match states.get_mut(&row.key) {
+            Some(s) => s,
+            None => states.entry(row.key.clone()).or_insert_with(|| limiter.new_states()),
+        };
+        let d = limiter.decide(states, row.now, row.cost);
+        if args.summary {
+            let t = tallies.entry(row.key.clone()).or_default();
+            if d.allowed {
+                t.admitted += 1;
+                t.admitted_cost += row.cost as u128;
+            } else {
+                t.denied += 1;
+                t.denied_cost += row.cost as u128;
+            }
+        }
+        if let Some(w) = writer.as_mut() {
+            write_decision(w, row, &d)?;
+        }
+        Ok(())
+    })?;
+    if let Some(mut w) = writer {
+        w.flush().context("cannot write the decisions")?;
+    }
+    if args.summary {
+        print_summary(&tallies)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The limiter the arguments describe.
+fn limiter(args: &Args) -> anyhow::Result<MultiLimiter> {
+    let quotas = match (args.burst, args.quota.as_slice()) {
+        (None, qs) => qs.to_vec(),
+        (Some(b), [q]) => vec![q.burst_of(b).context("invalid --burst")?],
+        (Some(_), _) => bail!("--burst applies to a single --quota; give one quota per limit"),
+    };
+    Ok(MultiLimiter::uniform(args.algorithm, &quotas))
+}
+
+/// Reads every row of `input` (skipping an optional header) and hands it
+/// to `f`; stops at the first bad row with an error naming its line.
+pub fn replay_rows(
+    input: impl io::Read,
+    mut f: impl FnMut(&Row) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .comment(Some(b'#'))
+        .from_reader(input);
+    let mut rec = csv::StringRecord::new();
+    let mut first = true;
+    loop {
+        let more = reader.read_record(&mut rec).map_err(|e| {
+            let line = e.position().map_or(0, |p| p.line());
+            anyhow::anyhow!("line {line}: {e}")
+        })?;
+        if !more {
+            return Ok(());
+        }
+        let line = rec.position().map_or(0, |p| p.line());
+        if first {
+            first = false;
+            if rec.get(0).is_some_and(|f| f.trim().to_ascii_lowercase().starts_with("timestamp")) {
+                continue;
+            }
+        }
+        let row = parse_row(&rec, line)?;
+        f(&row)?;
+    }
+}
+
+fn write_decision<W: Write>(w: &mut csv::Writer<W>, row: &Row, d: &Decision) -> anyhow::Result<()> {
+    let mut ts = itoa_buf();
+    let mut rem = itoa_buf();
+    let mut reset = itoa_buf();
+    let mut delay = itoa_buf();
+    let mut retry = itoa_buf();
+    w.write_record([
+        fmt_u64(&mut ts, row.now),
+        row.key.as_str(),
+        if d.allowed { "true" } else { "false" },
+        fmt_u64(&mut rem, d.remaining),
+        match d.retry_after {
+            Some(r) => fmt_u64(&mut retry, r),
+            None => "",
+        },
+        fmt_u64(&mut reset, d.reset_after),
+        fmt_u64(&mut delay, d.delay),
+    ])?;
+    Ok(())
+}
+
+fn itoa_buf() -> [u8; 20] {
+    [0; 20]
+}
+
+/// Formats `v` into `buf` without allocating.
+fn fmt_u64(buf: &mut [u8; 20], mut v: u64) -> &str {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[i..]).expect("digits are ASCII")
+}
+
+fn print_summary(tallies: &BTreeMap<String, Tally>) -> anyhow::Result<()> {
+    let mut out = io::stdout().lock();
+    let width = tallies.keys().map(|k| k.len()).max().unwrap_or(3).max(3);
+    writeln!(
+        out,
+        "{:<width$}  {:>10}  {:>10}  {:>8}  {:>14}  {:>14}",
+        "key", "admitted", "denied", "denied%", "admitted_cost", "denied_cost"
+    )?;
+    let mut total = Tally::default();
+    for (k, t) in tallies {
+        writeln!(out, "{}", summary_line(k, t, width))?;
+        total.admitted += t.admitted;
+        total.denied += t.denied;
+        total.admitted_cost += t.admitted_cost;
+        total.denied_cost += t.denied_cost;
+    }
+    writeln!(out, "{}", summary_line("(all)", &total, width))?;
+    Ok(())
+}
+
+fn summary_line(key: &str, t: &Tally, width: usize) -> String {
+    let n = t.admitted + t.denied;
+    let pct = if n == 0 { 0.0 } else { 100.0 * t.denied as f64 / n as f64 };
+    format!(
+        "{key:<width$}  {:>10}  {:>10}  {:>7.2}%  {:>14}  {:>14}",
+        t.admitted, t.denied, pct, t.admitted_cost, t.denied_cost
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_numbers() {
+        let mut b = itoa_buf();
+        assert_eq!(fmt_u64(&mut b, 0), "0");
+        assert_eq!(fmt_u64(&mut b, 1234), "1234");
+        assert_eq!(fmt_u64(&mut b, u64::MAX), "18446744073709551615");
+    }
+
+    #[test]
+    fn rows_parse_with_optional_header_and_cost() {
+        let mut rows = vec![];
+        replay_rows(&b"timestamp_ns,key,cost\n5,a\n6,\"b,c\",3\n"[..], |r| {
+            rows.push(r.clone());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(rows, vec![
+            Row { now: 5, key: "a".into(), cost: 1 },
+            Row { now: 6, key: "b,c".into(), cost: 3 },
+        ]);
+    }
+
+    #[test]
+    fn bad_rows_name_their_line() {
+        for (input, msg) in [
+            (&b"1,a\nx,b\n"[..], "line 2: timestamp_ns \"x\""),
+            (&b"1,a\n2,b,-1\n"[..], "line 2: cost \"-1\""),
+            (&b"1\n"[..], "line 1: expected 2 or 3 fields"),
+            (&b"1,a,1,1\n"[..], "line 1: expected 2 or 3 fields"),
+            (&b"1,a,99999999999999999999\n"[..], "line 1: cost"),
+        ] {
+            let err = replay_rows(input, |_| Ok(())).unwrap_err().to_string();
+            assert!(err.starts_with(msg), "{err:?} should start with {msg:?}");
+        }
+    }
 }

@@ -1,0 +1,66 @@
+//! The hot path allocates nothing: once a key is held, a decision on it
+//! makes no heap allocation (counted by a wrapping global allocator).
+
+// A counting allocator is the one place this crate needs `unsafe`.
+#![allow(unsafe_code)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use drl_core::{Algorithm, KeyedConfig, KeyedLimiter, Limiter, MultiLimiter, Quota};
+
+struct Counting;
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn decisions_on_held_keys_do_not_allocate() {
+    // Everything but the sliding log (whose log grows by design).
+    let algs = [
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+        Algorithm::Gcra,
+        Algorithm::LeakyQueue,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+    ];
+    for alg in algs {
+        for quotas in [vec![Quota::new(1000, 1_000_000).unwrap()], vec![
+            Quota::new(1000, 1_000_000).unwrap(),
+            Quota::new(5000, 60_000_000).unwrap(),
+        ]] {
+            let keyed = KeyedLimiter::<u64>::new(MultiLimiter::uniform(alg, &quotas), KeyedConfig::default());
+            for k in 0..1000u64 {
+                keyed.decide(&k, 1, 1);
+            }
+            let before = ALLOCS.load(Ordering::Relaxed);
+            let mut allowed = 0;
+            for i in 0..100_000u64 {
+                allowed += keyed.decide(&(i % 1000), 1 + i * 10, 1).allowed as u64;
+            }
+            let after = ALLOCS.load(Ordering::Relaxed);
+            assert!(allowed > 0);
+            assert_eq!(after - before, 0, "{alg} with {} quotas allocated", quotas.len());
+        }
+    }
+    // The plain limiter on a held state never allocates either.
+    let l = Limiter::new(Algorithm::Gcra, Quota::new(10, 100).unwrap());
+    let mut s = l.new_state();
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for t in 0..10_000 {
+        l.decide(&mut s, t, 1);
+    }
+    assert_eq!(ALLOCS.load(Ordering::Relaxed), before);
+}

@@ -10,86 +10,82 @@
 -- difference is computed exactly when below 2^53 and otherwise saturated at
 -- 2^53, which is larger than any capacity, so every min/compare against a
 -- capacity gives the exact result. Credits, levels and `ahead` never exceed
--- the capacity, so they are exact doubles.
-local E9 = 1000000000
-local BIG = 9007199254740992 -- 2^53
-
-local function split(dec)
-  local n = #dec
-  if n <= 9 then return 0, tonumber(dec) end
-  return tonumber(string.sub(dec, 1, n - 9)), tonumber(string.sub(dec, n - 8))
-end
-
-local function join(s, ns)
-  if s == 0 then return string.format('%d', ns) end
-  return s .. string.format('%09d', ns)
-end
-
-local now_s, now_ns
-if ARGV[1] == 't' then
+-- the capacity, so they are exact doubles. Written for speed: few tables,
+-- few string operations.
+local sub, fmt, tonum = string.sub, string.format, tonumber
+local now_s, now_ns, now_dec
+local a1 = ARGV[1]
+if a1 == 't' then
   local t = redis.call('TIME')
-  now_s, now_ns = tonumber(t[1]), tonumber(t[2]) * 1000
+  now_s, now_ns = tonum(t[1]), tonum(t[2]) * 1000
+  now_dec = t[1] .. fmt('%06d', t[2]) .. '000'
 else
-  now_s, now_ns = split(ARGV[1])
+  local n = #a1
+  if n <= 9 then
+    now_s, now_ns = 0, tonum(a1)
+  else
+    now_s, now_ns = tonum(sub(a1, 1, n - 9)), tonum(sub(a1, n - 8))
+  end
+  now_dec = a1
 end
 local alg = ARGV[2]
-local tb = alg == 'token-bucket'
-local lb = alg == 'leaky-bucket'
-local grace = tonumber(ARGV[4])
-local nq = #KEYS
-local out = {0, join(now_s, now_ns)}
+local kind = 0 -- gcra, leaky-queue
+if alg == 'token-bucket' then kind = 1 elseif alg == 'leaky-bucket' then kind = 2 end
+local grace = tonum(ARGV[4])
+local out = {0, now_dec}
+local writes = {}
 local admit = true
-local new_x = {}
-local new_s, new_ns = {}, {}
-local fresh = {}
-for i = 1, nq do
-  local b = 2 + i * 2
+for i = 1, #KEYS do
   local raw = redis.call('GET', KEYS[i])
-  if raw then out[i + 2] = raw else out[i + 2] = '' end
+  out[i + 2] = raw or ''
   if admit then
-    local cap = tonumber(ARGV[b + 1])
-    local need = ARGV[b + 2]
+    local need = ARGV[4 + 2 * i]
     if need == 'x' then
       admit = false
     else
-      need = tonumber(need)
-      local ls, lns, x = 0, 0, 0
-      if tb then x = cap end
+      need = tonum(need)
+      local cap = tonum(ARGV[3 + 2 * i])
+      local s, ns, x = now_s, now_ns, 0
+      if kind == 1 then x = cap end
+      local d = 9007199254740992 -- 2^53: "long ago" for a missing state
       if raw then
-        local a, v = string.match(raw, '^(%d+) (%d+)$')
-        ls, lns = split(a)
-        x = tonumber(v)
+        local sp = string.find(raw, ' ', 1, true)
+        local n = sp - 1
+        local ls, lns
+        if n <= 9 then
+          ls, lns = 0, tonum(sub(raw, 1, n))
+        else
+          ls, lns = tonum(sub(raw, 1, n - 9)), tonum(sub(raw, n - 8, n))
+        end
+        x = tonum(sub(raw, sp + 1))
+        -- Clock clamp: now = max(now, last).
+        if s < ls or (s == ls and ns < lns) then s, ns = ls, lns end
+        local ds = s - ls
+        if ds < 9000000 then d = ds * 1000000000 + (ns - lns) end
       end
-      -- Clock clamp: now = max(now, last).
-      local s, ns = now_s, now_ns
-      if s < ls or (s == ls and ns < lns) then s, ns = ls, lns end
-      local ds = s - ls
-      local d
-      if ds >= 9000000 then d = BIG else d = ds * E9 + (ns - lns) end
-      local after, ok
-      if tb then
+      local after, fresh
+      if kind == 1 then
         local c = x + d
         if c > cap then c = cap end
-        ok = c >= need
+        if c < need then admit = false end
         after = c - need
-        fresh[i] = cap - after
-      elseif lb then
+        fresh = cap - after
+      else
         local level = x - d
         if level < 0 then level = 0 end
         after = level + need
-        ok = after <= cap
-        fresh[i] = after
-      else
-        local queued = x - d
-        if queued < 0 then queued = 0 end
-        after = queued + need
-        ok = after <= cap
-        fresh[i] = after
+        if after > cap then admit = false end
+        fresh = after
       end
-      if ok then
-        new_x[i], new_s[i], new_ns[i] = after, s, ns
-      else
-        admit = false
+      if admit then
+        local state
+        if s == 0 then state = fmt('%d %d', ns, after) else state = fmt('%d%09d %d', s, ns, after) end
+        local rest = math.fmod(fresh, 1000000)
+        local px = (fresh - rest) / 1000000 + grace
+        if rest > 0 then px = px + 1 end
+        if px < 1 then px = 1 end
+        writes[i] = state
+        writes[-i] = fmt('%d', px)
       end
     end
   end
@@ -97,14 +93,8 @@ end
 if admit then
   out[1] = 1
   if ARGV[3] ~= '0' then
-    for i = 1, nq do
-      local f = fresh[i]
-      local rest = math.fmod(f, 1000000)
-      local px = (f - rest) / 1000000 + grace
-      if rest > 0 then px = px + 1 end
-      if px < 1 then px = 1 end
-      redis.call('SET', KEYS[i], join(new_s[i], new_ns[i]) .. ' ' .. string.format('%d', new_x[i]),
-        'PX', string.format('%d', px))
+    for i = 1, #KEYS do
+      redis.call('SET', KEYS[i], writes[i], 'PX', writes[-i])
     end
   end
 end

@@ -154,6 +154,9 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
+/// A redis error as a store error. Connection-level timeouts (the
+/// `response_timeout_ms` of the config) are reported as `Timeout(0)` when
+/// the configured value is not at hand; [`RedisStore`] methods fill it in.
 fn backend(e: RedisError) -> StoreError {
     if e.is_timeout() {
         StoreError::Timeout(0)
@@ -313,6 +316,13 @@ impl RedisStore {
         cmd
     }
 
+    fn with_timeout(&self, e: StoreError) -> StoreError {
+        match e {
+            StoreError::Timeout(0) => StoreError::Timeout(self.config.response_timeout_ms),
+            other => other,
+        }
+    }
+
     fn finish(check: &Check<'_>, v: &Value) -> Result<Decision, StoreError> {
         let answer = script::decode(check.spec, v)?;
         script::decision(check.spec, answer, check.cost)
@@ -363,7 +373,7 @@ fn validate(check: &Check<'_>) -> Result<(), StoreError> {
 impl Store for RedisStore {
     async fn decide(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         validate(&check)?;
-        let v = self.eval(&check).await?;
+        let v = self.eval(&check).await.map_err(|e| self.with_timeout(e))?;
         Self::finish(&check, &v)
     }
 
@@ -390,7 +400,7 @@ impl Store for RedisStore {
             match pipe.query_async(&mut conn.clone()).await {
                 Ok(r) => r,
                 Err(e) => {
-                    let e = backend(e);
+                    let e = self.with_timeout(backend(e));
                     return checks.iter().map(|_| Err(e.clone())).collect();
                 }
             }
@@ -406,7 +416,7 @@ impl Store for RedisStore {
                 Some(Ok(v)) => Self::finish(c, &v),
                 // Not executed on a server that lost the script: run it now.
                 Some(Err(e)) if is_noscript(&e) => self.decide(*c).await,
-                Some(Err(e)) => Err(backend(e)),
+                Some(Err(e)) => Err(self.with_timeout(backend(e))),
                 None => Err(StoreError::Backend(
                     "pipeline answered too few replies".into(),
                 )),

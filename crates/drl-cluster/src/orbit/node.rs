@@ -108,6 +108,9 @@ pub struct OrbitNode {
     local: u64,
     pool: u64,
     down: BTreeSet<NodeId>,
+    /// Peers known to have restarted in the current window: they sit it
+    /// out (restart rule) and would drop the table, so they are skipped.
+    recovering: BTreeSet<NodeId>,
     start_window: u64,
     last_now: Nanos,
     window: u64,
@@ -155,6 +158,7 @@ impl OrbitNode {
             local,
             pool,
             down: BTreeSet::new(),
+            recovering: BTreeSet::new(),
             start_window: w,
             last_now: now,
             window: w,
@@ -244,7 +248,18 @@ impl OrbitNode {
         }
     }
 
-    /// The failure detector believes `peer` is up again.
+    /// The failure detector saw `peer` come back as a new incarnation (it
+    /// restarted). It is up, but sits out the current window, so the table
+    /// skips it until the next window.
+    pub fn on_peer_restarted(&mut self, peer: NodeId) {
+        self.down.remove(&peer);
+        if peer != self.id {
+            self.recovering.insert(peer);
+        }
+    }
+
+    /// The failure detector believes `peer` is up again (reachable, same
+    /// incarnation: a healed partition or a wrong suspicion).
     pub fn on_peer_up(&mut self, peer: NodeId) {
         self.down.remove(&peer);
     }
@@ -377,6 +392,7 @@ impl OrbitNode {
             }
         }
         self.window = w;
+        self.recovering.clear();
         self.held = None;
         self.base = None;
         self.last_hop = None;
@@ -538,9 +554,9 @@ impl OrbitNode {
         }
         self.rebalance_all(now);
         let n = self.ring.len();
-        let succ = (1..n)
-            .map(|d| (self.pos + d) % n)
-            .find(|&p| !self.down.contains(&self.ring[p]));
+        let succ = (1..n).map(|d| (self.pos + d) % n).find(|&p| {
+            !self.down.contains(&self.ring[p]) && !self.recovering.contains(&self.ring[p])
+        });
         let Some(succ) = succ else {
             // Alone: keep the table and keep rebalancing from it.
             if let Some(h) = &mut self.held {

@@ -130,11 +130,17 @@ enum Event {
         at: usize,
         peer: usize,
     },
+    PeerRestarted {
+        at: usize,
+        peer: usize,
+    },
     PeerUp {
         at: usize,
         peer: usize,
     },
     PartitionStart,
+    /// A scripted partition: these sides, for this long.
+    Partition(Vec<u8>, Nanos),
     PartitionEnd,
     WindowFaults,
 }
@@ -153,6 +159,8 @@ pub struct Sim {
     mean_gap: Vec<Nanos>,
     /// Clock offset of each node.
     offset: Vec<Nanos>,
+    /// Downtime of scripted crashes, by node.
+    scripted_downtime: BTreeMap<usize, Nanos>,
 }
 
 fn keyname(k: usize) -> Vec<u8> {
@@ -204,6 +212,7 @@ impl Sim {
             report: SimReport::default(),
             mean_gap,
             offset,
+            scripted_downtime: BTreeMap::new(),
         };
         for i in 0..n {
             let t = sim.rng.random_range(0..sim.cfg.tick.max(1));
@@ -271,6 +280,24 @@ impl Sim {
                     },
                 );
             }
+        }
+    }
+
+    /// Scripts a crash of `node` at `at`, restarting after `downtime`.
+    pub fn schedule_crash(&mut self, at: Nanos, node: usize, downtime: Nanos) {
+        if node < self.nodes.len() {
+            self.push(at, Event::Crash(node));
+            // The restart is scheduled by the crash with the configured
+            // downtime range; pin it by using a zero-width range here.
+            self.scripted_downtime.insert(node, downtime);
+        }
+    }
+
+    /// Scripts a partition at `at`: node `i` is on side `sides[i]`; it heals
+    /// after `len`.
+    pub fn schedule_partition(&mut self, at: Nanos, sides: Vec<u8>, len: Nanos) {
+        if sides.len() == self.nodes.len() {
+            self.push(at, Event::Partition(sides, len));
         }
     }
 
@@ -345,7 +372,10 @@ impl Sim {
             Event::Crash(i) => {
                 if self.nodes[i].take().is_some() {
                     self.report.crashes += 1;
-                    let down = self.range(self.cfg.faults.downtime).max(1);
+                    let down = match self.scripted_downtime.remove(&i) {
+                        Some(d) => d.max(1),
+                        None => self.range(self.cfg.faults.downtime).max(1),
+                    };
                     self.push(now + down, Event::Restart(i));
                     for j in 0..self.nodes.len() {
                         if j != i {
@@ -368,13 +398,18 @@ impl Sim {
                 for j in 0..self.nodes.len() {
                     if j != i {
                         let lag = self.range(self.cfg.faults.detect_lag);
-                        self.push(now + lag, Event::PeerUp { at: j, peer: i });
+                        self.push(now + lag, Event::PeerRestarted { at: j, peer: i });
                     }
                 }
             }
             Event::PeerDown { at, peer } => {
                 if let Some(n) = &mut self.nodes[at] {
                     n.on_peer_down(peer as NodeId);
+                }
+            }
+            Event::PeerRestarted { at, peer } => {
+                if let Some(n) = &mut self.nodes[at] {
+                    n.on_peer_restarted(peer as NodeId);
                 }
             }
             Event::PeerUp { at, peer } => {
@@ -392,6 +427,12 @@ impl Sim {
                     self.push(now + len.max(1), Event::PartitionEnd);
                     self.detector_follow_partition(now);
                 }
+            }
+            Event::Partition(sides, len) => {
+                self.report.partitions += 1;
+                self.side = sides;
+                self.push(now + len.max(1), Event::PartitionEnd);
+                self.detector_follow_partition(now);
             }
             Event::PartitionEnd => {
                 self.side.iter_mut().for_each(|s| *s = 0);
@@ -430,10 +471,13 @@ impl Sim {
                     continue;
                 }
                 let lag = self.range(self.cfg.faults.detect_lag);
-                let ev = if self.side[a] == self.side[b] {
+                let ev = if self.side[a] != self.side[b] {
+                    Event::PeerDown { at: a, peer: b }
+                } else if self.nodes[b].is_some() {
                     Event::PeerUp { at: a, peer: b }
                 } else {
-                    Event::PeerDown { at: a, peer: b }
+                    // A crashed node does not come back with a healed link.
+                    continue;
                 };
                 self.push(now + lag, ev);
             }

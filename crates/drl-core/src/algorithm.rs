@@ -64,7 +64,9 @@ impl fmt::Display for Algorithm {
 
 /// An algorithm name that is not one of the seven.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown algorithm {0:?}; expected one of: token-bucket, leaky-bucket, gcra, leaky-queue, fixed-window, sliding-log, sliding-window")]
+#[error(
+    "unknown algorithm {0:?}; expected one of: token-bucket, leaky-bucket, gcra, leaky-queue, fixed-window, sliding-log, sliding-window"
+)]
 pub struct UnknownAlgorithm(pub String);
 
 impl FromStr for Algorithm {

@@ -121,6 +121,10 @@ impl Limiter {
                 | (Algorithm::SlidingLog, State::SlidingLog(_))
                 | (Algorithm::SlidingWindow, State::SlidingWindow(_))
         );
-        assert!(ok, "state of another algorithm passed to a {} limiter", self.algorithm);
+        assert!(
+            ok,
+            "state of another algorithm passed to a {} limiter",
+            self.algorithm
+        );
     }
 }

@@ -17,7 +17,10 @@ pub struct MultiLimiter {
 impl MultiLimiter {
     /// The limiters, checked in this order. Panics if empty.
     pub fn new(parts: Vec<Limiter>) -> Self {
-        assert!(!parts.is_empty(), "a multi-limiter needs at least one limiter");
+        assert!(
+            !parts.is_empty(),
+            "a multi-limiter needs at least one limiter"
+        );
         Self { parts }
     }
 
@@ -58,7 +61,12 @@ impl MultiLimiter {
             heap.resize(self.parts.len(), parts[0]);
             &mut heap
         };
-        for ((l, s), d) in self.parts.iter().zip(states.iter()).zip(decisions.iter_mut()) {
+        for ((l, s), d) in self
+            .parts
+            .iter()
+            .zip(states.iter())
+            .zip(decisions.iter_mut())
+        {
             *d = l.check(s, now, cost);
         }
         let combined = Decision::combine(decisions).expect("non-empty");

@@ -9,7 +9,9 @@ use crate::time::{DAY, HOUR, MICROSECOND, MILLISECOND, MINUTE, Nanos, SECOND};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuotaError {
     /// `limit` must be at least 1.
-    #[error("limit must be at least 1 (a limit of 0 would deny everything; remove the limit or use a positive number)")]
+    #[error(
+        "limit must be at least 1 (a limit of 0 would deny everything; remove the limit or use a positive number)"
+    )]
     ZeroLimit,
     /// `window` must be longer than 0 ns.
     #[error("window must be longer than 0")]
@@ -18,7 +20,9 @@ pub enum QuotaError {
     #[error("burst must be at least 1")]
     ZeroBurst,
     /// `burst` times the emission interval does not fit in 64-bit nanoseconds.
-    #[error("quota too large: burst ({burst}) x emission interval ({interval} ns) exceeds 2^64 ns (about 584 years)")]
+    #[error(
+        "quota too large: burst ({burst}) x emission interval ({interval} ns) exceeds 2^64 ns (about 584 years)"
+    )]
     TooLarge {
         /// The burst.
         burst: u64,
@@ -39,12 +43,30 @@ pub enum QuotaError {
 ///
 /// Always valid once constructed: `limit >= 1`, `window >= 1`, `burst >= 1`
 /// and `burst * emission_interval` fits in a `u64`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy)]
 pub struct Quota {
     limit: u64,
     window: Nanos,
     burst: u64,
     interval: Nanos,
+    /// `x / interval` by multiply-and-shift (exact for every u64): deciders
+    /// divide by `T` on every request, and a hardware divide costs more than
+    /// the rest of a decision.
+    per_interval: strength_reduce::StrengthReducedU64,
+}
+
+impl PartialEq for Quota {
+    fn eq(&self, other: &Self) -> bool {
+        (self.limit, self.window, self.burst) == (other.limit, other.window, other.burst)
+    }
+}
+
+impl Eq for Quota {}
+
+impl std::hash::Hash for Quota {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.limit, self.window, self.burst).hash(state)
+    }
 }
 
 impl Quota {
@@ -73,6 +95,7 @@ impl Quota {
             window,
             burst,
             interval,
+            per_interval: strength_reduce::StrengthReducedU64::new(interval),
         })
     }
 
@@ -99,6 +122,12 @@ impl Quota {
     /// The emission interval `T = ceil(window / limit)` in nanoseconds.
     pub fn emission_interval(&self) -> Nanos {
         self.interval
+    }
+
+    /// `floor(ns / T)`: whole permits in `ns` nanoseconds of credit.
+    #[inline]
+    pub fn permits_in(&self, ns: Nanos) -> u64 {
+        ns / self.per_interval
     }
 
     /// `burst * T`: the time a full bucket takes to refill from empty.
@@ -193,7 +222,11 @@ pub fn parse_window(text: &str) -> Result<Nanos, String> {
         "h" | "hr" | "hour" | "hours" => HOUR,
         "d" | "day" | "days" => DAY,
         "" => return Err("missing window unit (ns, us, ms, s, m, h, d)".to_string()),
-        other => return Err(format!("unknown window unit {other:?} (ns, us, ms, s, m, h, d)")),
+        other => {
+            return Err(format!(
+                "unknown window unit {other:?} (ns, us, ms, s, m, h, d)"
+            ));
+        }
     };
     if count == 0 {
         return Err("window must be longer than 0".to_string());
@@ -233,7 +266,10 @@ mod tests {
     #[test]
     fn rejects_zero_overflow_and_junk() {
         assert_eq!(Quota::parse("0/s"), Err(QuotaError::ZeroLimit));
-        assert!(matches!(Quota::parse("5/0s"), Err(QuotaError::Syntax { .. })));
+        assert!(matches!(
+            Quota::parse("5/0s"),
+            Err(QuotaError::Syntax { .. })
+        ));
         assert_eq!(Quota::new(5, 0), Err(QuotaError::ZeroWindow));
         assert_eq!(Quota::with_burst(5, 1, 0), Err(QuotaError::ZeroBurst));
         assert!(matches!(
@@ -244,7 +280,17 @@ mod tests {
             Quota::parse("1/99999999999d"),
             Err(QuotaError::Syntax { .. })
         ));
-        for junk in ["", "abc", "10", "10/", "/s", "-1/s", "1.5/s", "10/fortnight", "10/s/s"] {
+        for junk in [
+            "",
+            "abc",
+            "10",
+            "10/",
+            "/s",
+            "-1/s",
+            "1.5/s",
+            "10/fortnight",
+            "10/s/s",
+        ] {
             assert!(Quota::parse(junk).is_err(), "{junk:?} should be rejected");
         }
         assert!(matches!(
@@ -256,7 +302,9 @@ mod tests {
 
     #[test]
     fn display_round_trips() {
-        for s in ["100/s", "5/1500ms", "10000/d", "3/10s", "1/m", "7/2h", "9/ns"] {
+        for s in [
+            "100/s", "5/1500ms", "10000/d", "3/10s", "1/m", "7/2h", "9/ns",
+        ] {
             let q = Quota::parse(s).unwrap();
             assert_eq!(Quota::parse(&q.to_string()).unwrap(), q, "{s}");
         }

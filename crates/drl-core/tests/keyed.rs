@@ -77,7 +77,11 @@ proptest! {
 fn contended_key_admits_exactly_the_burst() {
     for alg in Algorithm::ALL {
         let q = Quota::with_burst(1, 1_000_000_000, 1000).unwrap();
-        let cap = if alg.is_windowed() { q.limit() } else { q.burst() };
+        let cap = if alg.is_windowed() {
+            q.limit()
+        } else {
+            q.burst()
+        };
         let keyed = Arc::new(KeyedLimiter::<String>::new(
             MultiLimiter::uniform(alg, &[q]),
             big(),
@@ -159,7 +163,8 @@ fn when_nothing_is_fresh_the_bound_still_holds_and_evictions_are_counted() {
 #[test]
 fn sweep_drops_only_fresh_state() {
     let q = Quota::new(2, 100).unwrap();
-    let keyed = KeyedLimiter::<u64>::new(MultiLimiter::uniform(Algorithm::TokenBucket, &[q]), big());
+    let keyed =
+        KeyedLimiter::<u64>::new(MultiLimiter::uniform(Algorithm::TokenBucket, &[q]), big());
     for k in 0..10u64 {
         keyed.decide(&k, k * 20, 1);
     }

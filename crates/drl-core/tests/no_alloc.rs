@@ -37,11 +37,17 @@ fn decisions_on_held_keys_do_not_allocate() {
         Algorithm::SlidingWindow,
     ];
     for alg in algs {
-        for quotas in [vec![Quota::new(1000, 1_000_000).unwrap()], vec![
-            Quota::new(1000, 1_000_000).unwrap(),
-            Quota::new(5000, 60_000_000).unwrap(),
-        ]] {
-            let keyed = KeyedLimiter::<u64>::new(MultiLimiter::uniform(alg, &quotas), KeyedConfig::default());
+        for quotas in [
+            vec![Quota::new(1000, 1_000_000).unwrap()],
+            vec![
+                Quota::new(1000, 1_000_000).unwrap(),
+                Quota::new(5000, 60_000_000).unwrap(),
+            ],
+        ] {
+            let keyed = KeyedLimiter::<u64>::new(
+                MultiLimiter::uniform(alg, &quotas),
+                KeyedConfig::default(),
+            );
             for k in 0..1000u64 {
                 keyed.decide(&k, 1, 1);
             }
@@ -52,7 +58,12 @@ fn decisions_on_held_keys_do_not_allocate() {
             }
             let after = ALLOCS.load(Ordering::Relaxed);
             assert!(allowed > 0);
-            assert_eq!(after - before, 0, "{alg} with {} quotas allocated", quotas.len());
+            assert_eq!(
+                after - before,
+                0,
+                "{alg} with {} quotas allocated",
+                quotas.len()
+            );
         }
     }
     // The plain limiter on a held state never allocates either.

@@ -190,3 +190,12 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The precomputed reciprocal of T divides exactly, for every u64.
+    #[test]
+    fn permits_in_is_exact_division(limit in 1u64..=u64::MAX, window in 1u64..=u64::MAX, x in any::<u64>()) {
+        let q = Quota::with_burst(limit, window, 1).unwrap();
+        prop_assert_eq!(q.permits_in(x), x / q.emission_interval());
+    }
+}

@@ -12,7 +12,15 @@ fn run(algorithm: Algorithm, quota: Quota, rows: &[Row]) {
     let mut s = l.new_state();
     for (i, &(now, cost, allowed, remaining, retry, reset, delay)) in rows.iter().enumerate() {
         let d: Decision = l.decide(&mut s, now, cost);
-        let got = (now, cost, d.allowed, d.remaining, d.retry_after, d.reset_after, d.delay);
+        let got = (
+            now,
+            cost,
+            d.allowed,
+            d.remaining,
+            d.retry_after,
+            d.reset_after,
+            d.delay,
+        );
         assert_eq!(
             got,
             (now, cost, allowed, remaining, retry, reset, delay),
@@ -52,12 +60,20 @@ fn bucket_rows() -> Vec<Row> {
 
 #[test]
 fn token_bucket_trace() {
-    run(Algorithm::TokenBucket, Quota::new(2, 10).unwrap(), &bucket_rows());
+    run(
+        Algorithm::TokenBucket,
+        Quota::new(2, 10).unwrap(),
+        &bucket_rows(),
+    );
 }
 
 #[test]
 fn leaky_bucket_meter_trace_equals_token_bucket() {
-    run(Algorithm::LeakyBucket, Quota::new(2, 10).unwrap(), &bucket_rows());
+    run(
+        Algorithm::LeakyBucket,
+        Quota::new(2, 10).unwrap(),
+        &bucket_rows(),
+    );
 }
 
 #[test]
@@ -76,7 +92,11 @@ fn burst_differs_from_limit() {
         (1000, 1, false, 0, Some(10), 30, 0),
         (1010, 1, true, 0, Some(0), 30, 0),
     ];
-    for a in [Algorithm::TokenBucket, Algorithm::LeakyBucket, Algorithm::Gcra] {
+    for a in [
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+        Algorithm::Gcra,
+    ] {
         run(a, q, &rows);
     }
 }
@@ -219,11 +239,19 @@ fn u64_extremes_never_panic_and_stay_exact() {
             for &t in &times {
                 for &c in &costs {
                     let d = l.decide(&mut s, t, c);
-                    let cap = if a.is_windowed() { q.limit() } else { q.burst() };
+                    let cap = if a.is_windowed() {
+                        q.limit()
+                    } else {
+                        q.burst()
+                    };
                     if c > cap {
                         assert!(!d.allowed && d.retry_after.is_none(), "{a} {q} t={t} c={c}");
                     }
-                    assert!(d.remaining <= cap, "{a} {q}: remaining {} > {cap}", d.remaining);
+                    assert!(
+                        d.remaining <= cap,
+                        "{a} {q}: remaining {} > {cap}",
+                        d.remaining
+                    );
                 }
             }
         }

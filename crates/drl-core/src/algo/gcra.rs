@@ -19,41 +19,27 @@ pub struct State {
     pub ahead: Nanos,
 }
 
-/// The outcome of GCRA's rule at `now` (clamped): what both GCRA and the
-/// shaper share.
-pub(crate) struct Step {
-    /// `max(tat, now) - now`: what is queued ahead of a new request.
-    pub queued: u64,
-    /// `new_tat - now` if admitted.
-    pub new_ahead: u128,
-}
-
-pub(crate) fn step(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Step {
-    let tat = s.last as u128 + s.ahead as u128;
-    let queued = tat.saturating_sub(now as u128) as u64; // <= ahead
-    Step {
-        queued,
-        new_ahead: queued as u128 + cost as u128 * quota.emission_interval() as u128,
-    }
-}
-
-/// `remaining = floor((now - (tat - burst*T)) / T)` clamped to `[0, burst]`,
-/// with `queued = tat - now` (zero when `tat <= now`).
-pub(crate) fn remaining(quota: &Quota, queued: u64) -> u64 {
-    quota.capacity_ns().saturating_sub(queued) / quota.emission_interval()
-}
-
-/// What a request of `cost` at `now` would get. Pure.
-pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
+/// GCRA's rule at `now`, shared with the shaper: the decision (without
+/// `delay`), the shaper's delay for an admission, and the state to store.
+#[inline]
+pub(crate) fn rule(
+    quota: &Quota,
+    s: &State,
+    now: Nanos,
+    cost: u64,
+) -> (Decision, u64, Option<State>) {
     let now = now.max(s.last);
-    let st = step(quota, s, now, cost);
+    let tat = s.last as u128 + s.ahead as u128;
+    // max(tat, now) - now: what is queued ahead of this request (<= ahead).
+    let queued = tat.saturating_sub(now as u128) as u64;
     if cost > quota.burst() {
-        return impossible(quota, remaining(quota, st.queued), st.queued);
+        return (impossible(quota, remaining(quota, queued), queued), 0, None);
     }
     let cap = quota.capacity_ns() as u128;
-    if st.new_ahead <= cap {
-        let after = st.new_ahead as u64;
-        Decision {
+    let new_ahead = queued as u128 + cost as u128 * quota.emission_interval() as u128;
+    if new_ahead <= cap {
+        let after = new_ahead as u64;
+        let d = Decision {
             allowed: true,
             remaining: remaining(quota, after),
             limit: quota.limit(),
@@ -61,29 +47,51 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
             reset_after: after,
             delay: 0,
             reason: None,
-        }
+        };
+        let next = (cost > 0).then_some(State {
+            last: now,
+            ahead: after,
+        });
+        (d, queued, next)
     } else {
-        Decision {
+        let d = Decision {
             allowed: false,
-            remaining: remaining(quota, st.queued),
+            remaining: remaining(quota, queued),
             limit: quota.limit(),
-            retry_after: Some((st.new_ahead - cap) as u64),
-            reset_after: st.queued,
+            retry_after: Some((new_ahead - cap) as u64),
+            reset_after: queued,
             delay: 0,
             reason: Some(DenyReason::OverLimit),
-        }
+        };
+        (d, 0, None)
     }
+}
+
+/// `remaining = floor((now - (tat - burst*T)) / T)` clamped to `[0, burst]`,
+/// with `queued = tat - now` (zero when `tat <= now`).
+#[inline]
+fn remaining(quota: &Quota, queued: u64) -> u64 {
+    quota.permits_in(quota.capacity_ns().saturating_sub(queued))
+}
+
+/// Decides a request of `cost` at `now`: the decision, and the state to
+/// store if it changes (an admission with `cost > 0`). Pure.
+#[inline]
+pub fn step(quota: &Quota, s: &State, now: Nanos, cost: u64) -> (Decision, Option<State>) {
+    let (d, _, next) = rule(quota, s, now, cost);
+    (d, next)
+}
+
+/// What a request of `cost` at `now` would get. Pure.
+pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
+    step(quota, s, now, cost).0
 }
 
 /// Applies an admitted request.
 pub fn commit(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
-    if cost == 0 {
-        return;
+    if let (_, Some(next)) = step(quota, s, now, cost) {
+        *s = next;
     }
-    let now = now.max(s.last);
-    let st = step(quota, s, now, cost);
-    s.ahead = st.new_ahead as u64;
-    s.last = now;
 }
 
 /// True when `tat <= now`.

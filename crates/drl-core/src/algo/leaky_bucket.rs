@@ -21,49 +21,61 @@ fn level_at(s: &State, now: Nanos) -> Nanos {
     s.level.saturating_sub(now - s.last)
 }
 
-/// What a request of `cost` at `now` would get. Pure.
-pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
+/// Decides a request of `cost` at `now`: the decision, and the state to
+/// store if it changes (an admission with `cost > 0`). Pure.
+#[inline]
+pub fn step(quota: &Quota, s: &State, now: Nanos, cost: u64) -> (Decision, Option<State>) {
     let now = now.max(s.last);
-    let t = quota.emission_interval();
     let cap = quota.capacity_ns();
     let level = level_at(s, now);
     if cost > quota.burst() {
-        return impossible(quota, (cap - level) / t, level);
+        return (
+            impossible(quota, quota.permits_in(cap - level), level),
+            None,
+        );
     }
-    let add = cost * t;
+    let add = cost * quota.emission_interval();
     let after = level as u128 + add as u128;
     if after <= cap as u128 {
         let after = after as u64;
-        Decision {
+        let d = Decision {
             allowed: true,
-            remaining: (cap - after) / t,
+            remaining: quota.permits_in(cap - after),
             limit: quota.limit(),
             retry_after: Some(0),
             reset_after: after,
             delay: 0,
             reason: None,
-        }
+        };
+        let next = (cost > 0).then_some(State {
+            last: now,
+            level: after,
+        });
+        (d, next)
     } else {
-        Decision {
+        let d = Decision {
             allowed: false,
-            remaining: (cap - level) / t,
+            remaining: quota.permits_in(cap - level),
             limit: quota.limit(),
             retry_after: Some(sat(after - cap as u128)),
             reset_after: level,
             delay: 0,
             reason: Some(DenyReason::OverLimit),
-        }
+        };
+        (d, None)
     }
+}
+
+/// What a request of `cost` at `now` would get. Pure.
+pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
+    step(quota, s, now, cost).0
 }
 
 /// Applies an admitted request.
 pub fn commit(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
-    if cost == 0 {
-        return;
+    if let (_, Some(next)) = step(quota, s, now, cost) {
+        *s = next;
     }
-    let now = now.max(s.last);
-    s.level = level_at(s, now) + cost * quota.emission_interval();
-    s.last = now;
 }
 
 /// True when the bucket has drained empty at `now`.

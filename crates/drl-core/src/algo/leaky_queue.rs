@@ -7,44 +7,27 @@
 //! is a multiple of `T`). So the admit rule is GCRA's, plus a delay.
 
 use super::gcra;
-use super::impossible;
-use crate::decision::{Decision, DenyReason};
+use crate::decision::Decision;
 use crate::quota::Quota;
 use crate::time::Nanos;
 
 /// Shaper state: `next_free = last + ahead`.
 pub type State = gcra::State;
 
+/// Decides a request of `cost` at `now`: the decision (with the delay an
+/// admitted request must be held), and the state to store. Pure.
+#[inline]
+pub fn step(quota: &Quota, s: &State, now: Nanos, cost: u64) -> (Decision, Option<State>) {
+    let (mut d, delay, next) = gcra::rule(quota, s, now, cost);
+    if d.allowed && cost > 0 {
+        d.delay = delay;
+    }
+    (d, next)
+}
+
 /// What a request of `cost` at `now` would get. Pure.
 pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
-    let now = now.max(s.last);
-    let st = gcra::step(quota, s, now, cost);
-    if cost > quota.burst() {
-        return impossible(quota, gcra::remaining(quota, st.queued), st.queued);
-    }
-    let cap = quota.capacity_ns() as u128;
-    if st.new_ahead <= cap {
-        let queued = st.new_ahead as u64;
-        Decision {
-            allowed: true,
-            remaining: gcra::remaining(quota, queued),
-            limit: quota.limit(),
-            retry_after: Some(0),
-            reset_after: queued,
-            delay: if cost == 0 { 0 } else { st.queued },
-            reason: None,
-        }
-    } else {
-        Decision {
-            allowed: false,
-            remaining: gcra::remaining(quota, st.queued),
-            limit: quota.limit(),
-            retry_after: Some((st.new_ahead - cap) as u64),
-            reset_after: st.queued,
-            delay: 0,
-            reason: Some(DenyReason::OverLimit),
-        }
-    }
+    step(quota, s, now, cost).0
 }
 
 /// Applies an admitted request.

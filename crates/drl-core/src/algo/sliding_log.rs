@@ -36,7 +36,11 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
     let limit = quota.limit();
     let live = first_live(quota, s, now);
     let used: u64 = s.log.range(live..).map(|&(_, c)| c).sum();
-    let newest = s.log.back().filter(|_| live < s.log.len()).map(|&(ts, _)| ts);
+    let newest = s
+        .log
+        .back()
+        .filter(|_| live < s.log.len())
+        .map(|&(ts, _)| ts);
     let reset_live = newest.map_or(0, |ts| expires_in(quota, ts, now));
     if cost > limit {
         return impossible(quota, limit.saturating_sub(used), reset_live);
@@ -47,11 +51,7 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
             remaining: limit.saturating_sub(used) - cost,
             limit,
             retry_after: Some(0),
-            reset_after: if cost > 0 {
-                quota.window()
-            } else {
-                reset_live
-            },
+            reset_after: if cost > 0 { quota.window() } else { reset_live },
             delay: 0,
             reason: None,
         }

@@ -33,49 +33,57 @@ fn credit_at(quota: &Quota, s: &State, now: Nanos) -> Nanos {
     sat(s.credit as u128 + (now - s.last) as u128).min(cap)
 }
 
-/// What a request of `cost` at `now` would get. Pure.
-pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
+/// Decides a request of `cost` at `now`: the decision, and the state to
+/// store if it changes (an admission with `cost > 0`). Pure.
+#[inline]
+pub fn step(quota: &Quota, s: &State, now: Nanos, cost: u64) -> (Decision, Option<State>) {
     let now = now.max(s.last);
-    let t = quota.emission_interval();
     let cap = quota.capacity_ns();
     let c = credit_at(quota, s, now);
     if cost > quota.burst() {
-        return impossible(quota, c / t, cap - c);
+        return (impossible(quota, quota.permits_in(c), cap - c), None);
     }
-    let need = cost * t;
+    let need = cost * quota.emission_interval();
     if c >= need {
         let after = c - need;
-        Decision {
+        let d = Decision {
             allowed: true,
-            remaining: after / t,
+            remaining: quota.permits_in(after),
             limit: quota.limit(),
             retry_after: Some(0),
             reset_after: cap - after,
             delay: 0,
             reason: None,
-        }
+        };
+        let next = (cost > 0).then_some(State {
+            last: now,
+            credit: after,
+        });
+        (d, next)
     } else {
-        Decision {
+        let d = Decision {
             allowed: false,
-            remaining: c / t,
+            remaining: quota.permits_in(c),
             limit: quota.limit(),
             retry_after: Some(need - c),
             reset_after: cap - c,
             delay: 0,
             reason: Some(DenyReason::OverLimit),
-        }
+        };
+        (d, None)
     }
+}
+
+/// What a request of `cost` at `now` would get. Pure.
+pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
+    step(quota, s, now, cost).0
 }
 
 /// Applies an admitted request (call only after `check` allowed it).
 pub fn commit(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
-    if cost == 0 {
-        return;
+    if let (_, Some(next)) = step(quota, s, now, cost) {
+        *s = next;
     }
-    let now = now.max(s.last);
-    let c = credit_at(quota, s, now);
-    s.credit = c - cost * quota.emission_interval();
-    s.last = now;
 }
 
 /// True when the bucket is full at `now` (dropping it changes nothing).

@@ -73,26 +73,21 @@ impl CellKind {
     #[inline]
     fn step(self, quota: &Quota, w: u128, now: Nanos, cost: u64) -> (Decision, Option<u128>) {
         let (last, x) = unpack(w);
-        macro_rules! run {
-            ($m:ident, $s:expr, $field:ident) => {{
-                let mut s = $s;
-                let d = $m::check(quota, &s, now, cost);
-                if d.allowed && cost > 0 {
-                    $m::commit(quota, &mut s, now, cost);
-                    (d, Some(pack(s.last, s.$field)))
-                } else {
-                    (d, None)
-                }
-            }};
-        }
         match self {
             CellKind::TokenBucket => {
-                run!(token_bucket, token_bucket::State { last, credit: x }, credit)
+                let (d, n) =
+                    token_bucket::step(quota, &token_bucket::State { last, credit: x }, now, cost);
+                (d, n.map(|n| pack(n.last, n.credit)))
             }
             CellKind::LeakyBucket => {
-                run!(leaky_bucket, leaky_bucket::State { last, level: x }, level)
+                let (d, n) =
+                    leaky_bucket::step(quota, &leaky_bucket::State { last, level: x }, now, cost);
+                (d, n.map(|n| pack(n.last, n.level)))
             }
-            CellKind::Gcra => run!(gcra, gcra::State { last, ahead: x }, ahead),
+            CellKind::Gcra => {
+                let (d, n) = gcra::step(quota, &gcra::State { last, ahead: x }, now, cost);
+                (d, n.map(|n| pack(n.last, n.ahead)))
+            }
         }
     }
 
@@ -119,7 +114,13 @@ impl CellKind {
 /// Decides one request on `word`: load, check, compare-exchange, retry on
 /// interference. Denials and queries never write.
 #[inline]
-pub fn decide<W: Word128>(kind: CellKind, quota: &Quota, word: &W, now: Nanos, cost: u64) -> Decision {
+pub fn decide<W: Word128>(
+    kind: CellKind,
+    quota: &Quota,
+    word: &W,
+    now: Nanos,
+    cost: u64,
+) -> Decision {
     let mut cur = word.load();
     loop {
         let (d, next) = kind.step(quota, cur, now, cost);

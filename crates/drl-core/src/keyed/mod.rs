@@ -336,14 +336,12 @@ impl<K: Hash + Eq + Clone + Send + Sync> KeyedLimiter<K> {
                 let v = cell::Word128::load(w);
                 let (last, x) = ((v >> 64) as u64, v as u64);
                 vec![match kind {
-                    CellKind::TokenBucket => State::TokenBucket(crate::algo::token_bucket::State {
-                        last,
-                        credit: x,
-                    }),
-                    CellKind::LeakyBucket => State::LeakyBucket(crate::algo::leaky_bucket::State {
-                        last,
-                        level: x,
-                    }),
+                    CellKind::TokenBucket => {
+                        State::TokenBucket(crate::algo::token_bucket::State { last, credit: x })
+                    }
+                    CellKind::LeakyBucket => {
+                        State::LeakyBucket(crate::algo::leaky_bucket::State { last, level: x })
+                    }
                     CellKind::Gcra => State::Gcra(crate::algo::gcra::State { last, ahead: x }),
                 }]
             }

@@ -36,6 +36,7 @@ fn table(every: u64) -> TableMsg {
         .collect();
     TableMsg {
         window: 123_456,
+        lane: 0,
         hop: 40,
         from: 2,
         base_hop: if every == 1 { 0 } else { 35 },

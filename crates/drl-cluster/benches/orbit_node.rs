@@ -28,6 +28,7 @@ fn table(keys: u64) -> TableMsg {
     let pool = cfg().pool();
     TableMsg {
         window: 1,
+        lane: 0,
         hop: 1,
         from: 0,
         base_hop: 0,

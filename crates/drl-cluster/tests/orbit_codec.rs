@@ -24,6 +24,7 @@ fn msg_strategy() -> impl Strategy<Value = TableMsg> {
         .prop_map(
             |(window, hop, from, pool, visits, entries, delta, b)| TableMsg {
                 window,
+                lane: (b % 16),
                 hop,
                 from,
                 base_hop: if delta { (1 + b % hop).min(hop - 1) } else { 0 },
@@ -77,7 +78,7 @@ proptest! {
 fn forged_lengths_are_rejected_before_allocating() {
     // Header, no visits, then a claim of 2 million entries with no bytes.
     let mut f = b"OB\x01\x00".to_vec();
-    f.extend_from_slice(&[0, 1, 0, 0, 0, 0]);
+    f.extend_from_slice(&[0, 0, 1, 0, 0, 0, 0]);
     f.extend_from_slice(&[0x80, 0x80, 0x80, 0x01]); // n_entries = 2^21
     assert!(matches!(
         decode(&f),
@@ -117,6 +118,7 @@ fn carries_one_million_keys() {
         .collect();
     let m = TableMsg {
         window: 42,
+        lane: 1,
         hop: 17,
         from: 3,
         base_hop: 0,

@@ -112,13 +112,13 @@ fn a_node_sits_out_the_window_it_started_in() {
         d => panic!("expected Recovering, got {d:?}"),
     }
     // Next window: the local allowance (10% of 90 over 3 nodes = 3) is there
-    // at once, without any message.
-    // (Window 1's origin is position 1; node 2 only has its allowance.)
-    assert_eq!(admit_all(&mut n[2], w + MS, b"k"), 3);
+    // at once, without any message. (Window 1's lane origins are positions
+    // 1 and 2; node 0 only has its allowance.)
+    assert_eq!(admit_all(&mut n[0], w + MS, b"k"), 3);
     // A node restarted mid-window sits out the rest of that window.
-    n[2] = OrbitNode::new(cfg(90), 2, vec![0, 1, 2], w + 2 * MS).unwrap();
-    assert!(!n[2].admit(w + 3 * MS, b"k", 1).is_allowed());
-    assert!(n[2].admit(2 * w + MS, b"k", 1).is_allowed());
+    n[0] = OrbitNode::new(cfg(90), 0, vec![0, 1, 2], w + 2 * MS).unwrap();
+    assert!(!n[0].admit(w + 3 * MS, b"k", 1).is_allowed());
+    assert!(n[0].admit(2 * w + MS, b"k", 1).is_allowed());
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! "OB" | version u8 = 1 | flags u8 (bit 0: delta; other bits must be 0)
-//! window | hop | base_hop (0 iff not delta) | from | pool
+//! window | lane (< MAX_LANES) | hop | base_hop (0 iff not delta) | from | pool
 //! n_visits (<= MAX_RING), then n_visits hops
 //! n_entries (<= MAX_TABLE_KEYS), then for each entry, keys strictly increasing:
 //!   shared (<= previous key length) | suffix_len (shared + suffix_len <= MAX_KEY_LEN)
@@ -23,7 +23,7 @@
 //! number before it, HMAC over sequence number and frame after it) and calls
 //! [`decode`] only on frames whose MAC verified.
 
-use super::config::{MAX_KEY_LEN, MAX_RING, MAX_TABLE_KEYS};
+use super::config::{MAX_KEY_LEN, MAX_LANES, MAX_RING, MAX_TABLE_KEYS};
 use super::table::TableMsg;
 
 /// Frame magic.
@@ -61,6 +61,9 @@ pub enum EncodeError {
     /// The frame would exceed [`MAX_FRAME_LEN`].
     #[error("orbit codec: frame larger than {MAX_FRAME_LEN} bytes")]
     FrameTooLarge,
+    /// Lane out of range.
+    #[error("orbit codec: lane {0} out of range")]
+    BadLane(u32),
     /// An entry's `modified` hop is after the message's hop.
     #[error("orbit codec: entry {0} modified after the message's hop")]
     ModifiedAfterHop(usize),
@@ -142,6 +145,9 @@ pub fn encode(msg: &TableMsg) -> Result<Vec<u8>, EncodeError> {
 /// frame; truncate it to its old length).
 pub fn encode_into(msg: &TableMsg, buf: &mut Vec<u8>) -> Result<(), EncodeError> {
     let start = buf.len();
+    if msg.lane >= MAX_LANES {
+        return Err(EncodeError::BadLane(msg.lane));
+    }
     if msg.visits.len() > MAX_RING {
         return Err(EncodeError::TooManyVisits(msg.visits.len()));
     }
@@ -158,6 +164,7 @@ pub fn encode_into(msg: &TableMsg, buf: &mut Vec<u8>) -> Result<(), EncodeError>
     buf.push(VERSION);
     buf.push(if msg.is_delta() { FLAG_DELTA } else { 0 });
     put_varint(buf, msg.window.into());
+    put_varint(buf, msg.lane.into());
     put_varint(buf, msg.hop.into());
     put_varint(buf, msg.base_hop.into());
     put_varint(buf, msg.from.into());
@@ -268,6 +275,10 @@ pub fn decode(frame: &[u8]) -> Result<TableMsg, DecodeError> {
         return Err(DecodeError::Flags(flags));
     }
     let window = r.u64("window")?;
+    let lane = r.u32("lane")?;
+    if lane >= MAX_LANES {
+        return Err(DecodeError::BadInt("lane"));
+    }
     let hop = r.u32("hop")?;
     let base_hop = r.u32("base_hop")?;
     let from = r.u32("from")?;
@@ -318,6 +329,7 @@ pub fn decode(frame: &[u8]) -> Result<TableMsg, DecodeError> {
     }
     Ok(TableMsg {
         window,
+        lane,
         hop,
         from,
         base_hop,

@@ -14,6 +14,9 @@ pub const MAX_RING: usize = 1024;
 /// Largest key length, in bytes, that a table can carry.
 pub const MAX_KEY_LEN: usize = 1024;
 
+/// Largest number of lanes (independent tables per window).
+pub const MAX_LANES: u32 = 16;
+
 /// Hard upper bound on `max_keys` (and on entries in a decoded table).
 pub const MAX_TABLE_KEYS: usize = 1 << 21;
 
@@ -36,6 +39,10 @@ pub struct OrbitConfig {
     pub headroom_pct: u32,
     /// Bound on keys per table and per node's window state.
     pub max_keys: usize,
+    /// Number of lanes: independent tables per window, each created by its
+    /// own origin with an equal share of the pool, so that one dead origin
+    /// costs only its share (1..=16; at most the ring size is used).
+    pub lanes: u32,
 }
 
 impl OrbitConfig {
@@ -50,6 +57,7 @@ impl OrbitConfig {
             local_ppm: 100_000,
             headroom_pct: 200,
             max_keys: 1 << 20,
+            lanes: 2,
         }
     }
 
@@ -106,6 +114,9 @@ impl OrbitConfig {
         if self.headroom_pct == 0 {
             return Err(ConfigError::ZeroHeadroom);
         }
+        if self.lanes == 0 || self.lanes > MAX_LANES {
+            return Err(ConfigError::LanesOutOfRange(self.lanes));
+        }
         if self.max_keys == 0 || self.max_keys > MAX_TABLE_KEYS {
             return Err(ConfigError::MaxKeysOutOfRange {
                 max_keys: self.max_keys,
@@ -123,6 +134,27 @@ impl OrbitConfig {
     /// The pool the origin puts in a fresh table: `cap - local_total`.
     pub fn pool(&self) -> u64 {
         self.cap - self.local_total()
+    }
+
+    /// Lanes in use on a ring of `nodes`: `min(lanes, nodes)`, at least 1.
+    pub fn lanes_for(&self, nodes: usize) -> usize {
+        (self.lanes.clamp(1, MAX_LANES) as usize).min(nodes.max(1))
+    }
+
+    /// Pool of lane `lane`: an equal share of [`Self::pool`], the remainder
+    /// going to the first lanes.
+    pub fn lane_pool(&self, lane: usize, nodes: usize) -> u64 {
+        let k = self.lanes_for(nodes) as u64;
+        let pool = self.pool();
+        pool / k + u64::from((lane as u64) < pool % k)
+    }
+
+    /// Ring position of the origin of lane `lane` in window `w`: lanes
+    /// start evenly spaced around the ring, and rotate with the window.
+    pub fn lane_origin(&self, w: u64, lane: usize, nodes: usize) -> usize {
+        let n = nodes.max(1) as u64;
+        let k = self.lanes_for(nodes) as u64;
+        ((w % n + lane as u64 * n / k) % n) as usize
     }
 
     /// Local allowance of ring position `pos` on a ring of `nodes`.
@@ -187,6 +219,9 @@ pub enum ConfigError {
     /// `headroom_pct` must be positive.
     #[error("orbit: headroom must be positive")]
     ZeroHeadroom,
+    /// `lanes` out of range.
+    #[error("orbit: lanes {0} must be in 1..=16")]
+    LanesOutOfRange(u32),
     /// `max_keys` out of range.
     #[error("orbit: max_keys {max_keys} must be in 1..={limit}")]
     MaxKeysOutOfRange {

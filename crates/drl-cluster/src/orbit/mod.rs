@@ -14,6 +14,8 @@ mod node;
 pub mod sim;
 mod table;
 
-pub use config::{ConfigError, MAX_KEY_LEN, MAX_RING, MAX_TABLE_KEYS, NodeId, OrbitConfig, PPM};
+pub use config::{
+    ConfigError, MAX_KEY_LEN, MAX_LANES, MAX_RING, MAX_TABLE_KEYS, NodeId, OrbitConfig, PPM,
+};
 pub use node::{Admit, DenyReason, OrbitNode, OrbitStats, Outgoing};
 pub use table::TableMsg;

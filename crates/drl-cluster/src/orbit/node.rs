@@ -96,6 +96,21 @@ struct Held {
     visit: u32,
 }
 
+/// The state of one lane: its table lineage as this node sees it.
+#[derive(Debug, Default)]
+struct Lane {
+    /// The pool this lane's table starts with (value of absent keys).
+    pool: u64,
+    /// The table while this node holds it.
+    held: Option<Held>,
+    /// Copy of the table this node last forwarded (delta base).
+    base: Option<Table>,
+    /// Highest hop processed in the current window.
+    last_hop: Option<u32>,
+    /// A table for a later window, kept aside unprocessed.
+    pending: Option<TableMsg>,
+}
+
 /// One node of an Orbit ring: a pure state machine. Feed it requests,
 /// messages, failure-detector events and timer ticks, all with `now`; send
 /// what it returns. See `docs/orbit.md` for the protocol and its invariant.
@@ -106,7 +121,6 @@ pub struct OrbitNode {
     ring: Vec<NodeId>,
     pos: usize,
     local: u64,
-    pool: u64,
     down: BTreeSet<NodeId>,
     /// Peers known to have restarted in the current window: they sit it
     /// out (restart rule) and would drop the table, so they are skipped.
@@ -115,10 +129,8 @@ pub struct OrbitNode {
     last_now: Nanos,
     window: u64,
     keys: BTreeMap<Vec<u8>, KeyState>,
-    held: Option<Held>,
-    base: Option<Table>,
-    last_hop: Option<u32>,
-    pending: Option<TableMsg>,
+    /// One independent table lineage per lane (`docs/orbit.md`, lanes).
+    lanes: Vec<Lane>,
     stats: OrbitStats,
     /// Visit counter (ids for [`Held::visit`]).
     visits: u32,
@@ -148,7 +160,12 @@ impl OrbitNode {
             .position(|&n| n == id)
             .ok_or(ConfigError::NotInRing(id))?;
         let local = config.local_allowance(pos, ring.len());
-        let pool = config.pool();
+        let lanes = (0..config.lanes_for(ring.len()))
+            .map(|l| Lane {
+                pool: config.lane_pool(l, ring.len()),
+                ..Lane::default()
+            })
+            .collect();
         let w = now / config.window;
         Ok(Self {
             cfg: config,
@@ -156,17 +173,13 @@ impl OrbitNode {
             ring,
             pos,
             local,
-            pool,
             down: BTreeSet::new(),
             recovering: BTreeSet::new(),
             start_window: w,
             last_now: now,
             window: w,
             keys: BTreeMap::new(),
-            held: None,
-            base: None,
-            last_hop: None,
-            pending: None,
+            lanes,
             stats: OrbitStats::default(),
             visits: 0,
         })
@@ -202,9 +215,9 @@ impl OrbitNode {
         w > self.start_window
     }
 
-    /// True while the node holds the table of its current window.
+    /// True while the node holds a table (of any lane) of its window.
     pub fn holds_table(&self) -> bool {
-        self.held.is_some()
+        self.lanes.iter().any(|l| l.held.is_some())
     }
 
     /// This node's local allowance per key per window.
@@ -220,10 +233,11 @@ impl OrbitNode {
             return 0;
         }
         let h = self.keys.get(key).map_or(self.local, |k| k.holding);
-        let t = self
-            .held
-            .as_ref()
-            .map_or(0, |h| h.table.free(key, self.pool));
+        let t: u64 = self
+            .lanes
+            .iter()
+            .filter_map(|l| l.held.as_ref().map(|h| h.table.free(key, l.pool)))
+            .sum();
         h + t
     }
 
@@ -235,10 +249,10 @@ impl OrbitNode {
     /// When the caller must call [`Self::on_tick`] next (at the latest).
     pub fn next_deadline(&self) -> Nanos {
         let next_window = (self.window + 1).saturating_mul(self.cfg.window);
-        match &self.held {
-            Some(h) => h.due.min(next_window),
-            None => next_window,
-        }
+        self.lanes
+            .iter()
+            .filter_map(|l| l.held.as_ref().map(|h| h.due))
+            .fold(next_window, Nanos::min)
     }
 
     /// The failure detector believes `peer` is down: skip it when forwarding.
@@ -315,8 +329,11 @@ impl OrbitNode {
         }
         let ks = self.keys.get_mut(key).expect("inserted above");
         ks.demand = ks.demand.saturating_add(cost);
-        if cost > ks.holding && self.held.is_some() {
-            self.rebalance_key(now, key, cost);
+        for lane in 0..self.lanes.len() {
+            let short = self.keys.get(key).is_some_and(|ks| cost > ks.holding);
+            if short && self.lanes[lane].held.is_some() {
+                self.rebalance_key(now, lane, key, cost);
+            }
         }
         let ks = self.keys.get_mut(key).expect("inserted above");
         if cost <= ks.holding {
@@ -393,36 +410,46 @@ impl OrbitNode {
         }
         self.window = w;
         self.recovering.clear();
-        self.held = None;
-        self.base = None;
-        self.last_hop = None;
-        if eligible && (w % self.ring.len() as u64) as usize == self.pos {
-            self.stats.tables_created += 1;
-            self.held = Some(Held {
-                table: Table::fresh(w, self.ring.len()),
-                due: now.saturating_add(self.cfg.epoch),
-                visit: self.next_visit(),
-            });
-            self.rebalance_all(now);
+        let n = self.ring.len();
+        for lane in 0..self.lanes.len() {
+            let l = &mut self.lanes[lane];
+            l.held = None;
+            l.base = None;
+            l.last_hop = None;
+            if eligible && self.cfg.lane_origin(w, lane, n) == self.pos {
+                self.stats.tables_created += 1;
+                let visit = self.next_visit();
+                self.lanes[lane].held = Some(Held {
+                    table: Table::fresh(w, lane as u32, n),
+                    due: now.saturating_add(self.cfg.epoch),
+                    visit,
+                });
+                self.rebalance_all(now, lane);
+            }
         }
-        if let Some(p) = self.pending.take() {
-            if p.window == w {
-                self.accept(now, p);
-            } else if p.window > w {
-                self.pending = Some(p);
+        for lane in 0..self.lanes.len() {
+            if let Some(p) = self.lanes[lane].pending.take() {
+                if p.window == w {
+                    self.accept(now, p);
+                } else if p.window > w {
+                    self.lanes[lane].pending = Some(p);
+                }
             }
         }
     }
 
     /// What [`Self::on_message`] would do with a well-formed table message
     /// of this header, given the node's state (the checks of `docs/orbit.md`).
-    fn verdict(&self, window: u64, hop: u32, base_hop: u32) -> Verdict {
+    fn verdict(&self, window: u64, lane: u32, hop: u32, base_hop: u32) -> Verdict {
+        let Some(l) = self.lanes.get(lane as usize) else {
+            return Verdict::Invalid;
+        };
         if window < self.window {
             return Verdict::Stale;
         }
         if window > self.window {
             // Sender's clock is ahead: keep one, unprocessed.
-            return match &self.pending {
+            return match &l.pending {
                 Some(p) if (window, hop) <= (p.window, p.hop) => Verdict::Duplicate,
                 _ => Verdict::Pending,
             };
@@ -430,11 +457,11 @@ impl OrbitNode {
         if !self.is_eligible(self.window) {
             return Verdict::Ineligible;
         }
-        if self.last_hop.is_some_and(|l| hop <= l) || self.held.is_some() {
+        if l.last_hop.is_some_and(|last| hop <= last) || l.held.is_some() {
             return Verdict::Duplicate;
         }
         if base_hop != 0 {
-            match &self.base {
+            match &l.base {
                 Some(b) if b.window == window && b.hop == base_hop => {}
                 _ => return Verdict::NoBase,
             }
@@ -445,28 +472,31 @@ impl OrbitNode {
     /// For test harnesses: true if a well-formed table message with this
     /// header, delivered now, would be processed or kept aside for its
     /// window (as opposed to dropped).
-    pub fn would_accept(&self, window: u64, hop: u32, base_hop: u32) -> bool {
+    pub fn would_accept(&self, window: u64, lane: u32, hop: u32, base_hop: u32) -> bool {
         matches!(
-            self.verdict(window, hop, base_hop),
+            self.verdict(window, lane, hop, base_hop),
             Verdict::Process | Verdict::Pending
         )
     }
 
     /// For test harnesses: the tables this node holds or keeps aside, as
-    /// `(window, hop)` (hop 0: created here as the origin).
-    pub fn live_tables(&self) -> Vec<(u64, u32)> {
+    /// `(window, lane, hop)` (hop 0: created here as the origin).
+    pub fn live_tables(&self) -> Vec<(u64, u32, u32)> {
         let mut v = Vec::new();
-        if let Some(h) = &self.held {
-            v.push((h.table.window, h.table.hop));
-        }
-        if let Some(p) = &self.pending {
-            v.push((p.window, p.hop));
+        for l in &self.lanes {
+            if let Some(h) = &l.held {
+                v.push((h.table.window, h.table.lane, h.table.hop));
+            }
+            if let Some(p) = &l.pending {
+                v.push((p.window, p.lane, p.hop));
+            }
         }
         v
     }
 
     fn accept(&mut self, now: Nanos, msg: TableMsg) {
-        if msg.pool != self.pool
+        let lane = msg.lane as usize;
+        if self.lanes.get(lane).is_none_or(|l| msg.pool != l.pool)
             || msg.visits.len() != self.ring.len()
             || msg.hop == 0
             || msg.base_hop >= msg.hop
@@ -482,13 +512,17 @@ impl OrbitNode {
             self.stats.dropped_invalid += 1;
             return;
         }
-        match self.verdict(msg.window, msg.hop, msg.base_hop) {
+        match self.verdict(msg.window, msg.lane, msg.hop, msg.base_hop) {
+            Verdict::Invalid => {
+                self.stats.dropped_invalid += 1;
+                return;
+            }
             Verdict::Stale => {
                 self.stats.dropped_stale += 1;
                 return;
             }
             Verdict::Pending => {
-                self.pending = Some(msg);
+                self.lanes[lane].pending = Some(msg);
                 return;
             }
             Verdict::Ineligible => {
@@ -506,9 +540,9 @@ impl OrbitNode {
             Verdict::Process => {}
         }
         let mut table = if msg.base_hop == 0 {
-            Table::fresh(msg.window, self.ring.len())
+            Table::fresh(msg.window, msg.lane, self.ring.len())
         } else {
-            match self.base.take() {
+            match self.lanes[lane].base.take() {
                 Some(b) => b,
                 None => {
                     self.stats.dropped_no_base += 1;
@@ -533,59 +567,62 @@ impl OrbitNode {
             self.stats.dropped_invalid += 1;
             return;
         }
-        self.last_hop = Some(msg.hop);
+        self.lanes[lane].last_hop = Some(msg.hop);
         self.stats.tables_received += 1;
-        self.held = Some(Held {
+        let visit = self.next_visit();
+        self.lanes[lane].held = Some(Held {
             table,
             due: now.saturating_add(self.cfg.epoch),
-            visit: self.next_visit(),
+            visit,
         });
-        self.rebalance_all(now);
+        self.rebalance_all(now, lane);
     }
 
     fn poll(&mut self, now: Nanos) -> Vec<Outgoing> {
         let mut out = Vec::new();
-        let due = match &self.held {
-            Some(h) => now >= h.due,
-            None => false,
-        };
-        if !due {
-            return out;
+        for lane in 0..self.lanes.len() {
+            if let Some(o) = self.poll_lane(now, lane) {
+                out.push(o);
+            }
         }
-        self.rebalance_all(now);
+        out
+    }
+
+    /// Forwards lane `lane`'s table if it has been held for an epoch.
+    fn poll_lane(&mut self, now: Nanos, lane: usize) -> Option<Outgoing> {
+        if self.lanes[lane].held.as_ref().is_none_or(|h| now < h.due) {
+            return None;
+        }
+        self.rebalance_all(now, lane);
         let n = self.ring.len();
         let succ = (1..n).map(|d| (self.pos + d) % n).find(|&p| {
             !self.down.contains(&self.ring[p]) && !self.recovering.contains(&self.ring[p])
         });
         let Some(succ) = succ else {
-            // Alone: keep the table and keep rebalancing from it.
-            if let Some(h) = &mut self.held {
+            // Alone: keep the table and keep rebalancing from it, one new
+            // visit per epoch.
+            let visit = self.next_visit();
+            if let Some(h) = &mut self.lanes[lane].held {
                 h.due = now.saturating_add(self.cfg.epoch);
-                h.visit = {
-                    self.visits = self.visits.checked_add(1).unwrap_or(1);
-                    self.visits
-                };
+                h.visit = visit;
             }
-            return out;
+            return None;
         };
-        let Some(mut held) = self.held.take() else {
-            return out;
-        };
-        let Some(hop) = held.table.hop.checked_add(1) else {
-            return out;
-        };
+        let l = &mut self.lanes[lane];
+        let mut held = l.held.take()?;
+        // A window that would need more hops than u32 stops forwarding.
+        let hop = held.table.hop.checked_add(1)?;
         held.table.visits[self.pos] = hop;
         let base = held.table.visits[succ];
         let base = if base < hop { base } else { 0 };
-        let msg = held.table.to_msg(self.id, hop, base, self.pool);
+        let msg = held.table.to_msg(self.id, hop, base, l.pool);
         held.table.hop = hop;
-        self.base = Some(held.table);
+        l.base = Some(held.table);
         self.stats.tables_forwarded += 1;
-        out.push(Outgoing {
+        Some(Outgoing {
             to: self.ring[succ],
             msg,
-        });
-        out
+        })
     }
 
     fn rule(&self, now: Nanos) -> Rule {
@@ -602,10 +639,14 @@ impl OrbitNode {
 
     /// Rebalances every key of the held table and every key the node has
     /// state for (one merge pass, no key copies for unchanged keys).
-    fn rebalance_all(&mut self, now: Nanos) {
+    fn rebalance_all(&mut self, now: Nanos, lane: usize) {
         let rule = self.rule(now);
-        let (local, pool, max_keys) = (self.local, self.pool, self.cfg.max_keys);
-        let Some(held) = self.held.as_mut() else {
+        let (local, max_keys) = (self.local, self.cfg.max_keys);
+        let Some(l) = self.lanes.get_mut(lane) else {
+            return;
+        };
+        let pool = l.pool;
+        let Some(held) = l.held.as_mut() else {
             return;
         };
         let visit = held.visit;
@@ -672,10 +713,14 @@ impl OrbitNode {
 
     /// The rebalance rule for one key the node has state for, with `want`
     /// raised to at least `min_want` (a request's cost).
-    fn rebalance_key(&mut self, now: Nanos, key: &[u8], min_want: u64) {
+    fn rebalance_key(&mut self, now: Nanos, lane: usize, key: &[u8], min_want: u64) {
         let rule = self.rule(now);
-        let (pool, max_keys) = (self.pool, self.cfg.max_keys);
-        let (Some(held), Some(ks)) = (self.held.as_mut(), self.keys.get_mut(key)) else {
+        let max_keys = self.cfg.max_keys;
+        let Some(l) = self.lanes.get_mut(lane) else {
+            return;
+        };
+        let pool = l.pool;
+        let (Some(held), Some(ks)) = (l.held.as_mut(), self.keys.get_mut(key)) else {
             return;
         };
         let visit = held.visit;
@@ -759,6 +804,7 @@ impl Rule {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Verdict {
+    Invalid,
     Stale,
     Pending,
     Ineligible,

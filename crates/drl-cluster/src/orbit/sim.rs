@@ -121,8 +121,8 @@ enum Event {
         to: usize,
         from: usize,
         bytes: Vec<u8>,
-        /// Header (window, hop, base_hop), for the single-table check.
-        head: (u64, u32, u32),
+        /// Header (window, lane, hop, base_hop), for the single-table check.
+        head: (u64, u32, u32, u32),
     },
     Crash(usize),
     Restart(usize),
@@ -262,7 +262,7 @@ impl Sim {
                 // Unencodable tables are dropped by a transport: loss.
                 continue;
             };
-            let head = (o.msg.window, o.msg.hop, o.msg.base_hop);
+            let head = (o.msg.window, o.msg.lane, o.msg.hop, o.msg.base_hop);
             let copies = if self.rng.random_bool(self.cfg.faults.duplicate) {
                 2
             } else {
@@ -512,11 +512,12 @@ impl Sim {
         }
         // 2. At most one live table per window: held or kept aside by a
         //    node, or in flight to a node that would accept it.
-        let mut tables: BTreeMap<u64, std::collections::BTreeSet<(usize, u32)>> = BTreeMap::new();
+        type Lineages = BTreeMap<(u64, u32), std::collections::BTreeSet<(usize, u32)>>;
+        let mut tables: Lineages = BTreeMap::new();
         for (i, n) in self.nodes.iter().enumerate() {
             if let Some(n) = n {
-                for (w, hop) in n.live_tables() {
-                    tables.entry(w).or_default().insert((i, hop));
+                for (w, lane, hop) in n.live_tables() {
+                    tables.entry((w, lane)).or_default().insert((i, hop));
                 }
             }
         }
@@ -524,20 +525,20 @@ impl Sim {
             if let Event::Deliver {
                 to,
                 from,
-                head: (w, hop, base),
+                head: (w, lane, hop, base),
                 ..
             } = ev
                 && self.side[*from] == self.side[*to]
                 && let Some(n) = &self.nodes[*to]
-                && n.would_accept(*w, *hop, *base)
+                && n.would_accept(*w, *lane, *hop, *base)
             {
-                tables.entry(*w).or_default().insert((*to, *hop));
+                tables.entry((*w, *lane)).or_default().insert((*to, *hop));
             }
         }
-        for (w, t) in tables {
+        for ((w, lane), t) in tables {
             if t.len() > 1 {
                 return Err(self.violation(format!(
-                    "window {w}: {} live tables (node, hop): {t:?}",
+                    "window {w} lane {lane}: {} live tables (node, hop): {t:?}",
                     t.len()
                 )));
             }
@@ -570,6 +571,7 @@ pub fn random_config(seed: u64) -> SimConfig {
         .with_local_fraction(local);
     orbit.headroom_pct = [100, 200, 400][rng.random_range(0..3)];
     orbit.max_keys = [1usize, 2, 1 << 20][rng.random_range(0..3)];
+    orbit.lanes = [1u32, 2, 3][rng.random_range(0..3)];
     let weights = (0..nodes)
         .map(|_| [0u32, 1, 1, 5][rng.random_range(0..4)])
         .collect();

@@ -11,6 +11,8 @@ use super::config::NodeId;
 pub struct TableMsg {
     /// Window index the table belongs to.
     pub window: u64,
+    /// Lane (independent table lineage) of the window.
+    pub lane: u32,
     /// Hop number: 1 for the first forward of the window, +1 per forward.
     pub hop: u32,
     /// Node that forwarded it.
@@ -55,6 +57,7 @@ pub(crate) struct Entry {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Table {
     pub window: u64,
+    pub lane: u32,
     /// Hop of the message that brought it (0 at the origin).
     pub hop: u32,
     pub visits: Vec<u32>,
@@ -63,9 +66,10 @@ pub(crate) struct Table {
 
 impl Table {
     /// A fresh table at the origin.
-    pub fn fresh(window: u64, nodes: usize) -> Self {
+    pub fn fresh(window: u64, lane: u32, nodes: usize) -> Self {
         Self {
             window,
+            lane,
             hop: 0,
             visits: vec![0; nodes],
             entries: BTreeMap::new(),
@@ -88,6 +92,7 @@ impl Table {
             .collect();
         TableMsg {
             window: self.window,
+            lane: self.lane,
             hop,
             from,
             base_hop: base,

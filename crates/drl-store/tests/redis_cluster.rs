@@ -1,11 +1,13 @@
 //! RedisStore against a real 3-master Redis Cluster: multi-quota requests on
 //! keys spread over every node (hash tags keep one request in one slot),
 //! and decisions that carry on exactly through a slot migration (ASK while
-//! it runs, MOVED after).
+//! it runs, MOVED after) and through the failover of a killed master to its
+//! replica.
 
 mod common;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use common::RedisCluster;
 use drl_core::{Algorithm, Quota, State};
@@ -144,4 +146,82 @@ async fn cluster_multi_quota_and_slot_migration() {
     };
     let many = store.decide_many(&[c, c, c]).await;
     assert!(many.iter().all(|d| d.as_ref().unwrap().remaining == 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_failover_to_a_replica() {
+    let mut cluster = tokio::task::block_in_place(|| RedisCluster::start_with_replicas(3, 1));
+    let store = connect(&cluster).await;
+    let spec = LimitSpec::new(
+        "failover",
+        Algorithm::Gcra,
+        vec![Quota::new(10, 1_000_000_000_000).unwrap()],
+    );
+    let mut r = Reference::new(&spec);
+    let t0 = 1_763_000_000_000_000_000u64;
+    for i in 0..4 {
+        assert!(r.check(&store, "k", t0 + i, 1).await);
+    }
+    let slot = cluster.slot(&store.keys(&spec, "k")[0]);
+    let master = cluster.owner(slot);
+    // Replication is asynchronous: wait until the master's replica has the
+    // state, so that the failover must keep it.
+    let key0 = store.keys(&spec, "k")[0].clone();
+    let want: String = redis::cmd("GET")
+        .arg(&key0)
+        .query(&mut cluster.nodes[master].admin())
+        .unwrap();
+    let master_id = cluster.node_id(master);
+    tokio::task::block_in_place(|| {
+        common::wait_until(
+            Duration::from_secs(10),
+            "the replica to have the state",
+            || {
+                cluster.nodes.iter().any(|s| {
+                    let mut c = s.admin();
+                    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut c).unwrap();
+                    let me = nodes
+                        .lines()
+                        .find(|l| l.contains("myself"))
+                        .unwrap()
+                        .to_string();
+                    if !me.contains(&format!("slave {master_id}")) {
+                        return false;
+                    }
+                    let _: () = redis::cmd("READONLY").query(&mut c).unwrap();
+                    redis::cmd("GET")
+                        .arg(&key0)
+                        .query::<Option<String>>(&mut c)
+                        .unwrap()
+                        == Some(want.clone())
+                })
+            },
+        )
+    });
+    tokio::task::block_in_place(|| cluster.nodes[master].kill());
+    tokio::task::block_in_place(|| {
+        common::wait_until(Duration::from_secs(30), "the replica to take over", || {
+            cluster.owner_opt(slot).is_some()
+        })
+    });
+    assert_ne!(cluster.owner(slot), master);
+    // The client finds the new master (its first attempts may still fail).
+    let probe = Check {
+        spec: &spec,
+        key: "k",
+        cost: 0,
+        now: t0 + 5,
+    };
+    common::wait_until_async(
+        Duration::from_secs(10),
+        "decisions on the new master",
+        || async { store.decide(probe).await.is_ok() },
+    )
+    .await;
+    // The state survived the failover: 10 - 4 = 6 permits left, exactly.
+    let mut ok = 0;
+    for i in 0..8 {
+        ok += r.check(&store, "k", t0 + 10 + i, 1).await as u64;
+    }
+    assert_eq!(ok, 6);
 }

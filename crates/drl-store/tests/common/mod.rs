@@ -157,6 +157,11 @@ impl RedisServer {
         self.child.as_ref().expect("running").id()
     }
 
+    /// Is the process (still) running?
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// SIGKILL, and wait for the process to be gone.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -238,6 +243,12 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Starts `n` nodes and joins them with `redis-cli --cluster create`.
     pub fn start(n: usize) -> Self {
+        Self::start_with_replicas(n, 0)
+    }
+
+    /// `masters` masters with `replicas` replicas each.
+    pub fn start_with_replicas(masters: usize, replicas: usize) -> Self {
+        let n = masters * (1 + replicas);
         let mut nodes: Vec<RedisServer> = Vec::new();
         for _ in 0..n {
             let mut port = free_port(true);
@@ -263,7 +274,8 @@ impl RedisCluster {
             .collect();
         let mut args: Vec<&str> = vec!["--cluster", "create"];
         args.extend(addrs.iter().map(String::as_str));
-        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        let replicas = replicas.to_string();
+        args.extend(["--cluster-replicas", replicas.as_str(), "--cluster-yes"]);
         redis_cli(&args);
         let cluster = RedisCluster { nodes };
         cluster.wait_ok();
@@ -314,24 +326,39 @@ impl RedisCluster {
 
     /// Index of the node serving `slot`.
     pub fn owner(&self, slot: u16) -> usize {
+        if let Some(i) = self.owner_opt(slot) {
+            return i;
+        }
+        let views: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|s| s.is_running())
+            .map(|s| {
+                redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query(&mut s.admin())
+                    .unwrap_or_default()
+            })
+            .collect();
+        panic!("no node serves slot {slot}: {views:#?}");
+    }
+
+    /// The running master that claims `slot`, if any.
+    pub fn owner_opt(&self, slot: u16) -> Option<usize> {
         for (i, s) in self.nodes.iter().enumerate() {
-            let n: i64 = redis::cmd("CLUSTER")
-                .arg("COUNTKEYSINSLOT")
-                .arg(slot)
-                .query(&mut s.admin())
-                .unwrap_or(-1);
-            // Only the owner answers COUNTKEYSINSLOT without error for an
-            // owned slot; cross-check with CLUSTER NODES.
+            if !s.is_running() {
+                continue;
+            }
             let nodes: String = redis::cmd("CLUSTER")
                 .arg("NODES")
                 .query(&mut s.admin())
                 .unwrap();
             let me = nodes.lines().find(|l| l.contains("myself")).unwrap();
-            if serves(me, slot) && n >= 0 {
-                return i;
+            if me.contains("master") && serves(me, slot) {
+                return Some(i);
             }
         }
-        panic!("no node serves slot {slot}");
+        None
     }
 
     /// Moves `slot` (and its keys) from node `from` to node `to` the way

@@ -67,21 +67,19 @@ fn reproduce() {
     }
 }
 
-/// The scenario the service will run with real processes, on virtual time:
-/// 5 nodes, cap 3000 per 10 s, demand 2x the cap spread over all nodes; node
-/// 3 is killed at 25 s and comes back at 45 s, node 1 is cut off from the
-/// others from 32 s to 52 s. The invariant holds after every event, and
-/// the ring keeps most of the cap in use through the faults.
-#[test]
-fn kill_one_partition_one_mid_run() {
+/// Runs the kill-one/partition-one scenario with `lanes` lanes; returns
+/// the report.
+fn kill_and_partition(lanes: u32) -> drl_cluster::orbit::sim::SimReport {
     use drl_cluster::orbit::OrbitConfig;
     use drl_cluster::orbit::sim::{Faults, Sim, SimConfig};
     const MS: u64 = 1_000_000;
     const W: u64 = 10_000 * MS;
     let mut faults = Faults::none(MS);
     faults.detect_lag = (200 * MS, 500 * MS);
+    let mut orbit = OrbitConfig::new(3000, W, 100 * MS);
+    orbit.lanes = lanes;
     let cfg = SimConfig {
-        orbit: OrbitConfig::new(3000, W, 100 * MS),
+        orbit,
         nodes: 5,
         keys: 1,
         duration: 8 * W - 1,
@@ -94,13 +92,32 @@ fn kill_one_partition_one_mid_run() {
     let mut sim = Sim::new(cfg, 11).expect("valid");
     sim.schedule_crash(25_000 * MS, 3, 20_000 * MS);
     sim.schedule_partition(32_000 * MS, vec![0, 1, 0, 0, 0], 20_000 * MS);
-    let report = sim.run().unwrap_or_else(|v| panic!("{v}"));
+    sim.run().unwrap_or_else(|v| panic!("lanes {lanes}: {v}"))
+}
+
+fn per_window(report: &drl_cluster::orbit::sim::SimReport) -> Vec<f64> {
+    (1..8)
+        .map(|w| report.admitted.get(&(0, w)).copied().unwrap_or(0) as f64 / 3000.0)
+        .collect()
+}
+
+/// The scenario the service will run with real processes, on virtual time:
+/// 5 nodes, cap 3000 per 10 s, demand 2x the cap spread over all nodes; node
+/// 3 is killed at 25 s and comes back at 45 s, node 1 is cut off from the
+/// others from 32 s to 52 s. The invariant holds after every event, and
+/// the ring keeps most of the cap in use through the faults.
+#[test]
+fn kill_one_partition_one_mid_run() {
+    for lanes in [1, 3] {
+        let u = per_window(&kill_and_partition(lanes));
+        println!("lanes {lanes}: utilization per window 1..7: {u:.3?}");
+        assert!(u.iter().all(|x| *x <= 1.0));
+    }
+    let report = kill_and_partition(2);
     assert_eq!(report.crashes, 1);
     assert_eq!(report.partitions, 1);
-    let util: Vec<f64> = (1..8)
-        .map(|w| report.admitted.get(&(0, w)).copied().unwrap_or(0) as f64 / 3000.0)
-        .collect();
-    println!("utilization per window with a crash and a partition: {util:.3?}");
+    let util = per_window(&report);
+    println!("lanes 2 (default): utilization per window 1..7: {util:.3?}");
     for (i, u) in util.iter().enumerate() {
         let w = i + 1;
         assert!(*u <= 1.0, "window {w}: over the cap");

@@ -400,21 +400,174 @@ impl<S: Store> Store for Resilient<S> {
 
     fn retain(&self, specs: &[LimitSpec]) {
         self.inner.retain(specs);
-        self.local.retain(
-            &specs
-                .iter()
-                .flat_map(|s| {
-                    self.local_specs
-                        .read()
-                        .iter()
-                        .filter(|((orig, _), _)| orig == s)
-                        .map(|(_, l)| (**l).clone())
-                        .collect::<Vec<_>>()
-                })
-                .collect::<Vec<_>>(),
+        let mut local_specs = self.local_specs.write();
+        local_specs.retain(|(orig, _), _| specs.contains(orig));
+        let kept: Vec<LimitSpec> = local_specs.values().map(|l| (**l).clone()).collect();
+        self.local.retain(&kept);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+
+    use drl_core::Algorithm;
+
+    use super::*;
+
+    /// 0: answers like a memory store; 1: errs; 2: never answers; 3: invalid.
+    #[derive(Default)]
+    struct Fake {
+        mode: AtomicU8,
+        calls: AtomicU32,
+        mem: MemoryStore,
+    }
+
+    #[async_trait]
+    impl Store for Fake {
+        async fn decide(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            match self.mode.load(Ordering::SeqCst) {
+                0 => Ok(self.mem.decide_now(check)),
+                1 => Err(StoreError::Backend("down".into())),
+                2 => std::future::pending().await,
+                _ => Err(StoreError::Invalid("bad".into())),
+            }
+        }
+    }
+
+    fn store(on: OnStoreError, n: u64) -> Resilient<Fake> {
+        Resilient::new(
+            Fake::default(),
+            ResilienceConfig {
+                default_policy: FailurePolicy {
+                    timeout_ms: 20,
+                    on_store_error: on,
+                    local_divisor: n,
+                },
+                breaker: BreakerConfig {
+                    failure_threshold: 2,
+                    open_ms: 50,
+                    max_in_flight: 8,
+                },
+                ..ResilienceConfig::default()
+            },
+        )
+    }
+
+    fn spec() -> LimitSpec {
+        LimitSpec::new(
+            "l",
+            Algorithm::Gcra,
+            vec![Quota::new(10, 3_600_000_000_000).unwrap()],
+        )
+    }
+
+    async fn admitted(s: &Resilient<Fake>, spec: &LimitSpec, key: &str, n: u64) -> u64 {
+        let mut ok = 0;
+        for i in 0..n {
+            let c = Check {
+                spec,
+                key,
+                cost: 1,
+                now: i,
+            };
+            ok += s.decide(c).await.unwrap().allowed as u64;
+        }
+        ok
+    }
+
+    #[tokio::test]
+    async fn breaker_opens_fails_fast_then_probes_and_closes() {
+        let s = store(OnStoreError::Deny, 1);
+        let spec = spec();
+        s.inner.mode.store(1, Ordering::SeqCst);
+        assert_eq!(admitted(&s, &spec, "k", 2).await, 0);
+        assert_eq!(s.breaker_state(), BreakerState::Open);
+        let before = s.inner.calls.load(Ordering::SeqCst);
+        assert_eq!(admitted(&s, &spec, "k", 100).await, 0);
+        assert_eq!(
+            s.inner.calls.load(Ordering::SeqCst),
+            before,
+            "open: store untouched"
         );
-        self.local_specs
-            .write()
-            .retain(|(orig, _), _| specs.contains(orig));
+        s.inner.mode.store(0, Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while s.breaker_state() != BreakerState::Closed {
+            assert!(Instant::now() < deadline, "breaker never closed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let _ = admitted(&s, &spec, "probe", 1).await;
+        }
+        assert_eq!(admitted(&s, &spec, "fresh", 12).await, 10);
+    }
+
+    #[tokio::test]
+    async fn failed_probe_reopens() {
+        let s = store(OnStoreError::Allow, 1);
+        let spec = spec();
+        s.inner.mode.store(1, Ordering::SeqCst);
+        assert_eq!(admitted(&s, &spec, "k", 2).await, 2, "allow policy admits");
+        assert_eq!(s.breaker_state(), BreakerState::Open);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let before = s.inner.calls.load(Ordering::SeqCst);
+        admitted(&s, &spec, "k", 5).await;
+        assert_eq!(
+            s.inner.calls.load(Ordering::SeqCst),
+            before + 1,
+            "exactly one probe"
+        );
+        assert_eq!(s.breaker_state(), BreakerState::Open);
+    }
+
+    #[tokio::test]
+    async fn hanging_store_times_out_and_local_enforces_quota_over_n() {
+        let s = store(OnStoreError::Local, 3);
+        let spec = spec();
+        s.inner.mode.store(2, Ordering::SeqCst);
+        let t = Instant::now();
+        let ok = admitted(&s, &spec, "k", 12).await;
+        assert_eq!(ok, 3, "10/h over 3 nodes: 3 locally");
+        assert!(
+            t.elapsed() < Duration::from_millis(2 * 20 + 500),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(Resilient::<Fake>::local_spec(&spec, 3).quotas[0].limit(), 3);
+        assert_eq!(
+            Resilient::<Fake>::local_spec(&spec, 100).quotas[0].limit(),
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn invalid_requests_are_errors_not_failures() {
+        let s = store(OnStoreError::Allow, 1);
+        let spec = spec();
+        s.inner.mode.store(3, Ordering::SeqCst);
+        for i in 0..5 {
+            let c = Check {
+                spec: &spec,
+                key: "k",
+                cost: 1,
+                now: i,
+            };
+            assert!(matches!(s.decide(c).await, Err(StoreError::Invalid(_))));
+        }
+        assert_eq!(s.breaker_state(), BreakerState::Closed);
+    }
+
+    #[tokio::test]
+    async fn retain_drops_local_state_of_removed_limits() {
+        let s = store(OnStoreError::Local, 1);
+        let (a, b) = (
+            spec(),
+            LimitSpec::new("b", Algorithm::Gcra, vec![Quota::new(1, 1_000).unwrap()]),
+        );
+        s.inner.mode.store(1, Ordering::SeqCst);
+        assert_eq!(admitted(&s, &a, "k", 12).await, 10);
+        admitted(&s, &b, "k", 1).await;
+        s.retain(std::slice::from_ref(&b));
+        assert_eq!(s.local_specs.read().len(), 1);
+        assert_eq!(admitted(&s, &a, "k", 12).await, 10, "a starts fresh");
     }
 }

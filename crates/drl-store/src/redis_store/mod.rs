@@ -15,7 +15,7 @@ pub(crate) mod script;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use drl_core::{Decision, Nanos};
+use drl_core::Decision;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
@@ -296,16 +296,13 @@ impl RedisStore {
         script::keys(&self.config.key_prefix, spec, key)
     }
 
-    fn now_arg(&self, check: &Check<'_>) -> Option<Nanos> {
-        match self.config.time {
+    fn command(&self, name: &str, first: &str, check: &Check<'_>, time: TimeSource) -> Cmd {
+        let keys = self.keys(check.spec, check.key);
+        let now = match time {
             TimeSource::Redis => None,
             TimeSource::Caller => Some(check.now),
-        }
-    }
-
-    fn command(&self, name: &str, first: &str, check: &Check<'_>) -> Cmd {
-        let keys = self.keys(check.spec, check.key);
-        let (now, grace) = (self.now_arg(check), self.config.expiry_grace_ms);
+        };
+        let grace = self.config.expiry_grace_ms;
         let args = if self.is_fast(check.spec) {
             script::fast_args(check.spec, now, check.cost, grace)
         } else {
@@ -335,22 +332,25 @@ impl RedisStore {
         check: Check<'_>,
         time: TimeSource,
     ) -> Result<Decision, StoreError> {
-        if time == self.config.time {
-            return self.decide(check).await;
-        }
-        let mut other = self.clone();
-        other.config.time = time;
-        other.decide(check).await
+        validate(&check)?;
+        let v = self
+            .eval(&check, time)
+            .await
+            .map_err(|e| self.with_timeout(e))?;
+        Self::finish(&check, &v)
     }
 
-    async fn eval(&self, check: &Check<'_>) -> Result<Value, StoreError> {
+    async fn eval(&self, check: &Check<'_>, time: TimeSource) -> Result<Value, StoreError> {
         let (source, sha) = self.script_for(check.spec);
-        let v = self.conn.query(&self.command("EVALSHA", sha, check)).await;
+        let v = self
+            .conn
+            .query(&self.command("EVALSHA", sha, check, time))
+            .await;
         match v {
             Err(e) if is_noscript(&e) => {
                 metrics::counter!("drl_store_redis_noscript_total").increment(1);
                 self.conn
-                    .query(&self.command("EVAL", source, check))
+                    .query(&self.command("EVAL", source, check, time))
                     .await
                     .map_err(backend)
             }
@@ -372,9 +372,7 @@ fn validate(check: &Check<'_>) -> Result<(), StoreError> {
 #[async_trait]
 impl Store for RedisStore {
     async fn decide(&self, check: Check<'_>) -> Result<Decision, StoreError> {
-        validate(&check)?;
-        let v = self.eval(&check).await.map_err(|e| self.with_timeout(e))?;
-        Self::finish(&check, &v)
+        self.decide_with(check, self.config.time).await
     }
 
     async fn decide_many(&self, checks: &[Check<'_>]) -> Vec<Result<Decision, StoreError>> {
@@ -385,34 +383,39 @@ impl Store for RedisStore {
         };
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        let mut valid = Vec::with_capacity(checks.len());
+        let mut out: Vec<Option<Result<Decision, StoreError>>> = Vec::with_capacity(checks.len());
         for c in checks {
-            if validate(c).is_ok() {
-                pipe.add_command(self.command("EVALSHA", self.script_for(c.spec).1, c));
-                valid.push(true);
-            } else {
-                valid.push(false);
+            match validate(c) {
+                Ok(()) => {
+                    let sha = self.script_for(c.spec).1;
+                    pipe.add_command(self.command("EVALSHA", sha, c, self.config.time));
+                    out.push(None);
+                }
+                Err(e) => out.push(Some(Err(e))),
             }
         }
-        let replies: Vec<redis::RedisResult<Value>> = if pipe.is_empty() {
-            Vec::new()
-        } else {
+        if pipe.is_empty() {
+            return out.into_iter().flatten().collect();
+        }
+        let replies: Vec<redis::RedisResult<Value>> =
             match pipe.query_async(&mut conn.clone()).await {
                 Ok(r) => r,
                 Err(e) => {
                     let e = self.with_timeout(backend(e));
-                    return checks.iter().map(|_| Err(e.clone())).collect();
+                    return out
+                        .into_iter()
+                        .map(|o| o.unwrap_or_else(|| Err(e.clone())))
+                        .collect();
                 }
-            }
-        };
+            };
         let mut replies = replies.into_iter();
-        let mut out = Vec::with_capacity(checks.len());
-        for (c, ok) in checks.iter().zip(valid) {
-            if !ok {
-                out.push(validate(c).map(|_| unreachable_decision()));
+        let mut done = Vec::with_capacity(checks.len());
+        for (c, o) in checks.iter().zip(out) {
+            if let Some(invalid) = o {
+                done.push(invalid);
                 continue;
             }
-            let r = match replies.next() {
+            done.push(match replies.next() {
                 Some(Ok(v)) => Self::finish(c, &v),
                 // Not executed on a server that lost the script: run it now.
                 Some(Err(e)) if is_noscript(&e) => self.decide(*c).await,
@@ -420,22 +423,8 @@ impl Store for RedisStore {
                 None => Err(StoreError::Backend(
                     "pipeline answered too few replies".into(),
                 )),
-            };
-            out.push(r);
+            });
         }
-        out
-    }
-}
-
-/// Never produced: `validate` failed, so the `map` above never runs.
-fn unreachable_decision() -> Decision {
-    Decision {
-        allowed: false,
-        remaining: 0,
-        limit: 0,
-        retry_after: None,
-        reset_after: 0,
-        delay: 0,
-        reason: None,
+        done
     }
 }

@@ -291,3 +291,98 @@ fn deltas_carry_only_keys_that_changed() {
     );
     assert!(n.iter().all(|x| x.stats().dropped_no_base == 0));
 }
+
+mod hostile {
+    //! Arbitrary, forged and out-of-order inputs never panic the node.
+
+    use super::*;
+    use drl_cluster::orbit::TableMsg;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Admit { key: u8, cost: u64, dt: u64 },
+        Msg { from: u32, msg: TableMsg, dt: u64 },
+        Tick { dt: u64 },
+        Down(u32),
+        Up(u32),
+        Restarted(u32),
+    }
+
+    fn msg() -> impl Strategy<Value = TableMsg> {
+        (
+            0u64..4,
+            0u32..4,
+            0u32..12,
+            0u32..12,
+            0u32..4,
+            prop_oneof![Just(135u64), Just(270u64), 0u64..400],
+            prop::collection::vec(0u32..12, 0..5),
+            prop::collection::btree_map(0u8..6, (0u64..400, 0u32..14), 0..6),
+        )
+            .prop_map(
+                |(window, lane, hop, base_hop, from, pool, visits, entries)| TableMsg {
+                    window,
+                    lane,
+                    hop,
+                    from,
+                    base_hop,
+                    pool,
+                    visits,
+                    entries: entries
+                        .into_iter()
+                        .map(|(k, (f, m))| (vec![b'k', k], f, m))
+                        .collect(),
+                },
+            )
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u8..6, 0u64..400, 0u64..20 * MS).prop_map(|(key, cost, dt)| Op::Admit {
+                key,
+                cost,
+                dt
+            }),
+            (0u32..4, msg(), 0u64..20 * MS).prop_map(|(from, msg, dt)| Op::Msg { from, msg, dt }),
+            (0u64..200 * MS).prop_map(|dt| Op::Tick { dt }),
+            (0u32..4).prop_map(Op::Down),
+            (0u32..4).prop_map(Op::Up),
+            (0u32..4).prop_map(Op::Restarted),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn arbitrary_inputs_never_panic(ops in prop::collection::vec(op(), 0..120)) {
+            let mut node = OrbitNode::new(cfg(300), 1, vec![0, 1, 2], 0).unwrap();
+            let mut now = 0u64;
+            for op in ops {
+                match op {
+                    Op::Admit { key, cost, dt } => {
+                        now += dt;
+                        if let Admit::Allowed { remaining } = node.admit(now, &[b'k', key], cost) {
+                            prop_assert!(remaining <= 300);
+                        }
+                    }
+                    Op::Msg { from, msg, dt } => {
+                        now += dt;
+                        for o in node.on_message(now, from, msg) {
+                            prop_assert!(o.to != 1, "sent to itself");
+                        }
+                    }
+                    Op::Tick { dt } => {
+                        now += dt;
+                        node.on_tick(now);
+                        prop_assert!(node.next_deadline() > now);
+                    }
+                    Op::Down(p) => node.on_peer_down(p),
+                    Op::Up(p) => node.on_peer_up(p),
+                    Op::Restarted(p) => node.on_peer_restarted(p),
+                }
+            }
+        }
+    }
+}

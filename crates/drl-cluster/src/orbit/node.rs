@@ -312,22 +312,17 @@ impl OrbitNode {
                 retry_after: None,
             };
         }
-        if !self.keys.contains_key(key) {
-            if self.keys.len() >= self.cfg.max_keys {
-                return Admit::Denied {
-                    reason: DenyReason::TooManyKeys,
-                    retry_after: Some(to_next_window),
-                };
-            }
-            self.keys.insert(
-                key.to_vec(),
-                KeyState {
-                    holding: self.local,
-                    ..KeyState::default()
-                },
-            );
+        if !self.keys.contains_key(key) && self.keys.len() >= self.cfg.max_keys {
+            return Admit::Denied {
+                reason: DenyReason::TooManyKeys,
+                retry_after: Some(to_next_window),
+            };
         }
-        let ks = self.keys.get_mut(key).expect("inserted above");
+        let local = self.local;
+        let ks = self.keys.entry(key.to_vec()).or_insert(KeyState {
+            holding: local,
+            ..KeyState::default()
+        });
         ks.demand = ks.demand.saturating_add(cost);
         for lane in 0..self.lanes.len() {
             let short = self.keys.get(key).is_some_and(|ks| cost > ks.holding);
@@ -335,18 +330,19 @@ impl OrbitNode {
                 self.rebalance_key(now, lane, key, cost);
             }
         }
-        let ks = self.keys.get_mut(key).expect("inserted above");
-        if cost <= ks.holding {
-            ks.holding -= cost;
-            ks.admitted += cost;
-            Admit::Allowed {
-                remaining: ks.holding,
+        let lap = self.lap();
+        match self.keys.get_mut(key) {
+            Some(ks) if cost <= ks.holding => {
+                ks.holding -= cost;
+                ks.admitted += cost;
+                Admit::Allowed {
+                    remaining: ks.holding,
+                }
             }
-        } else {
-            Admit::Denied {
+            _ => Admit::Denied {
                 reason: DenyReason::Exhausted,
-                retry_after: Some(self.lap().min(to_next_window).max(1)),
-            }
+                retry_after: Some(lap.min(to_next_window).max(1)),
+            },
         }
     }
 

@@ -99,6 +99,7 @@ fn differential_on(
 
 fn quota() -> impl Strategy<Value = Quota> {
     let window = prop_oneof![
+        (1u64..100_000).prop_map(|s| s * 1_000_000_000),
         1u64..2_000,
         1_000_000u64..10_000_000_000,
         1_000_000_000_000u64..100_000_000_000_000_000,
@@ -134,6 +135,13 @@ fn trace(q: Quota) -> impl Strategy<Value = Vec<(u64, u64)>> {
             2 => 0i128..=(w as i128).saturating_mul(2).max(1),
             1 => -(t as i128).saturating_mul(2).max(1)..0i128,
             1 => any::<u64>().prop_map(|x| x as i128 >> 2),
+            // Exact boundaries: one interval, one window, one window less 1 ns.
+            2 => prop_oneof![
+                Just(t as i128),
+                Just(w as i128),
+                Just(w as i128 - 1),
+                Just(w as i128 / 2)
+            ],
         ],
         prop_oneof![6 => Just(1u64), 2 => 0u64..=cap.saturating_add(2), 1 => any::<u64>()],
     );
@@ -188,15 +196,24 @@ differential_test!(differential_sliding_window, Algorithm::SlidingWindow);
 /// Small, dense traces at today's timestamps: many admissions and denials
 /// per case (the random quotas above are often too large to ever deny).
 fn dense(algorithm: Algorithm) -> impl Strategy<Value = (LimitSpec, Vec<(u64, u64)>)> {
-    let q = (1u64..6, 1u64..5, 1u64..8)
-        .prop_map(|(l, b, w)| Quota::with_burst(l, w * 1_000_000_007, b).unwrap());
+    // Windows of whole seconds (the fast window script) and not (general).
+    let q = (1u64..6, 1u64..5, 1u64..8, any::<bool>()).prop_map(|(l, b, w, whole)| {
+        let unit = if whole { 1_000_000_000 } else { 1_000_000_007 };
+        Quota::with_burst(l, w * unit, b).unwrap()
+    });
     (
         prop::collection::vec(q, 1..=2),
         1_760_000_000_000_000_000u64..1_770_000_000_000_000_000,
     )
         .prop_flat_map(move |(quotas, start)| {
+            let (w, t) = (quotas[0].window(), quotas[0].emission_interval());
             let spec = LimitSpec::new(unique("dense"), algorithm, quotas);
-            let steps = prop::collection::vec((0u64..400_000_000, 0u64..4), 5..60);
+            // Random steps, and exact boundaries (a window, an interval).
+            let dt = prop_oneof![
+                6 => 0u64..400_000_000,
+                1 => prop_oneof![Just(w), Just(w - 1), Just(t), Just(0)],
+            ];
+            let steps = prop::collection::vec((dt, 0u64..4), 5..60);
             (
                 Just(spec),
                 steps.prop_map(move |s| {
@@ -388,7 +405,8 @@ fn noscript_after_script_flush_is_recovered() {
             .unwrap()
             .get_connection()
             .unwrap();
-        let s = spec(Algorithm::FixedWindow, &["2/s"]);
+        // 1500 ms is not whole seconds: the general script.
+        let s = spec(Algorithm::FixedWindow, &["2/1500ms"]);
         let fast = spec(Algorithm::TokenBucket, &["2/s"]);
         assert!(decide(&env.store, &s, "k", 10, 1).await.allowed);
         assert!(decide(&env.store, &fast, "k", 10, 1).await.allowed);
@@ -509,4 +527,36 @@ fn config_is_validated_and_deserializes_from_yaml() {
     assert!(bad.validate().is_err());
     assert!(serde_norway::from_str::<RedisConfig>("urls: x\n").is_err());
     let _ = MultiLimiter::uniform(Algorithm::Gcra, &[Quota::new(1, 1).unwrap()]);
+}
+
+#[test]
+fn window_boundaries_are_exact() {
+    // Entries expire exactly `window` after they were logged; windows roll
+    // over exactly at multiples of `window`. Both scripts, every algorithm.
+    for alg in Algorithm::ALL {
+        for window in [1_000_000_000u64, 3_000_000_000, 1_000_000_007] {
+            let spec = LimitSpec::new(
+                unique("edge"),
+                alg,
+                vec![Quota::with_burst(2, window, 2).unwrap()],
+            );
+            let t = 1_763_000_000_000_000_000u64 / window * window;
+            let mut trace = Vec::new();
+            for base in [t, t + 1, t + window / 2] {
+                let b = base + 10 * window;
+                trace.extend([
+                    (b, 1),
+                    (b, 1),
+                    (b + window - 1, 1),
+                    (b + window, 1),
+                    (b + window, 1),
+                    (b + 2 * window - 1, 1),
+                    (b + 2 * window, 2),
+                    (b + 3 * window, 0),
+                ]);
+            }
+            trace.sort();
+            differential(&spec, &trace).unwrap();
+        }
+    }
 }

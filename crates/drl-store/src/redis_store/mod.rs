@@ -140,8 +140,8 @@ impl Conn {
 #[derive(Clone)]
 pub struct RedisStore {
     conn: Conn,
-    sha: String,
-    sha_fast: String,
+    /// SHA1s of [`script::SCRIPTS`].
+    shas: [String; 3],
     config: RedisConfig,
 }
 
@@ -149,7 +149,7 @@ impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
             .field("config", &self.config)
-            .field("sha", &self.sha)
+            .field("shas", &self.shas)
             .finish_non_exhaustive()
     }
 }
@@ -206,14 +206,10 @@ impl RedisStore {
                 .map_err(backend)?;
             Conn::Cluster(conn)
         };
-        let sha = redis::Script::new(script::SOURCE).get_hash().to_string();
-        let sha_fast = redis::Script::new(script::FAST_BUCKET)
-            .get_hash()
-            .to_string();
+        let shas = script::SCRIPTS.map(|s| redis::Script::new(s).get_hash().to_string());
         Ok(RedisStore {
             conn,
-            sha,
-            sha_fast,
+            shas,
             config: config.clone(),
         })
     }
@@ -226,25 +222,22 @@ impl RedisStore {
     /// The SHA1 of the general decision script (what `EVALSHA` is called
     /// with for windowed algorithms and very large quotas).
     pub fn script_sha(&self) -> &str {
-        &self.sha
+        &self.shas[script::Kind::General as usize]
     }
 
     /// Which script decides `spec`: `(source, sha1)`.
-    fn is_fast(&self, spec: &LimitSpec) -> bool {
-        self.config.fast_path && script::fast_path(spec)
-    }
-
-    fn script_for(&self, spec: &LimitSpec) -> (&'static str, &str) {
-        if self.is_fast(spec) {
-            (script::FAST_BUCKET, &self.sha_fast)
+    fn kind(&self, spec: &LimitSpec) -> script::Kind {
+        if self.config.fast_path {
+            script::kind(spec)
         } else {
-            (script::SOURCE, &self.sha)
+            script::Kind::General
         }
     }
 
-    /// The decision script's source (for `SCRIPT LOAD` by tools).
-    pub fn script_source() -> &'static str {
-        script::SOURCE
+    /// Which script decides `spec`: `(source, sha1)`.
+    fn script_for(&self, spec: &LimitSpec) -> (&'static str, &str) {
+        let k = self.kind(spec) as usize;
+        (script::SCRIPTS[k], &self.shas[k])
     }
 
     /// `PING`: is Redis answering?
@@ -259,7 +252,7 @@ impl RedisStore {
     /// Loads the decision script (`SCRIPT LOAD`; on a cluster, on every
     /// primary). Optional: a missing script is loaded on first use.
     pub async fn load_script(&self) -> Result<(), StoreError> {
-        for source in [script::SOURCE, script::FAST_BUCKET] {
+        for source in script::SCRIPTS {
             self.load_one(source).await?;
         }
         Ok(())
@@ -303,10 +296,12 @@ impl RedisStore {
             TimeSource::Caller => Some(check.now),
         };
         let grace = self.config.expiry_grace_ms;
-        let args = if self.is_fast(check.spec) {
-            script::fast_args(check.spec, now, check.cost, grace)
-        } else {
-            script::args(check.spec, now, check.cost, grace)
+        let args = match self.kind(check.spec) {
+            script::Kind::FastBucket => script::fast_args(check.spec, now, check.cost, grace),
+            script::Kind::FastWindow => {
+                script::fast_window_args(check.spec, now, check.cost, grace)
+            }
+            script::Kind::General => script::args(check.spec, now, check.cost, grace),
         };
         let mut cmd = redis::cmd(name);
         cmd.arg(first).arg(keys.len()).arg(keys).arg(args);

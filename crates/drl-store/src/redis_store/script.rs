@@ -27,16 +27,54 @@ pub(crate) const SOURCE: &str = concat!(
 );
 
 /// The fast path for the bucket algorithms (`lua/fast_bucket.lua`): same
-/// arguments, states and reply as [`SOURCE`].
+/// keys, states and reply as [`SOURCE`].
 pub(crate) const FAST_BUCKET: &str = include_str!("../../lua/fast_bucket.lua");
 
-/// Can [`FAST_BUCKET`] decide `spec`? Token bucket, leaky meter, GCRA and the
-/// shaper with every capacity `burst * T` below 2^53 ns (~104 days).
-pub(crate) fn fast_path(spec: &LimitSpec) -> bool {
-    matches!(
-        spec.algorithm,
-        Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra | Algorithm::LeakyQueue
-    ) && spec.quotas.iter().all(|q| q.capacity_ns() < (1u64 << 53))
+/// The fast path for the window algorithms (`lua/fast_window.lua`).
+pub(crate) const FAST_WINDOW: &str = include_str!("../../lua/fast_window.lua");
+
+const TWO_53: u128 = 1 << 53;
+
+/// Which script decides a spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// [`SOURCE`]: exact integers, everything.
+    General = 0,
+    /// [`FAST_BUCKET`].
+    FastBucket = 1,
+    /// [`FAST_WINDOW`].
+    FastWindow = 2,
+}
+
+/// The scripts, indexed by [`Kind`].
+pub(crate) const SCRIPTS: [&str; 3] = [SOURCE, FAST_BUCKET, FAST_WINDOW];
+
+/// The fastest script that decides `spec` exactly (see the conditions at
+/// the top of each fast script).
+pub(crate) fn kind(spec: &LimitSpec) -> Kind {
+    let qs = &spec.quotas;
+    let small = |q: &drl_core::Quota| (q.window() as u128) < TWO_53 && (q.limit() as u128) < TWO_53;
+    let seconds = |q: &drl_core::Quota| q.window() % 1_000_000_000 == 0;
+    match spec.algorithm {
+        Algorithm::TokenBucket
+        | Algorithm::LeakyBucket
+        | Algorithm::Gcra
+        | Algorithm::LeakyQueue
+            if qs.iter().all(|q| (q.capacity_ns() as u128) < TWO_53) =>
+        {
+            Kind::FastBucket
+        }
+        Algorithm::FixedWindow if qs.iter().all(|q| small(q) && seconds(q)) => Kind::FastWindow,
+        Algorithm::SlidingWindow
+            if qs.iter().all(|q| {
+                small(q) && seconds(q) && 3 * q.limit() as u128 * (q.window() as u128) < TWO_53
+            }) =>
+        {
+            Kind::FastWindow
+        }
+        Algorithm::SlidingLog if qs.iter().all(small) => Kind::FastWindow,
+        _ => Kind::General,
+    }
 }
 
 /// The Redis keys of `key` under `spec`, one per quota.
@@ -112,6 +150,27 @@ pub(crate) fn fast_args(
             // cost <= burst, so cost * T <= burst * T < 2^53.
             out.push((cost * q.emission_interval()).to_string());
         }
+    }
+    out
+}
+
+/// ARGV of [`FAST_WINDOW`]: now, algorithm, cost, grace, then per quota
+/// limit, window and need ("x" when cost > limit).
+pub(crate) fn fast_window_args(
+    spec: &LimitSpec,
+    now: Option<Nanos>,
+    cost: u64,
+    grace_ms: u64,
+) -> Vec<String> {
+    let mut out = Vec::with_capacity(4 + 3 * spec.quotas.len());
+    out.push(now.map_or_else(|| "t".to_string(), |n| n.to_string()));
+    out.push(spec.algorithm.name().to_string());
+    out.push(cost.to_string());
+    out.push(grace_ms.to_string());
+    for q in &spec.quotas {
+        out.push(q.limit().to_string());
+        out.push(q.window().to_string());
+        out.push(if cost > q.limit() { "x" } else { "1" }.to_string());
     }
     out
 }

@@ -51,6 +51,12 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         http_addr.is_some() || grpc_addr.is_some(),
         "nothing to serve: no HTTP or gRPC listener configured"
     );
+    // Register signal handlers before announcing the listeners, so that a
+    // signal sent right after start is handled, not fatal.
+    let shutdown = shutdown_signal()?;
+    #[cfg(unix)]
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("cannot listen for SIGHUP")?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
     let mut bound = Vec::new();
@@ -113,12 +119,17 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             }
         });
     }
-    spawn_reloaders(&engine, &opts)?;
+    spawn_reloaders(
+        &engine,
+        &opts,
+        #[cfg(unix)]
+        hup,
+    )?;
 
     let grace = Duration::from_millis(cfg.server.shutdown_grace_ms);
     let signal_engine = engine.clone();
     tokio::select! {
-        () = shutdown_signal() => {
+        () = shutdown => {
             tracing::info!("shutdown requested: draining in-flight requests");
             signal_engine.set_draining();
             let _ = stop_tx.send(true);
@@ -150,25 +161,27 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
+/// A future that resolves on SIGTERM or SIGINT; the handlers are
+/// registered when this returns.
 #[cfg(unix)]
-async fn shutdown_signal() {
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        std::future::pending::<()>().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }
 
+/// A future that resolves on Ctrl-C.
 #[cfg(not(unix))]
-async fn shutdown_signal() {
-    let _ = tokio::signal::ctrl_c().await;
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }
 
 fn reload(engine: &Engine, why: &str) {
@@ -196,15 +209,14 @@ fn reload(engine: &Engine, why: &str) {
     }
 }
 
-fn spawn_reloaders(engine: &Arc<Engine>, opts: &ServeOptions) -> anyhow::Result<()> {
-    let Some(path) = opts.config.clone() else {
-        return Ok(());
-    };
+fn spawn_reloaders(
+    engine: &Arc<Engine>,
+    opts: &ServeOptions,
+    #[cfg(unix)] mut hup: tokio::signal::unix::Signal,
+) -> anyhow::Result<()> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<&'static str>(16);
     #[cfg(unix)]
     {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
         let tx = tx.clone();
         tokio::spawn(async move {
             while hup.recv().await.is_some() {
@@ -214,8 +226,8 @@ fn spawn_reloaders(engine: &Arc<Engine>, opts: &ServeOptions) -> anyhow::Result<
             }
         });
     }
-    if opts.watch {
-        let watcher = watch_file(&path, tx.clone())?;
+    if let (true, Some(path)) = (opts.watch, opts.config.as_ref()) {
+        let watcher = watch_file(path, tx.clone())?;
         // The watcher lives as long as the process.
         std::mem::forget(watcher);
     }

@@ -72,7 +72,7 @@ struct RawRateLimit {
     #[serde(default)]
     replaces: Vec<Replace>,
     #[serde(default)]
-    unit: Option<String>,
+    unit: Option<Unit>,
     #[serde(default)]
     requests_per_unit: Option<u32>,
     #[serde(default)]
@@ -159,6 +159,26 @@ impl Unit {
     }
 }
 
+impl<'de> Deserialize<'de> for Unit {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Unit;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a unit: second, minute, hour, day, week, month or year")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Unit, E> {
+                Unit::parse(v).ok_or_else(|| {
+                    E::custom(format!(
+                        "invalid rate limit unit {v:?} (second, minute, hour, day, week, month, year)"
+                    ))
+                })
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 /// A descriptor's rate limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EnvoyLimitKind {
@@ -196,12 +216,9 @@ impl TryFrom<RawRateLimit> for EnvoyRateLimit {
             }
             EnvoyLimitKind::Unlimited
         } else {
-            let unit_text = r
+            let unit = r
                 .unit
                 .ok_or("rate_limit needs a unit (second, minute, hour, day, week, month, year)")?;
-            let unit = Unit::parse(&unit_text).ok_or_else(|| {
-                format!("invalid rate limit unit {unit_text:?} (second, minute, hour, day, week, month, year)")
-            })?;
             let requests_per_unit = r
                 .requests_per_unit
                 .ok_or("rate_limit needs requests_per_unit")?;

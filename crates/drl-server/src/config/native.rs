@@ -214,25 +214,46 @@ pub struct QuotaEntry(pub Quota);
 
 impl<'de> Deserialize<'de> for QuotaEntry {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Text(String),
-            Full { quota: String, burst: Option<u64> },
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = QuotaEntry;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a quota such as 100/s, or {quota: 100/s, burst: 20}")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<QuotaEntry, E> {
+                Quota::parse(v).map(QuotaEntry).map_err(E::custom)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<QuotaEntry, A::Error> {
+                let mut quota: Option<QuotaEntry> = None;
+                let mut burst: Option<u64> = None;
+                while let Some(k) = m.next_key::<String>()? {
+                    match k.as_str() {
+                        "quota" => quota = Some(m.next_value()?),
+                        "burst" => burst = Some(m.next_value()?),
+                        other => {
+                            return Err(serde::de::Error::unknown_field(
+                                other,
+                                &["quota", "burst"],
+                            ));
+                        }
+                    }
+                }
+                let q = quota
+                    .ok_or_else(|| serde::de::Error::missing_field("quota"))?
+                    .0;
+                match burst {
+                    Some(b) => q
+                        .burst_of(b)
+                        .map(QuotaEntry)
+                        .map_err(serde::de::Error::custom),
+                    None => Ok(QuotaEntry(q)),
+                }
+            }
         }
-        let raw = Raw::deserialize(d).map_err(|_| {
-            serde::de::Error::custom("expected a quota such as 100/s, or {quota: 100/s, burst: 20}")
-        })?;
-        let (text, burst) = match raw {
-            Raw::Text(t) => (t, None),
-            Raw::Full { quota, burst } => (quota, burst),
-        };
-        let q = Quota::parse(&text).map_err(serde::de::Error::custom)?;
-        let q = match burst {
-            Some(b) => q.burst_of(b).map_err(serde::de::Error::custom)?,
-            None => q,
-        };
-        Ok(QuotaEntry(q))
+        d.deserialize_any(V)
     }
 }
 
@@ -242,10 +263,17 @@ struct AlgorithmName(Algorithm);
 
 impl<'de> Deserialize<'de> for AlgorithmName {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse::<Algorithm>()
-            .map(AlgorithmName)
-            .map_err(serde::de::Error::custom)
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = AlgorithmName;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an algorithm name (gcra, token-bucket, ...)")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<AlgorithmName, E> {
+                v.parse::<Algorithm>().map(AlgorithmName).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(V)
     }
 }
 

@@ -119,16 +119,21 @@ impl Drl {
     /// Waits until stderr has a line containing `needle`; returns it.
     pub fn wait_log(&self, needle: &str) -> String {
         let mut found = None;
-        wait_for(&format!("log line {needle:?}"), || {
-            found = self
-                .log
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|l| l.contains(needle))
-                .cloned();
-            found.is_some()
-        });
+        let what = format!("log line {needle:?}");
+        wait_for_or(
+            &what,
+            || self.log.lock().unwrap().join("\n"),
+            || {
+                found = self
+                    .log
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .find(|l| l.contains(needle))
+                    .cloned();
+                found.is_some()
+            },
+        );
         found.unwrap()
     }
 
@@ -174,10 +179,19 @@ impl Drop for Drl {
 }
 
 /// Polls `cond` every 20 ms until it holds; panics after [`DEADLINE`].
-pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, cond: impl FnMut() -> bool) {
+    wait_for_or(what, String::new, cond);
+}
+
+/// Like [`wait_for`]; on timeout the panic shows `context()`.
+pub fn wait_for_or(what: &str, context: impl Fn() -> String, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        assert!(
+            start.elapsed() < DEADLINE,
+            "timed out waiting for {what}\n{}",
+            context()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -365,6 +365,26 @@ fn redis_clock_is_the_default_time_source() {
         );
         // reset_after is computed at Redis' now: ~1 h.
         assert!(d3.reset_after <= hour && d3.reset_after > hour - 10 * SECOND);
+        // The window scripts read TIME too: whole seconds (fast) and not (general).
+        for q in ["2/h", "2/3600001ms"] {
+            let w = spec(Algorithm::FixedWindow, &[q]);
+            let d1 = decide(&store, &w, "k", 0, 1).await;
+            let d2 = decide(&store, &w, "k", 0, 1).await;
+            let d3 = decide(&store, &w, "k", 0, 1).await;
+            assert!(d1.allowed && d2.allowed && !d3.allowed, "{q}");
+            // Windows are aligned to the Unix epoch on Redis' clock.
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64;
+            let window = w.quotas[0].window();
+            let to_end = window - now % window;
+            let retry = d3.retry_after.unwrap();
+            assert!(
+                retry.abs_diff(to_end) < 10 * SECOND,
+                "{q}: {retry} vs {to_end}"
+            );
+        }
         // decide_with overrides the time source per call (what replay uses).
         let s2 = spec(Algorithm::FixedWindow, &["1/s"]);
         let c = |now| Check {

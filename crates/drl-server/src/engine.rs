@@ -119,7 +119,15 @@ impl Engine {
     /// An engine serving `config`; `source` is the file reloads read (none
     /// for the embedded default).
     pub fn new(config: &Config, source: Option<PathBuf>) -> Result<Self, ConfigError> {
-        let stores = Stores::new();
+        Self::with_stores(config, source, Stores::new())
+    }
+
+    /// Like [`Engine::new`], with stores already connected (Redis).
+    pub fn with_stores(
+        config: &Config,
+        source: Option<PathBuf>,
+        stores: Stores,
+    ) -> Result<Self, ConfigError> {
         let name = source_name(source.as_ref());
         let limits = Limits::build(config, &stores, &name)?;
         Ok(Self {
@@ -169,6 +177,16 @@ impl Engine {
     pub fn apply(&self, cfg: &Config) -> Result<ReloadReport, ConfigError> {
         let _guard = self.reload_lock.lock();
         let name = source_name(self.source.as_ref());
+        if let Some(r) = &cfg.redis
+            && !self
+                .stores
+                .redis_matches(&(r.clone(), cfg.redis_resilience.clone()))
+        {
+            return Err(ConfigError::new(
+                &name,
+                "the `redis` / `redis_resilience` sections changed (or were added); restart drl to apply that",
+            ));
+        }
         let old = self.limits();
         let new = Limits::build(cfg, &self.stores, &name)?;
         let old_specs: Vec<_> = old.live();

@@ -6,15 +6,23 @@
 //! limit's spec, so a decision is a direct, synchronous call with no lookup
 //! by name. Any other scope is a `drl_store::Store` trait object, awaited.
 //!
-//! To add a scope (`redis`, `gossip`, `orbit`): make [`check_supported`]
-//! accept it, and return [`Backend::Store`] with its `Store` implementation
-//! from [`Stores::backend`]. Reload calls [`Store::retain`] on every store.
+//! `redis` is a `drl_store::RedisStore` wrapped in `drl_store::Resilient`
+//! (deadline, circuit breaker, fail open/closed/local), connected once at
+//! start ([`Stores::connect_redis`]).
+//!
+//! To add a scope (`gossip`, `orbit`): make [`check_supported`] accept it,
+//! hold its `Store` implementation in [`Stores`] (connected at start like
+//! Redis), and return it as [`Backend::Store`] from [`Stores::backend`].
+//! Reload calls [`Store::retain`] on every store.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use drl_core::{Decision, KeyedConfig, KeyedLimiter, Nanos};
-use drl_store::{Check, LimitSpec, MemoryStore, Store, StoreError};
+use drl_store::{
+    Check, LimitSpec, MemoryStore, RedisConfig, RedisStore, ResilienceConfig, Resilient, Store,
+    StoreError,
+};
 use parking_lot::Mutex;
 
 use crate::config::Scope;
@@ -22,9 +30,9 @@ use crate::config::Scope;
 /// `Ok` if this build can serve `scope`; otherwise why not.
 pub fn check_supported(scope: Scope) -> Result<(), String> {
     match scope {
-        Scope::Local => Ok(()),
+        Scope::Local | Scope::Redis => Ok(()),
         other => Err(format!(
-            "scope `{other}` is not supported by this build yet (supported: local)"
+            "scope `{other}` is not supported by this build yet (supported: local, redis)"
         )),
     }
 }
@@ -83,16 +91,62 @@ impl Backend {
 
 /// Every store the service uses, kept across reloads so that unchanged
 /// limits keep their counters.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Stores {
     /// One memory store per distinct `max_keys` bound.
     memory: Mutex<BTreeMap<usize, Arc<MemoryStore>>>,
+    /// The Redis store (with its failure policy), once connected, and the
+    /// config it was connected with.
+    redis: Mutex<Option<(RedisSettings, Arc<dyn Store>)>>,
+}
+
+/// What a Redis connection was made from; a reload that changes it needs
+/// a restart.
+pub type RedisSettings = (RedisConfig, ResilienceConfig);
+
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stores")
+            .field("memory", &self.memory.lock().len())
+            .field("redis", &self.redis.lock().is_some())
+            .finish()
+    }
 }
 
 impl Stores {
     /// Empty stores.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Connects to Redis (once; a later call with the same settings is a
+    /// no-op, with other settings an error: changing the Redis connection
+    /// needs a restart).
+    pub async fn connect_redis(&self, settings: &RedisSettings) -> Result<(), String> {
+        if let Some((current, _)) = &*self.redis.lock() {
+            return if current == settings {
+                Ok(())
+            } else {
+                Err(
+                    "the `redis` / `redis_resilience` sections changed; restart drl to apply that"
+                        .into(),
+                )
+            };
+        }
+        let store = RedisStore::connect(&settings.0)
+            .await
+            .map_err(|e| format!("cannot connect to Redis: {e}"))?;
+        let store: Arc<dyn Store> = Arc::new(Resilient::new(store, settings.1.clone()));
+        *self.redis.lock() = Some((settings.clone(), store));
+        Ok(())
+    }
+
+    /// True if a Redis connection exists for exactly `settings`.
+    pub fn redis_matches(&self, settings: &RedisSettings) -> bool {
+        self.redis
+            .lock()
+            .as_ref()
+            .is_some_and(|(s, _)| s == settings)
     }
 
     /// The backend for a limit of `scope` with `spec`, holding at most
@@ -119,7 +173,14 @@ impl Stores {
                     .clone();
                 Ok(Backend::Local(store.limiter(spec)))
             }
-            Scope::Redis | Scope::Gossip | Scope::Orbit => Err(format!(
+            Scope::Redis => match &*self.redis.lock() {
+                Some((_, store)) => Ok(Backend::Store(store.clone())),
+                None => Err(
+                    "scope `redis` needs a Redis connection (a `redis:` section, applied at start)"
+                        .into(),
+                ),
+            },
+            Scope::Gossip | Scope::Orbit => Err(format!(
                 "scope `{scope}` is not supported by this build yet"
             )),
         }
@@ -128,6 +189,14 @@ impl Stores {
     /// After a reload: keep state of the limits in `live` (scope, spec,
     /// max_keys), drop everything else.
     pub fn retain(&self, live: &[(Scope, LimitSpec, usize)]) {
+        if let Some((_, store)) = &*self.redis.lock() {
+            let specs: Vec<LimitSpec> = live
+                .iter()
+                .filter(|(s, _, _)| *s == Scope::Redis)
+                .map(|(_, spec, _)| spec.clone())
+                .collect();
+            store.retain(&specs);
+        }
         let mut memory = self.memory.lock();
         memory.retain(|max_keys, store| {
             let specs: Vec<LimitSpec> = live

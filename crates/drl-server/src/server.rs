@@ -43,8 +43,17 @@ pub fn load(opts: &ServeOptions) -> Result<Config, config::ConfigError> {
 pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let cfg = load(&opts).map_err(|e| anyhow::anyhow!("{e}"))?;
     let metrics = crate::metrics::install();
-    let engine =
-        Arc::new(Engine::new(&cfg, opts.config.clone()).map_err(|e| anyhow::anyhow!("{e}"))?);
+    let stores = crate::scope::Stores::new();
+    if let Some(r) = &cfg.redis {
+        stores
+            .connect_redis(&(r.clone(), cfg.redis_resilience.clone()))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let engine = Arc::new(
+        Engine::with_stores(&cfg, opts.config.clone(), stores)
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+    );
     let http_addr = opts.http.or(cfg.listen.http);
     let grpc_addr = opts.grpc.or(cfg.listen.grpc);
     anyhow::ensure!(

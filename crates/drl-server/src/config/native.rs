@@ -29,6 +29,13 @@ pub struct Config {
     /// envoyproxy/ratelimit domains, inline (same format as their files).
     #[serde(default)]
     pub envoy: Vec<EnvoyDomain>,
+    /// The Redis server or cluster of `scope: redis` limits.
+    #[serde(default)]
+    pub redis: Option<drl_store::RedisConfig>,
+    /// Failure policy of `scope: redis` limits (timeouts, circuit breaker,
+    /// fail open/closed/local).
+    #[serde(default)]
+    pub redis_resilience: drl_store::ResilienceConfig,
 }
 
 impl Config {
@@ -39,6 +46,8 @@ impl Config {
             server: ServerConfig::default(),
             limits: Vec::new(),
             envoy: Vec::new(),
+            redis: None,
+            redis_resilience: drl_store::ResilienceConfig::default(),
         }
     }
 
@@ -56,6 +65,22 @@ impl Config {
                 )
                 .locate_nth(text, &["name:", &l.name], 1));
             }
+        }
+        if let Some(l) = self.limits.iter().find(|l| l.scope == Scope::Redis)
+            && self.redis.is_none()
+        {
+            return Err(ConfigError::new(
+                source,
+                format!(
+                    "limit {:?} has scope redis, but the config has no `redis:` section (e.g. redis: {{url: \"redis://127.0.0.1:6379\"}})",
+                    l.name
+                ),
+            )
+            .locate(text, &["scope:", "redis"]));
+        }
+        if let Some(r) = &self.redis {
+            r.validate()
+                .map_err(|e| ConfigError::new(source, e.to_string()).locate(text, &["redis:"]))?;
         }
         let mut domains = BTreeSet::new();
         for d in &self.envoy {

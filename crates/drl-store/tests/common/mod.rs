@@ -92,7 +92,7 @@ fn ping(port: u16) -> bool {
 pub struct RedisServer {
     /// Its port on 127.0.0.1.
     pub port: u16,
-    child: Option<Child>,
+    child: Option<Running>,
     dir: tempfile::TempDir,
     extra: Vec<String>,
 }
@@ -116,24 +116,52 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let mut cmd = Command::new("redis-server");
-        cmd.arg("--port")
+        // Fail loudly (never skip) if the binary is missing.
+        match Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+        {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                panic!("`redis-server` not found on PATH: {MISSING}")
+            }
+            Err(e) => panic!("could not run redis-server: {e}"),
+        }
+        // A watchdog shell owns the server and kills it when our end of its
+        // stdin closes, i.e. when this process exits however it exits
+        // (a server held in a `static` is never dropped).
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(
+                "redis-server \"$@\" >/dev/null 2>&1 & pid=$!; echo $pid; \
+                 cat >/dev/null; kill -CONT $pid 2>/dev/null; kill -9 $pid 2>/dev/null; wait",
+            )
+            .arg("redis-watchdog")
+            .arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--protected-mode", "no", "--loglevel", "warning"])
             .arg("--dir")
             .arg(self.dir.path())
             .args(&self.extra)
-            .stdout(Stdio::null())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        let child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                panic!("`redis-server` not found on PATH: {MISSING}")
-            }
-            Err(e) => panic!("could not start redis-server: {e}"),
-        };
-        self.child = Some(child);
+        let mut watchdog = cmd.spawn().expect("sh");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(watchdog.stdout.take().expect("stdout")),
+            &mut line,
+        )
+        .expect("the watchdog's pid line");
+        let pid: u32 = line.trim().parse().expect("redis-server pid");
+        let stdin = watchdog.stdin.take();
+        self.child = Some(Running {
+            watchdog,
+            stdin,
+            pid,
+        });
         let port = self.port;
         wait_until(
             Duration::from_secs(10),
@@ -154,7 +182,7 @@ impl RedisServer {
 
     /// The process id.
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
+        self.child.as_ref().expect("running").pid
     }
 
     /// Is the process (still) running?
@@ -164,9 +192,11 @@ impl RedisServer {
 
     /// SIGKILL, and wait for the process to be gone.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+        if let Some(mut r) = self.child.take() {
+            // Closing the watchdog's stdin makes it SIGKILL the server and
+            // reap it; then the port is free.
+            drop(r.stdin.take());
+            let _ = r.watchdog.wait();
         }
     }
 
@@ -206,15 +236,15 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
-        if let Some(c) = &self.child {
-            // Never leave a stopped process behind.
-            let _ = Command::new("kill")
-                .arg("-CONT")
-                .arg(c.id().to_string())
-                .status();
-        }
         self.kill();
     }
+}
+
+/// A running server: its watchdog shell and the server's pid.
+struct Running {
+    watchdog: Child,
+    stdin: Option<std::process::ChildStdin>,
+    pid: u32,
 }
 
 /// Runs `redis-cli` with `args`; its stdout. Fails loudly if missing.

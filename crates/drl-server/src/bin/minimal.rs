@@ -1,1 +1,174 @@
-fn main() {}
+//! `drl-minimal-server`: the benchmark baseline. It serves the same HTTP
+//! (`POST /v1/check`) and gRPC (`drl.v1.RateLimiter/Check`) requests as
+//! `drl serve`, parsing them the same way and answering a response of the
+//! same shape, but without deciding anything. `drl serve`'s throughput
+//! divided by this one's is drl's overhead.
+//!
+//! Also: `drl-minimal-server encode-grpc N` writes a framed gRPC
+//! `CheckRequest` of N items to stdout (the body h2load sends).
+
+use std::borrow::Cow;
+use std::io::Write as _;
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use drl_server::grpc::pb::rate_limiter_server::{RateLimiter, RateLimiterServer};
+use drl_server::grpc::pb::{CheckItem, CheckRequest, CheckResponse, CheckResult};
+use prost::Message as _;
+use serde::Deserialize;
+use tonic::{Request, Status};
+
+#[derive(Deserialize)]
+struct CheckBody<'a> {
+    #[serde(borrow)]
+    requests: Vec<Item<'a>>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct Item<'a> {
+    #[serde(borrow)]
+    limit: Cow<'a, str>,
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(default)]
+    cost: Option<serde_json::Number>,
+}
+
+async fn check(body: Bytes) -> Response {
+    let parsed: CheckBody<'_> = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+    };
+    let mut out = String::with_capacity(16 + parsed.requests.len() * 100);
+    out.push_str("{\"results\":[");
+    for i in 0..parsed.requests.len() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(
+            "{\"allowed\":true,\"limit\":100,\"remaining\":99,\"retry_after_ms\":null,\"reset_after_ms\":10}",
+        );
+    }
+    out.push_str("]}");
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        out,
+    )
+        .into_response()
+}
+
+#[derive(Debug, Default)]
+struct Minimal;
+
+#[tonic::async_trait]
+impl RateLimiter for Minimal {
+    async fn check(
+        &self,
+        req: Request<CheckRequest>,
+    ) -> Result<tonic::Response<CheckResponse>, Status> {
+        let n = req.into_inner().requests.len();
+        let results = (0..n)
+            .map(|_| CheckResult {
+                allowed: true,
+                limit: 100,
+                remaining: 99,
+                retry_after_ms: None,
+                reset_after_ms: 10,
+                delay_ms: 0,
+                reason: String::new(),
+            })
+            .collect();
+        Ok(tonic::Response::new(CheckResponse { results }))
+    }
+}
+
+fn encode_grpc(n: usize, limit: &str) -> Vec<u8> {
+    let req = CheckRequest {
+        requests: (0..n)
+            .map(|i| CheckItem {
+                limit: limit.to_string(),
+                key: format!("tenant-{}", i % 1000),
+                cost: Some(1),
+            })
+            .collect(),
+    };
+    let msg = req.encode_to_vec();
+    let mut framed = Vec::with_capacity(msg.len() + 5);
+    framed.push(0);
+    framed.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&msg);
+    framed
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("encode-grpc") {
+        let n: usize = args.get(1).map_or(Ok(1), |s| s.parse())?;
+        let limit = args.get(2).map_or("bench", String::as_str);
+        std::io::stdout().write_all(&encode_grpc(n, limit))?;
+        return Ok(());
+    }
+    let mut http: SocketAddr = "127.0.0.1:18080".parse()?;
+    let mut grpc: SocketAddr = "127.0.0.1:18081".parse()?;
+    let mut threads = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--http" => {
+                http = it
+                    .next()
+                    .ok_or_else(|| anyhow::anyhow!("--http ADDR"))?
+                    .parse()?
+            }
+            "--grpc" => {
+                grpc = it
+                    .next()
+                    .ok_or_else(|| anyhow::anyhow!("--grpc ADDR"))?
+                    .parse()?
+            }
+            "--threads" => {
+                threads = Some(
+                    it.next()
+                        .ok_or_else(|| anyhow::anyhow!("--threads N"))?
+                        .parse()?,
+                )
+            }
+            other => anyhow::bail!(
+                "usage: drl-minimal-server [--http ADDR] [--grpc ADDR] [--threads N] | encode-grpc N [LIMIT] (got {other:?})"
+            ),
+        }
+    }
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    rt.enable_all();
+    if let Some(n) = threads {
+        rt.worker_threads(n);
+    }
+    rt.build()?.block_on(async move {
+        let app = Router::new().route("/v1/check", post(check));
+        let http_l = tokio::net::TcpListener::bind(http).await?;
+        let grpc_l = tokio::net::TcpListener::bind(grpc).await?;
+        eprintln!(
+            "drl-minimal-server: listening http={} grpc={}",
+            http_l.local_addr()?,
+            grpc_l.local_addr()?
+        );
+        let incoming = tonic::transport::server::TcpIncoming::from(grpc_l).with_nodelay(Some(true));
+        let g = tonic::transport::Server::builder()
+            .add_service(RateLimiterServer::new(Minimal))
+            .serve_with_incoming(incoming);
+        let h = axum::serve(http_l, app);
+        tokio::select! {
+            r = g => r?,
+            r = h => r?,
+        }
+        anyhow::Ok(())
+    })
+}

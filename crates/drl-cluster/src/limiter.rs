@@ -15,7 +15,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::alloc::ctb::Ctb;
-use crate::alloc::fps::{Fps, FpsConfig};
+use crate::alloc::fps::{Fps, FpsConfig, Smoothing};
 use crate::alloc::grd::{Grd, GrdSmooth, GrdSmoothConfig};
 use crate::alloc::gtb::Gtb;
 use crate::alloc::{AlgorithmKind, Allocator, FlowId, IntervalInput, Verdict};
@@ -41,8 +41,10 @@ pub struct LimiterConfig {
     pub branching: u32,
     /// How gossip receivers compensate for lost messages.
     pub compensation: LossCompensation,
-    /// FPS tuning.
+    /// FPS tuning (used by `fps`).
     pub fps: FpsConfig,
+    /// FPS tuning used by `fps-mean`.
+    pub fps_mean: FpsConfig,
     /// `grd-smooth` tuning.
     pub grd_smooth: GrdSmoothConfig,
 }
@@ -59,8 +61,9 @@ impl LimiterConfig {
             ewma: 0.1,
             nodes,
             branching: 1,
-            compensation: LossCompensation::ScaleBySeqGap,
+            compensation: LossCompensation::Cumulative,
             fps: FpsConfig::default(),
+            fps_mean: FpsConfig::mean_variant(),
             grd_smooth: GrdSmoothConfig::default(),
         }
     }
@@ -82,9 +85,11 @@ impl LimiterConfig {
         if self.nodes == 0 {
             return Err(ConfigError::Nodes);
         }
-        let p = self.fps.resample_probability;
-        if !(0.0..=1.0).contains(&p) {
-            return Err(ConfigError::Probability(p));
+        for f in [&self.fps, &self.fps_mean] {
+            let p = f.resample_probability;
+            if !(0.0..=1.0).contains(&p) {
+                return Err(ConfigError::Probability(p));
+            }
         }
         Ok(())
     }
@@ -180,15 +185,25 @@ impl Limiter {
             AlgorithmKind::Gtb => Box::new(Gtb::new(cfg.limit, cfg.depth, now)),
             AlgorithmKind::Grd => Box::new(Grd::new(cfg.limit, false)),
             AlgorithmKind::GrdSmooth => Box::new(GrdSmooth::new(cfg.limit, cfg.grd_smooth)),
-            AlgorithmKind::Fps => Box::new(Fps::new(
-                cfg.limit,
-                cfg.depth,
-                cfg.limit / n,
-                1.0,
-                history_weight(cfg.ewma, cfg.interval),
-                cfg.fps,
-                now,
-            )),
+            AlgorithmKind::Fps | AlgorithmKind::FpsMean => {
+                let f = if cfg.algorithm == AlgorithmKind::Fps {
+                    cfg.fps
+                } else {
+                    cfg.fps_mean
+                };
+                Box::new(Fps::new(
+                    cfg.limit,
+                    cfg.depth,
+                    cfg.limit / n,
+                    1.0,
+                    Smoothing {
+                        weight: history_weight(cfg.ewma, cfg.interval),
+                        flow: history_weight(f.flow_ewma.unwrap_or(cfg.ewma), cfg.interval),
+                    },
+                    f,
+                    now,
+                ))
+            }
         };
         Ok(Self {
             id,
@@ -244,6 +259,7 @@ impl Limiter {
             elapsed,
             local_rate,
             local_forwarded,
+            raw_forwarded: self.forwarded.raw_rate(),
             remote: self.remote,
             nodes: self.cfg.nodes,
         };

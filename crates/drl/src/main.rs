@@ -20,6 +20,8 @@ enum Command {
     Serve(cmd::serve::Args),
     /// Work with configuration files (`drl config check FILE`).
     Config(cmd::config::Args),
+    /// Simulate distributed rate limiters; reproduce the paper's figures.
+    Sim(cmd::sim::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -28,6 +30,7 @@ fn main() -> std::process::ExitCode {
         Command::Replay(args) => cmd::replay::run(args),
         Command::Serve(args) => cmd::serve::run(args),
         Command::Config(args) => cmd::config::run(args),
+        Command::Sim(args) => cmd::sim::run(args),
     };
     match result {
         Ok(code) => code,

@@ -46,6 +46,51 @@ pub struct FpsConfig {
     pub flow_expiry: Nanos,
     /// Upper bound on a weight (guards the second regime's division).
     pub max_weight: f64,
+    /// 1-second EWMA parameter for per-flow rates (`None`: the cluster's
+    /// estimator setting). The paper leaves ESTIMATE(f) unspecified.
+    pub flow_ewma: Option<f64>,
+    /// How the rate of one unbottlenecked flow is estimated from the sample.
+    pub flow_rate: FlowRateEstimator,
+}
+
+/// Estimator of "the rate of an unbottlenecked flow" (FPS-ESTIMATE line 5).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FlowRateEstimator {
+    /// The paper: the maximum sampled flow rate.
+    Max,
+    /// The mean rate of the sampled flows within `fraction` of the maximum
+    /// (`rate >= fraction · max`): flows far below the fastest are taken to
+    /// be bottlenecked elsewhere, the others to share the limiter. Less
+    /// biased than the maximum when TCP splits a limit unevenly.
+    MeanAbove(f64),
+}
+
+/// Per-interval EWMA history weights used by [`Fps`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Smoothing {
+    /// History weight of the published weight.
+    pub weight: f64,
+    /// History weight of each sampled flow's rate.
+    pub flow: f64,
+}
+
+impl Smoothing {
+    /// The same history weight for both.
+    pub fn uniform(h: f64) -> Self {
+        Self { weight: h, flow: h }
+    }
+}
+
+impl FpsConfig {
+    /// The `fps-mean` variant: unbottlenecked rate = mean of the sampled
+    /// flows within 30 % of the fastest, per-flow 1-second EWMA 0.95.
+    pub fn mean_variant() -> Self {
+        Self {
+            flow_ewma: Some(0.95),
+            flow_rate: FlowRateEstimator::MeanAbove(0.3),
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for FpsConfig {
@@ -55,6 +100,8 @@ impl Default for FpsConfig {
             resample_probability: 0.1,
             flow_expiry: 3_000_000_000,
             max_weight: 1_000.0,
+            flow_ewma: None,
+            flow_rate: FlowRateEstimator::Max,
         }
     }
 }
@@ -94,18 +141,18 @@ pub struct Fps {
 
 impl Fps {
     /// An FPS limiter for a global `limit` (units/s) with bucket `depth`,
-    /// starting at `initial_limit` with `initial_weight`. `history` is the
-    /// per-interval EWMA history weight used for flow rates and the weight.
+    /// starting at `initial_limit` with `initial_weight`, smoothing with
+    /// the per-interval history weights `smoothing`.
     pub fn new(
         limit: u64,
         depth: u64,
         initial_limit: u64,
         initial_weight: f64,
-        history: f64,
+        smoothing: Smoothing,
         cfg: FpsConfig,
         now: Nanos,
     ) -> Self {
-        let mut weight = Ewma::new(history);
+        let mut weight = Ewma::new(smoothing.weight);
         weight.set(initial_weight.max(0.0));
         Self {
             cfg,
@@ -113,7 +160,7 @@ impl Fps {
             bucket: VarBucket::new(depth, initial_limit.min(i64::MAX as u64) as i64, now),
             local_limit: initial_limit as f64,
             weight,
-            flow_history: history,
+            flow_history: smoothing.flow,
             resample: to_threshold(cfg.resample_probability),
             flows: BTreeMap::new(),
             regime: Regime::Unbottlenecked,
@@ -142,6 +189,24 @@ impl Fps {
             .filter(|f| f.established)
             .map(|f| f.rate.value())
             .fold(0.0, f64::max)
+    }
+
+    /// The estimated rate of one unbottlenecked flow (units/s), per
+    /// [`FpsConfig::flow_rate`]; 0 with no established sampled flow.
+    pub fn unbottlenecked_flow_rate(&self) -> f64 {
+        let max = self.max_flow_rate();
+        match self.cfg.flow_rate {
+            FlowRateEstimator::Max => max,
+            FlowRateEstimator::MeanAbove(fraction) => {
+                let cut = max * fraction.clamp(0.0, 1.0);
+                let (sum, n) = self
+                    .flows
+                    .values()
+                    .filter(|f| f.established && f.rate.value() >= cut)
+                    .fold((0.0, 0u32), |(s, n), f| (s + f.rate.value(), n + 1));
+                if n == 0 { max } else { sum / n as f64 }
+            }
+        }
     }
 
     fn maybe_sample(&mut self, flow: FlowId, now: Nanos, rng: &mut ChaCha8Rng) {
@@ -197,7 +262,10 @@ impl Fps {
 
 impl Allocator for Fps {
     fn kind(&self) -> AlgorithmKind {
-        AlgorithmKind::Fps
+        match self.cfg.flow_rate {
+            FlowRateEstimator::Max => AlgorithmKind::Fps,
+            FlowRateEstimator::MeanAbove(_) => AlgorithmKind::FpsMean,
+        }
     }
 
     fn on_arrival(&mut self, now: Nanos, flow: FlowId, size: u64, rng: &mut ChaCha8Rng) -> Verdict {
@@ -228,7 +296,7 @@ impl Allocator for Fps {
         } else {
             0.0
         };
-        let max_flow = self.max_flow_rate();
+        let max_flow = self.unbottlenecked_flow_rate();
         let (regime, ideal) = if demand <= 0.0 {
             (Regime::Idle, 0.0)
         } else if demand >= self.local_limit && self.local_limit > 0.0 && max_flow > 0.0 {
@@ -332,6 +400,7 @@ mod tests {
             elapsed: IV,
             local_rate: rate,
             local_forwarded: fwd as f64 * 1e9 / IV as f64,
+            raw_forwarded: fwd as f64 * 1e9 / IV as f64,
             remote,
             nodes: 2,
         });
@@ -354,7 +423,15 @@ mod tests {
         let w1 = i1 * a1 / (i1 - b1);
         let w2 = a2;
         assert!((w1 * limit / (w1 + w2) - i1).abs() < 1e-6);
-        let mut f = Fps::new(10_000_000, 10_000_000, i1.round() as u64, w1, 0.9, cfg(), 0);
+        let mut f = Fps::new(
+            10_000_000,
+            10_000_000,
+            i1.round() as u64,
+            w1,
+            Smoothing::uniform(0.9),
+            cfg(),
+            0,
+        );
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         for k in 0..200 {
             let l = f.local_limit().unwrap();
@@ -391,7 +468,7 @@ mod tests {
         let limit = 10_000.0;
         let a = [3.0, 7.0];
         let mut nodes: Vec<Fps> = (0..2)
-            .map(|_| Fps::new(10_000, 1_000, 5_000, 1.0, 0.5, cfg(), 0))
+            .map(|_| Fps::new(10_000, 1_000, 5_000, 1.0, Smoothing::uniform(0.5), cfg(), 0))
             .collect();
         let mut rngs: Vec<ChaCha8Rng> = (0..2).map(ChaCha8Rng::seed_from_u64).collect();
         let mut weights = [1.0, 1.0];
@@ -417,7 +494,7 @@ mod tests {
     /// Second regime: demand below the limit sets the limit to the demand.
     #[test]
     fn bottlenecked_demand_gets_exactly_its_rate() {
-        let mut f = Fps::new(10_000, 1_000, 5_000, 5.0, 0.0, cfg(), 0);
+        let mut f = Fps::new(10_000, 1_000, 5_000, 5.0, Smoothing::uniform(0.0), cfg(), 0);
         let mut rng = ChaCha8Rng::seed_from_u64(2);
         run_interval(&mut f, &mut rng, 0, &[2_000.0], 5.0);
         assert_eq!(f.regime(), Regime::Bottlenecked);
@@ -432,7 +509,7 @@ mod tests {
     /// bottlenecked demand.
     #[test]
     fn slow_start_burst_when_the_local_limit_is_zero() {
-        let mut f = Fps::new(10_000, 300, 5_000, 1.0, 0.0, cfg(), 0);
+        let mut f = Fps::new(10_000, 300, 5_000, 1.0, Smoothing::uniform(0.0), cfg(), 0);
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         run_interval(&mut f, &mut rng, 0, &[], 7.0);
         assert_eq!(f.regime(), Regime::Idle);
@@ -453,7 +530,15 @@ mod tests {
             resample_probability: 1.0,
             ..FpsConfig::default()
         };
-        let mut f = Fps::new(1_000_000, 1_000_000, 1_000_000, 1.0, 0.0, c, 0);
+        let mut f = Fps::new(
+            1_000_000,
+            1_000_000,
+            1_000_000,
+            1.0,
+            Smoothing::uniform(0.0),
+            c,
+            0,
+        );
         let mut rng = ChaCha8Rng::seed_from_u64(4);
         run_interval(&mut f, &mut rng, 0, &[1_000.0, 5_000.0], 0.0);
         run_interval(&mut f, &mut rng, IV, &[1_000.0, 5_000.0], 0.0);

@@ -11,7 +11,9 @@
 //! response to the drops: with a smoothed, gossip-delayed demand estimate the
 //! loop overshoots and oscillates (seed 000 saw the same). `grd-smooth`
 //! instead closes the loop on what the limit is about, the global
-//! *forwarded* rate `F = Σ f_i`: every interval
+//! *forwarded* rate `F = Σ f_i`, using each limiter's unsmoothed rate of the
+//! last interval (the EWMA's lag is what destabilises a feedback loop; the
+//! integrator itself does the smoothing): every interval
 //! `p ← clamp(p + gain · (F − limit) / limit, 0, p_max)`, an integral
 //! controller whose only fixed point is `F = limit`. Drops stay uniformly
 //! random across all flows at all limiters, which is what gives GRD its
@@ -110,7 +112,7 @@ pub struct GrdSmoothConfig {
 impl Default for GrdSmoothConfig {
     fn default() -> Self {
         Self {
-            gain: 0.02,
+            gain: 0.04,
             max_probability: 0.5,
         }
     }
@@ -154,14 +156,14 @@ impl Allocator for GrdSmooth {
     }
 
     fn on_interval(&mut self, input: &IntervalInput) -> f64 {
-        let forwarded = input.local_forwarded + input.remote;
+        let forwarded = input.raw_forwarded + input.remote;
         if self.limit > 0.0 && forwarded.is_finite() {
             let err = (forwarded - self.limit) / self.limit;
             let pmax = self.cfg.max_probability.clamp(0.0, 1.0);
             self.p = (self.p + self.cfg.gain * err).clamp(0.0, pmax);
         }
         self.threshold = to_threshold(self.p);
-        input.local_forwarded
+        input.raw_forwarded
     }
 
     fn local_limit(&self) -> Option<f64> {
@@ -184,6 +186,7 @@ mod tests {
             elapsed: 50_000_000,
             local_rate: local,
             local_forwarded: fwd,
+            raw_forwarded: fwd,
             remote,
             nodes: 2,
         }

@@ -66,6 +66,7 @@ mod tests {
             elapsed: 50_000_000,
             local_rate: local,
             local_forwarded: local,
+            raw_forwarded: local,
             remote,
             nodes: 2,
         }

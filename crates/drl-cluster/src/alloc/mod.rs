@@ -8,7 +8,8 @@
 //! * [`grd`]: global random drop as the paper writes it (Figure 1), and
 //!   `grd-smooth`, our variant with a feedback-controlled drop probability;
 //! * [`fps`]: flow proportional share (Figure 2), with flow sampling, its two
-//!   regimes and the slow-start burst.
+//!   regimes and the slow-start burst; `fps-mean` is FPS with a less
+//!   biased estimate of an unbottlenecked flow's rate.
 //!
 //! All allocators count abstract *units* (bytes, packets or request cost)
 //! and decide with integers; the floating-point work happens once per
@@ -52,6 +53,8 @@ pub struct IntervalInput {
     pub local_rate: f64,
     /// Smoothed local forwarded rate, units per second.
     pub local_forwarded: f64,
+    /// Unsmoothed local forwarded rate over the interval that just ended.
+    pub raw_forwarded: f64,
     /// Estimate of the sum of the other limiters' published values (rates
     /// for GTB and GRD, weights for FPS, forwarded rates for `grd-smooth`).
     pub remote: f64,
@@ -90,19 +93,24 @@ pub enum AlgorithmKind {
     Grd,
     /// Global random drop with a feedback-controlled drop probability.
     GrdSmooth,
-    /// Flow proportional share.
+    /// Flow proportional share, as in the paper's Figure 2.
     Fps,
+    /// FPS with a robust unbottlenecked-flow rate (mean of the flows within
+    /// 30 % of the fastest, 1-second EWMA 0.95 per flow) instead of the
+    /// maximum; see [`fps::FlowRateEstimator`].
+    FpsMean,
 }
 
 impl AlgorithmKind {
     /// All kinds, in report order.
-    pub const ALL: [AlgorithmKind; 6] = [
+    pub const ALL: [AlgorithmKind; 7] = [
         AlgorithmKind::Ctb,
         AlgorithmKind::Crd,
         AlgorithmKind::Gtb,
         AlgorithmKind::Grd,
         AlgorithmKind::GrdSmooth,
         AlgorithmKind::Fps,
+        AlgorithmKind::FpsMean,
     ];
 
     /// The short name used on the command line and in reports.
@@ -114,6 +122,7 @@ impl AlgorithmKind {
             AlgorithmKind::Grd => "grd",
             AlgorithmKind::GrdSmooth => "grd-smooth",
             AlgorithmKind::Fps => "fps",
+            AlgorithmKind::FpsMean => "fps-mean",
         }
     }
 
@@ -131,7 +140,7 @@ impl fmt::Display for AlgorithmKind {
 
 /// An algorithm name that is not one of [`AlgorithmKind::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown allocator {0:?} (expected one of ctb, crd, gtb, grd, grd-smooth, fps)")]
+#[error("unknown allocator {0:?} (expected one of ctb, crd, gtb, grd, grd-smooth, fps, fps-mean)")]
 pub struct UnknownAllocator(pub String);
 
 impl FromStr for AlgorithmKind {

@@ -2,4 +2,5 @@
 
 pub mod replay;
 pub mod serve;
+pub mod sim;
 pub mod config;

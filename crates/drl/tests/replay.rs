@@ -16,7 +16,12 @@ fn replay(args: &[&str], input: &str) -> (i32, String, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("drl runs");
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     (
         out.status.code().unwrap_or(-1),
@@ -51,7 +56,11 @@ fn shaper_rows_carry_the_delay() {
         "0,k\n0,k\n0,k\n",
     );
     assert_eq!(code, 0);
-    let delays: Vec<&str> = out.lines().skip(1).map(|l| l.rsplit(',').next().unwrap()).collect();
+    let delays: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .map(|l| l.rsplit(',').next().unwrap())
+        .collect();
     assert_eq!(delays, ["0", "5", "0"]);
     assert!(out.lines().nth(3).unwrap().contains(",false,"));
 }
@@ -69,7 +78,11 @@ fn every_algorithm_name_is_accepted_and_burst_applies() {
     ] {
         let (code, out, err) = replay(&["-a", a, "-q", "1/s", "--burst", "1", "-"], "1,x\n2,x\n");
         assert_eq!(code, 0, "{a}: {err}");
-        let allowed: Vec<&str> = out.lines().skip(1).map(|l| l.split(',').nth(2).unwrap()).collect();
+        let allowed: Vec<&str> = out
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(2).unwrap())
+            .collect();
         assert_eq!(allowed, ["true", "false"], "{a}");
     }
 }
@@ -93,10 +106,20 @@ fn summary_counts_per_key() {
 fn multi_limit_replay_is_all_or_nothing() {
     // 2/s and 3/min: the minute quota stops the third second's requests.
     let s = 1_000_000_000u64;
-    let input: String = [0, 1, s, s + 1, 2 * s].iter().map(|t| format!("{t},k\n")).collect();
-    let (code, out, _) = replay(&["-a", "fixed-window", "-q", "2/s", "-q", "3/min", "-"], &input);
+    let input: String = [0, 1, s, s + 1, 2 * s]
+        .iter()
+        .map(|t| format!("{t},k\n"))
+        .collect();
+    let (code, out, _) = replay(
+        &["-a", "fixed-window", "-q", "2/s", "-q", "3/min", "-"],
+        &input,
+    );
     assert_eq!(code, 0);
-    let allowed: Vec<&str> = out.lines().skip(1).map(|l| l.split(',').nth(2).unwrap()).collect();
+    let allowed: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(2).unwrap())
+        .collect();
     assert_eq!(allowed, ["true", "true", "true", "false", "false"]);
 }
 
@@ -115,12 +138,22 @@ fn bad_input_is_a_clear_error_naming_the_line() {
     assert_ne!(code, 0);
     assert!(err.contains("limit must be at least 1"), "{err}");
 
-    let (code, _, err) = replay(&["-a", "gcra", "-q", "1/s", "-q", "2/s", "--burst", "3", "-"], "");
+    let (code, _, err) = replay(
+        &["-a", "gcra", "-q", "1/s", "-q", "2/s", "--burst", "3", "-"],
+        "",
+    );
     assert_eq!(code, 2);
     assert!(err.contains("--burst applies to a single --quota"), "{err}");
 
     let out = drl()
-        .args(["replay", "-a", "gcra", "-q", "1/s", "/nonexistent/trace.csv"])
+        .args([
+            "replay",
+            "-a",
+            "gcra",
+            "-q",
+            "1/s",
+            "/nonexistent/trace.csv",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));

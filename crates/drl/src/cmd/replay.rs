@@ -21,6 +21,11 @@ use drl_core::{Algorithm, Decision, MultiLimiter, Quota, State};
 ///   drl replay --algorithm gcra --quota 100/s --burst 20 access.csv
 ///   drl replay --algorithm sliding-window --quota 10/s --quota 300/min - < trace.csv
 ///   drl replay --algorithm token-bucket --quota 5/s --summary access.csv
+///   drl replay -a gcra -q 100/s --store redis://127.0.0.1:6379 access.csv
+///
+/// With --store, decisions are made by drl's Redis scripts with the trace's
+/// timestamps (the caller's clock), so the output can be diffed against the
+/// in-memory result: both follow SEMANTICS.md bit for bit.
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -42,12 +47,129 @@ pub struct Args {
     /// Write the decision rows to this file instead of standard output.
     #[arg(long, short = 'o')]
     pub output: Option<PathBuf>,
+    /// Decide through Redis instead of in memory: `redis://HOST:PORT`, or
+    /// several comma-separated URLs of Redis Cluster nodes.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+    /// With --store: prefix of the Redis keys (default: a fresh
+    /// `drl-replay:<pid>-<time>:` so a replay never touches live limits;
+    /// its keys expire on their own).
+    #[arg(long, requires = "store")]
+    pub key_prefix: Option<String>,
     /// The trace; `-` reads standard input.
     pub file: PathBuf,
 }
 
+/// Rows decided per round trip with --store (one ordered pipeline).
+const CHUNK: usize = 512;
+
+/// Where decisions are made.
+enum Backend {
+    /// In this process, one state per key.
+    Memory {
+        limiter: MultiLimiter,
+        states: HashMap<String, Vec<State>>,
+    },
+    /// Through Redis scripts, with the trace's timestamps.
+    Redis {
+        rt: tokio::runtime::Runtime,
+        store: drl_store::RedisStore,
+        spec: drl_store::LimitSpec,
+    },
+}
+
+impl Backend {
+    fn new(args: &Args, limiter: MultiLimiter) -> anyhow::Result<Self> {
+        let Some(url) = &args.store else {
+            return Ok(Backend::Memory {
+                limiter,
+                states: HashMap::new(),
+            });
+        };
+        let urls: Vec<&str> = url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .collect();
+        let mut cfg = match urls.as_slice() {
+            [] => bail!("--store needs a URL such as redis://127.0.0.1:6379"),
+            [one] => drl_store::RedisConfig::single(*one),
+            many => drl_store::RedisConfig::cluster(many.iter().copied()),
+        };
+        cfg.time = drl_store::TimeSource::Caller;
+        cfg.key_prefix = match &args.key_prefix {
+            Some(p) => p.clone(),
+            None => format!(
+                "drl-replay:{}-{}:",
+                std::process::id(),
+                drl_core::Clock::now(&drl_core::SystemClock)
+            ),
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime")?;
+        let store = rt
+            .block_on(async {
+                let s = drl_store::RedisStore::connect(&cfg).await?;
+                s.ping().await?;
+                Ok::<_, drl_store::StoreError>(s)
+            })
+            .with_context(|| format!("cannot reach Redis at {url}"))?;
+        let spec = drl_store::LimitSpec::new(
+            "replay",
+            args.algorithm,
+            limiter.parts().iter().map(|l| *l.quota()).collect(),
+        );
+        Ok(Backend::Redis { rt, store, spec })
+    }
+
+    /// Decides `rows` in order.
+    fn decide(&mut self, rows: &[Row]) -> anyhow::Result<Vec<Decision>> {
+        match self {
+            Backend::Memory { limiter, states } => Ok(rows
+                .iter()
+                .map(|row| {
+                    let s = match states.get_mut(&row.key) {
+                        Some(s) => s,
+                        None => states
+                            .entry(row.key.clone())
+                            .or_insert_with(|| limiter.new_states()),
+                    };
+                    limiter.decide(s, row.now, row.cost)
+                })
+                .collect()),
+            Backend::Redis { rt, store, spec } => {
+                use drl_store::Store;
+                let checks: Vec<drl_store::Check<'_>> = rows
+                    .iter()
+                    .map(|r| drl_store::Check {
+                        spec,
+                        key: &r.key,
+                        cost: r.cost,
+                        now: r.now,
+                    })
+                    .collect();
+                rt.block_on(store.decide_many(&checks))
+                    .into_iter()
+                    .zip(rows)
+                    .map(|(d, r)| {
+                        d.with_context(|| {
+                            format!(
+                                "Redis failed to decide the row at {} for key {:?}",
+                                r.now, r.key
+                            )
+                        })
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
 fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
-    s.parse().map_err(|e: drl_core::UnknownAlgorithm| e.to_string())
+    s.parse()
+        .map_err(|e: drl_core::UnknownAlgorithm| e.to_string())
 }
 
 fn parse_quota(s: &str) -> Result<Quota, String> {
@@ -104,9 +226,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let input: Box<dyn BufRead> = if args.file.as_os_str() == "-" {
         Box::new(BufReader::new(io::stdin().lock()))
     } else {
-        Box::new(BufReader::new(
-            File::open(&args.file).with_context(|| format!("cannot open {}", args.file.display()))?,
-        ))
+        Box::new(BufReader::new(File::open(&args.file).with_context(
+            || format!("cannot open {}", args.file.display()),
+        )?))
     };
     let rows_out: Option<Box<dyn Write>> = match (&args.output, args.summary) {
         (Some(p), _) => Some(Box::new(
@@ -116,7 +238,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         (None, true) => None,
     };
     let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
-    let mut writer = rows_out.map(|w| csv::Writer::from_writer(BufWriter::with_capacity(1 << 16, w)));
+    let mut writer =
+        rows_out.map(|w| csv::Writer::from_writer(BufWriter::with_capacity(1 << 16, w)));
     if let Some(w) = writer.as_mut() {
         w.write_record([
             "timestamp_ns",
@@ -128,28 +251,36 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "delay_ns",
         ])?;
     }
-    let mut states: HashMap<String, Vec<State>> = HashMap::new();
-    replay_rows(input, |row| {
-        let states = match states.get_mut(&row.key) {
-            Some(s) => s,
-            None => states.entry(row.key.clone()).or_insert_with(|| limiter.new_states()),
-        };
-        let d = limiter.decide(states, row.now, row.cost);
-        if args.summary {
-            let t = tallies.entry(row.key.clone()).or_default();
-            if d.allowed {
-                t.admitted += 1;
-                t.admitted_cost += row.cost as u128;
-            } else {
-                t.denied += 1;
-                t.denied_cost += row.cost as u128;
+    let mut backend = Backend::new(&args, limiter)?;
+    let mut chunk: Vec<Row> = Vec::with_capacity(CHUNK);
+    let mut flush = |chunk: &mut Vec<Row>| -> anyhow::Result<()> {
+        let decisions = backend.decide(chunk)?;
+        for (row, d) in chunk.iter().zip(&decisions) {
+            if args.summary {
+                let t = tallies.entry(row.key.clone()).or_default();
+                if d.allowed {
+                    t.admitted += 1;
+                    t.admitted_cost += row.cost as u128;
+                } else {
+                    t.denied += 1;
+                    t.denied_cost += row.cost as u128;
+                }
+            }
+            if let Some(w) = writer.as_mut() {
+                write_decision(w, row, d)?;
             }
         }
-        if let Some(w) = writer.as_mut() {
-            write_decision(w, row, &d)?;
+        chunk.clear();
+        Ok(())
+    };
+    replay_rows(input, |row| {
+        chunk.push(row.clone());
+        if chunk.len() == CHUNK {
+            flush(&mut chunk)?;
         }
         Ok(())
     })?;
+    flush(&mut chunk)?;
     if let Some(mut w) = writer {
         w.flush().context("cannot write the decisions")?;
     }
@@ -193,7 +324,10 @@ pub fn replay_rows(
         let line = rec.position().map_or(0, |p| p.line());
         if first {
             first = false;
-            if rec.get(0).is_some_and(|f| f.trim().to_ascii_lowercase().starts_with("timestamp")) {
+            if rec
+                .get(0)
+                .is_some_and(|f| f.trim().to_ascii_lowercase().starts_with("timestamp"))
+            {
                 continue;
             }
         }
@@ -263,7 +397,11 @@ fn print_summary(tallies: &BTreeMap<String, Tally>) -> anyhow::Result<()> {
 
 fn summary_line(key: &str, t: &Tally, width: usize) -> String {
     let n = t.admitted + t.denied;
-    let pct = if n == 0 { 0.0 } else { 100.0 * t.denied as f64 / n as f64 };
+    let pct = if n == 0 {
+        0.0
+    } else {
+        100.0 * t.denied as f64 / n as f64
+    };
     format!(
         "{key:<width$}  {:>10}  {:>10}  {:>7.2}%  {:>14}  {:>14}",
         t.admitted, t.denied, pct, t.admitted_cost, t.denied_cost
@@ -290,10 +428,21 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        assert_eq!(rows, vec![
-            Row { now: 5, key: "a".into(), cost: 1 },
-            Row { now: 6, key: "b,c".into(), cost: 3 },
-        ]);
+        assert_eq!(
+            rows,
+            vec![
+                Row {
+                    now: 5,
+                    key: "a".into(),
+                    cost: 1
+                },
+                Row {
+                    now: 6,
+                    key: "b,c".into(),
+                    cost: 3
+                },
+            ]
+        );
     }
 
     #[test]

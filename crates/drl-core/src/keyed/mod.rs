@@ -1,8 +1,9 @@
 //! [`KeyedLimiter`]: per-key state for many threads and millions of keys,
 //! with bounded memory.
 //!
-//! Keys are spread over shards, each a `RwLock<HashMap>`. A decision on a
-//! known key takes the shard's read lock only; single-quota token bucket,
+//! Keys are spread over shards, each a `RwLock<HashTable>`; one hash of the
+//! key picks the shard (high bits) and the bucket. A decision on a known key
+//! takes the shard's read lock only; single-quota token bucket,
 //! leaky meter and GCRA then decide lock-free on a 128-bit cell
 //! ([`cell`]); other algorithms and multi-quota limits take a per-key mutex.
 //!
@@ -22,10 +23,10 @@ mod direct;
 pub use direct::AtomicLimiter;
 
 use std::borrow::Borrow;
-use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use hashbrown::HashTable;
 use parking_lot::{Mutex, RwLock};
 
 use crate::algorithm::Algorithm;
@@ -78,8 +79,13 @@ enum Slot {
     Locked(Mutex<Box<[State]>>),
 }
 
+struct Entry<K> {
+    key: K,
+    slot: Slot,
+}
+
 struct Shard<K> {
-    map: RwLock<HashMap<K, Slot, foldhash::fast::RandomState>>,
+    map: RwLock<HashTable<Entry<K>>>,
     last_sweep: AtomicU64,
 }
 
@@ -123,7 +129,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> KeyedLimiter<K> {
         let hasher = foldhash::fast::RandomState::default();
         let shards = (0..n)
             .map(|_| Shard {
-                map: RwLock::new(HashMap::with_hasher(hasher.clone())),
+                map: RwLock::new(HashTable::new()),
                 last_sweep: AtomicU64::new(0),
             })
             .collect();
@@ -159,10 +165,16 @@ impl<K: Hash + Eq + Clone + Send + Sync> KeyedLimiter<K> {
         self.cell.is_some()
     }
 
-    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> &Shard<K> {
+    /// The key's hash and its shard (high bits pick the shard; the table
+    /// uses the same hash).
+    #[inline]
+    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, &Shard<K>) {
         let h = self.hasher.hash_one(key);
-        // High bits pick the shard; the map uses the full hash.
-        &self.shards[((h >> 40) & self.mask) as usize]
+        (h, &self.shards[((h >> 40) & self.mask) as usize])
+    }
+
+    fn rehash(&self) -> impl Fn(&Entry<K>) -> u64 + '_ {
+        |e| self.hasher.hash_one(&e.key)
     }
 
     /// Decides a request of `cost` at `now` for `key`.
@@ -171,11 +183,12 @@ impl<K: Hash + Eq + Clone + Send + Sync> KeyedLimiter<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let shard = self.shard(key);
+        let (hash, shard) = self.shard(key);
+        let eq = |e: &Entry<K>| e.key.borrow() == key;
         {
             let map = shard.map.read();
-            if let Some(slot) = map.get(key) {
-                return self.decide_slot(slot, now, cost);
+            if let Some(e) = map.find(hash, eq) {
+                return self.decide_slot(&e.slot, now, cost);
             }
         }
         // Unknown key: a query or a denial on a fresh state writes nothing,
@@ -188,14 +201,18 @@ impl<K: Hash + Eq + Clone + Send + Sync> KeyedLimiter<K> {
             return d;
         }
         let mut map = shard.map.write();
-        if let Some(slot) = map.get(key) {
+        if let Some(e) = map.find(hash, eq) {
             // Someone inserted it meanwhile: decide on the real state.
-            return self.decide_slot(slot, now, cost);
+            return self.decide_slot(&e.slot, now, cost);
         }
         if map.len() >= self.per_shard {
             self.make_room(shard, &mut map, now);
         }
-        map.insert(key.to_owned(), self.slot_from(fresh.into_boxed_slice()));
+        let entry = Entry {
+            key: key.to_owned(),
+            slot: self.slot_from(fresh.into_boxed_slice()),
+        };
+        map.insert_unique(hash, entry, self.rehash());
         d
     }
 
@@ -254,17 +271,12 @@ impl<K: Hash + Eq + Clone + Send + Sync> KeyedLimiter<K> {
         }
     }
 
-    fn make_room(
-        &self,
-        shard: &Shard<K>,
-        map: &mut HashMap<K, Slot, foldhash::fast::RandomState>,
-        now: Nanos,
-    ) {
+    fn make_room(&self, shard: &Shard<K>, map: &mut HashTable<Entry<K>>, now: Nanos) {
         let last = shard.last_sweep.load(Ordering::Relaxed);
         if now >= last.saturating_add(self.config.sweep_interval) || last == 0 {
             shard.last_sweep.store(now.max(1), Ordering::Relaxed);
             let before = map.len();
-            map.retain(|_, slot| !self.slot_is_fresh(slot, now));
+            map.retain(|e| !self.slot_is_fresh(&e.slot, now));
             let dropped = before - map.len();
             self.evicted_fresh
                 .fetch_add(dropped as u64, Ordering::Relaxed);
@@ -275,11 +287,14 @@ impl<K: Hash + Eq + Clone + Send + Sync> KeyedLimiter<K> {
         let victim = map
             .iter()
             .take(EVICTION_SAMPLE)
-            .map(|(k, slot)| (self.slot_reset_after(slot, now), k))
+            .map(|e| (self.slot_reset_after(&e.slot, now), &e.key))
             .min_by_key(|(r, _)| *r)
             .map(|(r, k)| (r, k.clone()));
         if let Some((reset, k)) = victim {
-            map.remove(&k);
+            let hash = self.hasher.hash_one(&k);
+            if let Ok(e) = map.find_entry(hash, |e| e.key == k) {
+                e.remove();
+            }
             let counter = if reset == 0 {
                 &self.evicted_fresh
             } else {
@@ -296,7 +311,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> KeyedLimiter<K> {
         for shard in self.shards.iter() {
             let mut map = shard.map.write();
             let before = map.len();
-            map.retain(|_, slot| !self.slot_is_fresh(slot, now));
+            map.retain(|e| !self.slot_is_fresh(&e.slot, now));
             dropped += before - map.len();
         }
         self.evicted_fresh
@@ -329,8 +344,9 @@ impl<K: Hash + Eq + Clone + Send + Sync> KeyedLimiter<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let map = self.shard(key).map.read();
-        let slot = map.get(key)?;
+        let (hash, shard) = self.shard(key);
+        let map = shard.map.read();
+        let slot = &map.find(hash, |e| e.key.borrow() == key)?.slot;
         Some(match (slot, self.cell) {
             (Slot::Cell(w), Some(kind)) => {
                 let v = cell::Word128::load(w);

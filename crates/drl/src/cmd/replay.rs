@@ -27,7 +27,7 @@ use drl_core::{Algorithm, Decision, MultiLimiter, Quota, State};
 /// timestamps (the caller's clock), so the output can be diffed against the
 /// in-memory result: both follow SEMANTICS.md bit for bit.
 #[derive(Debug, clap::Args)]
-#[command(verbatim_doc_comment)]
+#[command(after_help = AFTER_HELP)]
 pub struct Args {
     /// Algorithm: token-bucket, leaky-bucket, gcra, leaky-queue,
     /// fixed-window, sliding-log, sliding-window.
@@ -59,6 +59,21 @@ pub struct Args {
     /// The trace; `-` reads standard input.
     pub file: PathBuf,
 }
+
+const AFTER_HELP: &str = "\
+Input rows: timestamp_ns,key[,cost]   (header optional; cost defaults to 1)
+Output rows: timestamp_ns,key,allowed,remaining,retry_after_ns,reset_after_ns,delay_ns
+  (retry_after_ns is empty when no wait can admit the request; delay_ns is
+  non-zero only for leaky-queue). Each key has its own state.
+
+Examples:
+  drl replay --algorithm gcra --quota 100/s --burst 20 access.csv
+  drl replay -a sliding-window -q 10/s -q 300/min - < trace.csv
+  drl replay -a token-bucket -q 5/s --summary access.csv
+  drl replay -a gcra -q 100/s --store redis://127.0.0.1:6379 access.csv > redis.csv
+
+With --store the Redis scripts decide with the trace's timestamps; their
+output equals the in-memory output byte for byte (SEMANTICS.md).";
 
 /// Rows decided per round trip with --store (one ordered pipeline).
 const CHUNK: usize = 512;

@@ -64,8 +64,17 @@ mod tests {
     async fn keeps_state_of_unchanged_limits_only() {
         let store = MemoryStore::default();
         let a = LimitSpec::new("a", Algorithm::Gcra, vec![Quota::new(2, 1_000).unwrap()]);
-        let b = LimitSpec::new("b", Algorithm::FixedWindow, vec![Quota::new(1, 1_000).unwrap()]);
-        let c = |spec| Check { spec, key: "k", cost: 1, now: 10 };
+        let b = LimitSpec::new(
+            "b",
+            Algorithm::FixedWindow,
+            vec![Quota::new(1, 1_000).unwrap()],
+        );
+        let c = |spec| Check {
+            spec,
+            key: "k",
+            cost: 1,
+            now: 10,
+        };
         assert!(store.decide(c(&a)).await.unwrap().allowed);
         assert!(store.decide(c(&b)).await.unwrap().allowed);
         assert!(!store.decide(c(&b)).await.unwrap().allowed);

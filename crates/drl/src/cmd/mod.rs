@@ -1,6 +1,6 @@
 //! Subcommands, one module each.
 
+pub mod config;
 pub mod replay;
 pub mod serve;
 pub mod sim;
-pub mod config;

@@ -106,9 +106,10 @@ fn baseline_rates_and_splits() {
 #[test]
 fn fairness_ordering_over_runs() {
     use AlgorithmKind::*;
-    let res = experiment(&[Ctb, Gtb, Grd, Fps, FpsMean], 25, 6, 100)
-        .run(&mut |_| {})
-        .unwrap();
+    // fps-mean's per-flow rates settle over ~20 s: longer runs here.
+    let mut exp = experiment(&[Ctb, Gtb, Grd, Fps, FpsMean], 40, 5, 100);
+    exp.base.warmup = 10 * SEC;
+    let res = exp.run(&mut |_| {}).unwrap();
     let s = res.summary();
     let j = |n: &str| s.algorithms[n].jain;
     assert!(j("grd") >= j("ctb"), "grd {} vs ctb {}", j("grd"), j("ctb"));
@@ -118,12 +119,11 @@ fn fairness_ordering_over_runs() {
     for n in ["fps", "fps-mean"] {
         assert!(j(n) >= j("ctb") - 0.05, "{n} {} vs ctb {}", j(n), j("ctb"));
     }
-    assert!(
-        j("gtb") < j("ctb") - 0.2,
-        "gtb {} vs ctb {}",
-        j("gtb"),
-        j("ctb")
-    );
+    // GTB starves the 3-flow limiter: well below every other algorithm.
+    for n in ["ctb", "grd", "fps", "fps-mean"] {
+        assert!(j("gtb") < j(n) - 0.15, "gtb {} vs {n} {}", j("gtb"), j(n));
+    }
+    assert!(j("gtb") < 0.7, "gtb {}", j("gtb"));
 }
 
 /// Figure 4: at 100 ms, random drop is burstier than the token buckets.

@@ -1,5 +1,6 @@
 //! The sans-IO Orbit node: admission decisions, table handling, timers.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
 use drl_core::Nanos;
@@ -548,16 +549,20 @@ impl OrbitNode {
         };
         table.hop = msg.hop;
         table.visits = msg.visits;
-        for (k, free, modified) in msg.entries {
-            table.entries.insert(
-                k,
-                Entry {
-                    free,
-                    modified,
-                    reserve: 0,
-                    visit: 0,
-                },
-            );
+        let entries = msg.entries.into_iter().map(|(k, free, modified)| {
+            let e = Entry {
+                free,
+                modified,
+                reserve: 0,
+                visit: 0,
+            };
+            (k, e)
+        });
+        if table.entries.is_empty() {
+            // Sorted input: built in one pass.
+            table.entries = entries.collect();
+        } else {
+            table.entries.extend(entries);
         }
         if table.entries.len() > self.cfg.max_keys {
             self.stats.dropped_invalid += 1;
@@ -649,26 +654,31 @@ impl OrbitNode {
         let hop1 = held.table.hop.saturating_add(1);
         let table = &mut held.table.entries;
         let keys = &mut self.keys;
-        // Keys of the table.
+        let (keys_len, table_len) = (keys.len(), table.len());
         let mut new_keys = Vec::new();
-        for (k, e) in table.iter_mut() {
-            if e.visit != visit {
-                e.visit = visit;
-                e.reserve = rule.reserve(e.free);
-            }
-            match keys.get_mut(k.as_slice()) {
-                Some(ks) => {
-                    let (keep, free) = rule.split(ks.holding, e.free, e.reserve, rule.want(ks));
-                    if keep != ks.holding {
-                        ks.holding = keep;
-                        e.free = free;
-                        e.modified = hop1;
+        let mut new_entries = Vec::new();
+        // Both maps are ordered by key: walk them together (a merge join),
+        // sequential access and no lookups.
+        let mut t_it = table.iter_mut().peekable();
+        let mut k_it = keys.iter_mut().peekable();
+        loop {
+            let order = match (t_it.peek(), k_it.peek()) {
+                (None, None) => break,
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (Some((tk, _)), Some((kk, _))) => tk.as_slice().cmp(kk.as_slice()),
+            };
+            match order {
+                Ordering::Less => {
+                    // In the table only: this node has seen no demand for the
+                    // key, so it gives its local allowance to the table.
+                    let Some((k, e)) = t_it.next() else { break };
+                    if e.visit != visit {
+                        e.visit = visit;
+                        e.reserve = rule.reserve(e.free);
                     }
-                }
-                None => {
-                    // No demand seen: give the local allowance to the table.
                     let (keep, free) = rule.split(local, e.free, e.reserve, 0);
-                    if keep != local && keys.len() + new_keys.len() < max_keys {
+                    if keep != local && keys_len + new_keys.len() < max_keys {
                         new_keys.push((
                             k.clone(),
                             KeyState {
@@ -680,31 +690,43 @@ impl OrbitNode {
                         e.modified = hop1;
                     }
                 }
+                Ordering::Greater => {
+                    // Node state only: the table holds the pool for it.
+                    let Some((k, ks)) = k_it.next() else { break };
+                    let reserve = rule.reserve(pool);
+                    let (keep, free) = rule.split(ks.holding, pool, reserve, rule.want(ks));
+                    if keep != ks.holding && table_len + new_entries.len() < max_keys {
+                        ks.holding = keep;
+                        new_entries.push((
+                            k.clone(),
+                            Entry {
+                                free,
+                                modified: hop1,
+                                reserve,
+                                visit,
+                            },
+                        ));
+                    }
+                }
+                Ordering::Equal => {
+                    let (Some((_, e)), Some((_, ks))) = (t_it.next(), k_it.next()) else {
+                        break;
+                    };
+                    if e.visit != visit {
+                        e.visit = visit;
+                        e.reserve = rule.reserve(e.free);
+                    }
+                    let (keep, free) = rule.split(ks.holding, e.free, e.reserve, rule.want(ks));
+                    if keep != ks.holding {
+                        ks.holding = keep;
+                        e.free = free;
+                        e.modified = hop1;
+                    }
+                }
             }
         }
-        keys.extend(new_keys);
-        // Keys this node has state for that the table does not carry yet.
-        let mut new_entries = Vec::new();
-        for (k, ks) in keys.iter_mut() {
-            if table.contains_key(k.as_slice()) {
-                continue;
-            }
-            let reserve = rule.reserve(pool);
-            let (keep, free) = rule.split(ks.holding, pool, reserve, rule.want(ks));
-            if keep != ks.holding && table.len() + new_entries.len() < max_keys {
-                ks.holding = keep;
-                new_entries.push((
-                    k.clone(),
-                    Entry {
-                        free,
-                        modified: hop1,
-                        reserve,
-                        visit,
-                    },
-                ));
-            }
-        }
-        table.extend(new_entries);
+        merge_sorted(keys, new_keys);
+        merge_sorted(table, new_entries);
     }
 
     /// The rebalance rule for one key the node has state for, with `want`
@@ -753,6 +775,18 @@ impl OrbitNode {
                 }
             }
         }
+    }
+}
+
+/// Adds `new` (sorted, keys absent from `map`) to `map`. Many new keys:
+/// one bulk rebuild (the sort of two sorted runs is a linear merge) instead
+/// of one tree insertion each.
+fn merge_sorted<V>(map: &mut BTreeMap<Vec<u8>, V>, new: Vec<(Vec<u8>, V)>) {
+    if new.len() > 64 && new.len() * 4 > map.len() {
+        let old = std::mem::take(map);
+        *map = old.into_iter().chain(new).collect();
+    } else {
+        map.extend(new);
     }
 }
 

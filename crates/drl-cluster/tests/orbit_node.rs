@@ -199,8 +199,15 @@ fn forged_tables_are_dropped() {
     assert_eq!(n[0].stats().dropped_invalid, 1);
     m.entries.clear();
     m.pool += 1; // a node with another configuration
-    n[0].on_message(w + 12 * MS, 1, m);
+    n[0].on_message(w + 12 * MS, 1, m.clone());
     assert_eq!(n[0].stats().dropped_invalid, 2);
+    m.pool -= 1;
+    m.from = 0; // claims to come from the receiver itself
+    n[0].on_message(w + 12 * MS, 0, m.clone());
+    assert_eq!(n[0].stats().dropped_invalid, 3);
+    m.from = 1; // the transport saw another sender than the message names
+    n[0].on_message(w + 12 * MS, 2, m);
+    assert_eq!(n[0].stats().dropped_invalid, 4);
 }
 
 #[test]

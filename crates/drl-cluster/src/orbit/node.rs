@@ -351,8 +351,10 @@ impl OrbitNode {
     /// authenticated; a message whose `from` field disagrees is dropped).
     pub fn on_message(&mut self, now: Nanos, from: NodeId, msg: TableMsg) -> Vec<Outgoing> {
         let now = self.observe(now);
-        if from != msg.from {
-            // The transport's authenticated sender must be the forwarder.
+        if from != msg.from || from == self.id {
+            // The transport's authenticated sender must be the forwarder,
+            // and a node never sends a table to itself: a table coming back
+            // from this node would fork its lane.
             self.stats.dropped_invalid += 1;
         } else {
             self.accept(now, msg);

@@ -1,0 +1,211 @@
+//! The authenticated UDP transport on real loopback sockets: good frames
+//! pass, forged / truncated / oversized / replayed ones are dropped and
+//! counted; the fault wrapper loses, delays and partitions as configured.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use drl_node::transport::fault::{FaultConfig, FaultyTransport};
+use drl_node::transport::frame::{self, Header};
+use drl_node::transport::{ClusterKey, Transport, UdpTransport, channel};
+
+fn key() -> ClusterKey {
+    ClusterKey::new(b"test cluster key, 32 bytes long!").unwrap()
+}
+
+async fn bind(ip: &str, id: u32) -> UdpTransport {
+    let addr: SocketAddr = format!("{ip}:0").parse().unwrap();
+    UdpTransport::bind(addr, id, key()).await.unwrap()
+}
+
+async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn bad_datagrams_are_dropped_and_counted() {
+    let rx = bind("127.0.0.1", 1).await;
+    let to = rx.local_addr();
+    let raw = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let good = |seq: u64, payload: &[u8]| {
+        let mut out = Vec::new();
+        frame::encode(
+            &key(),
+            Header {
+                channel: channel::GOSSIP,
+                sender: 2,
+                seq,
+            },
+            payload,
+            &mut out,
+        )
+        .unwrap();
+        out
+    };
+    let valid = good(10, b"valid");
+    let mut forged = Vec::new();
+    frame::encode(
+        &ClusterKey::new(b"some other key that is not ours").unwrap(),
+        Header {
+            channel: channel::GOSSIP,
+            sender: 2,
+            seq: 11,
+        },
+        b"forged",
+        &mut forged,
+    )
+    .unwrap();
+    raw.send_to(&valid, to).await.unwrap();
+    raw.send_to(&valid, to).await.unwrap(); // replay
+    raw.send_to(&forged, to).await.unwrap();
+    raw.send_to(&valid[..valid.len() - 3], to).await.unwrap(); // truncated
+    raw.send_to(&[0u8; 1_500], to).await.unwrap(); // oversized
+    raw.send_to(&good(9, b"older, still in window"), to)
+        .await
+        .unwrap();
+    raw.send_to(&good(12, b"last"), to).await.unwrap();
+
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let d = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("a good datagram")
+            .unwrap();
+        assert_eq!(d.sender, 2);
+        assert_eq!(d.channel, channel::GOSSIP);
+        got.push(d.payload);
+    }
+    assert_eq!(
+        got,
+        vec![
+            b"valid".to_vec(),
+            b"older, still in window".to_vec(),
+            b"last".to_vec()
+        ]
+    );
+    let s = rx.stats();
+    assert_eq!(s.accepted, 3);
+    assert_eq!(s.replayed, 1);
+    assert_eq!(s.forged, 1);
+    assert_eq!(s.truncated, 1);
+    assert_eq!(s.oversized, 1);
+    assert_eq!(s.rejected(), 4);
+}
+
+#[tokio::test]
+async fn transports_talk_and_payload_bounds_hold() {
+    let a = bind("127.0.0.2", 1).await;
+    let b = bind("127.0.0.2", 2).await;
+    a.send(b.local_addr(), channel::ORBIT, b"hello")
+        .await
+        .unwrap();
+    let d = b.recv().await.unwrap();
+    assert_eq!(
+        (d.sender, d.channel, d.from),
+        (1, channel::ORBIT, a.local_addr())
+    );
+    assert!(
+        a.send(
+            b.local_addr(),
+            0,
+            &[0; drl_node::transport::MAX_PAYLOAD + 1]
+        )
+        .await
+        .is_err()
+    );
+    a.send(b.local_addr(), 0, &[7; drl_node::transport::MAX_PAYLOAD])
+        .await
+        .unwrap();
+    assert_eq!(
+        b.recv().await.unwrap().payload.len(),
+        drl_node::transport::MAX_PAYLOAD
+    );
+    assert_eq!(a.stats().sent, 2);
+    assert_eq!(a.stats().sent_bytes, (5 + 34 + 1_200) as u64);
+}
+
+#[tokio::test]
+async fn fault_wrapper_drops_at_the_configured_rate_and_partitions() {
+    let a = std::sync::Arc::new(FaultyTransport::new(
+        bind("127.0.0.3", 1).await,
+        FaultConfig {
+            drop_rate: 0.3,
+            seed: 42,
+            ..FaultConfig::default()
+        },
+    ));
+    let at_a = std::sync::Arc::new(parking_lot::Mutex::new(Vec::<Vec<u8>>::new()));
+    let (a2, at_a2) = (a.clone(), at_a.clone());
+    tokio::spawn(async move {
+        while let Ok(d) = a2.recv().await {
+            at_a2.lock().push(d.payload);
+        }
+    });
+    let b = std::sync::Arc::new(bind("127.0.0.3", 2).await);
+    let b2 = b.clone();
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let r2 = received.clone();
+    tokio::spawn(async move {
+        while b2.recv().await.is_ok() {
+            r2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    for _ in 0..1_000 {
+        a.send(b.local_addr(), 1, b"x").await.unwrap();
+    }
+    let dropped = a.stats().injected_drops;
+    assert!((230..370).contains(&dropped), "dropped {dropped} of 1000");
+    wait_until("the rest arrives", || {
+        received.load(std::sync::atomic::Ordering::Relaxed) == 1_000 - dropped
+    })
+    .await;
+    // Partition: nothing more gets through, in either direction.
+    let h = a.handle();
+    h.set_drop_rate(0.0);
+    h.block(b.local_addr());
+    for _ in 0..10 {
+        a.send(b.local_addr(), 1, b"x").await.unwrap();
+    }
+    b.send(a.local_addr(), 1, b"to a").await.unwrap();
+    wait_until("a drops what b sent", || {
+        a.stats().injected_drops > dropped + 10
+    })
+    .await;
+    h.unblock(b.local_addr());
+    a.send(b.local_addr(), 1, b"x").await.unwrap();
+    wait_until("after heal", || {
+        received.load(std::sync::atomic::Ordering::Relaxed) == 1_001 - dropped
+    })
+    .await;
+    b.send(a.local_addr(), 1, b"after heal").await.unwrap();
+    wait_until("a hears b again", || !at_a.lock().is_empty()).await;
+    assert_eq!(
+        *at_a.lock(),
+        vec![b"after heal".to_vec()],
+        "the datagram sent during the partition was cut"
+    );
+}
+
+#[tokio::test]
+async fn fault_wrapper_delays() {
+    let a = FaultyTransport::new(
+        bind("127.0.0.4", 1).await,
+        FaultConfig {
+            delay_ms: 150,
+            ..FaultConfig::default()
+        },
+    );
+    let b = bind("127.0.0.4", 2).await;
+    let t0 = std::time::Instant::now();
+    a.send(b.local_addr(), 1, b"late").await.unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_millis(100),
+        "send does not block"
+    );
+    b.recv().await.unwrap();
+    assert!(t0.elapsed() >= Duration::from_millis(150));
+}

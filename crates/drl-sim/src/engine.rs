@@ -4,8 +4,10 @@
 //! Topology (the paper's mesh, one path per flow): each flow's source sits
 //! behind its own access link (serialising at the link rate, with a quarter
 //! of the flow RTT of propagation delay) into its limiter; forwarded packets
-//! leave through the limiter's egress link (serialising, another quarter RTT)
-//! to the sink; ACKs return directly in half an RTT (limiters pass ACKs
+//! leave through the link to the flow's own sink (serialising, another
+//! quarter RTT; one per source-sink pair, so flows at a busy limiter do not
+//! queue behind each other and the central and distributed runs see the same
+//! paths); ACKs return directly in half an RTT (limiters pass ACKs
 //! untouched, as in the paper). Limiters gossip over links with half the
 //! inter-limiter RTT of delay and an optional loss rate. Centralised
 //! algorithms (CTB, central random drop) run one limiter for all traffic;
@@ -155,7 +157,7 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
     let ack_prop = sc.flow_rtt - egress_prop - access_prop;
     let gossip_delay = sc.limiter_rtt / 2;
     let tx = tx_time(sc.packet_bytes, sc.link_bps);
-    let mut egress_free = vec![0 as Nanos; nl];
+    let mut egress_free = vec![0 as Nanos; flows.len()];
     let mut ticks = Vec::new();
     let (mut gossip_sent, mut gossip_lost, mut events) = (0u64, 0u64, 0u64);
     let pkt = sc.packet_bytes as u64;
@@ -217,8 +219,9 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
                 arrived[l][bin] += pkt;
                 if limiters[node].on_arrival(now, i as u64, pkt) == Verdict::Forward {
                     forwarded[l][bin] += pkt;
-                    let depart = now.max(egress_free[l]);
-                    egress_free[l] = depart + tx;
+                    let e = &mut egress_free[i as usize];
+                    let depart = now.max(*e);
+                    *e = depart + tx;
                     q.schedule(depart + tx + egress_prop, Ev::AtSink(i, seg));
                 }
             }

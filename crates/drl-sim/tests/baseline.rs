@@ -84,20 +84,18 @@ fn baseline_rates_and_splits() {
     }
     let share = |n: &str| s.algorithms[n].limiter_share[0];
     assert!(share("gtb") < 0.1, "gtb 3-flow share {}", share("gtb"));
-    for n in ["grd", "grd-smooth", "fps-mean"] {
+    for n in ["grd", "grd-smooth", "fps", "fps-mean"] {
         assert!(
-            (share(n) - 0.3).abs() < 0.05,
+            (share(n) - 0.3).abs() < 0.06,
             "{n}: 3-flow share {}",
             share(n)
         );
     }
-    // The paper's FPS estimator (max flow rate) is biased towards the
-    // limiter with fewer flows in our TCP model: still far from GTB, within
-    // 0.3 ± 0.12.
+    // The reference itself: one bucket for all ten flows splits about 3:7.
     assert!(
-        (share("fps") - 0.3).abs() < 0.12,
-        "fps: 3-flow share {}",
-        share("fps")
+        (share("ctb") - 0.3).abs() < 0.08,
+        "ctb: 3-flow share {}",
+        share("ctb")
     );
 }
 
@@ -106,8 +104,7 @@ fn baseline_rates_and_splits() {
 #[test]
 fn fairness_ordering_over_runs() {
     use AlgorithmKind::*;
-    // fps-mean's per-flow rates settle over ~20 s: longer runs here.
-    let mut exp = experiment(&[Ctb, Gtb, Grd, Fps, FpsMean], 40, 5, 100);
+    let mut exp = experiment(&[Ctb, Gtb, Grd, Fps], 40, 5, 100);
     exp.base.warmup = 10 * SEC;
     let res = exp.run(&mut |_| {}).unwrap();
     let s = res.summary();
@@ -116,11 +113,14 @@ fn fairness_ordering_over_runs() {
     assert!(j("grd") > 0.95, "grd {}", j("grd"));
     // FPS polices with token buckets like CTB: at least as fair (within
     // run-to-run noise), never down near GTB.
-    for n in ["fps", "fps-mean"] {
-        assert!(j(n) >= j("ctb") - 0.05, "{n} {} vs ctb {}", j(n), j("ctb"));
-    }
+    assert!(
+        j("fps") >= j("ctb") - 0.05,
+        "fps {} vs ctb {}",
+        j("fps"),
+        j("ctb")
+    );
     // GTB starves the 3-flow limiter: well below every other algorithm.
-    for n in ["ctb", "grd", "fps", "fps-mean"] {
+    for n in ["ctb", "grd", "fps"] {
         assert!(j("gtb") < j(n) - 0.15, "gtb {} vs {n} {}", j("gtb"), j(n));
     }
     assert!(j("gtb") < 0.7, "gtb {}", j("gtb"));

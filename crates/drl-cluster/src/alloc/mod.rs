@@ -95,9 +95,11 @@ pub enum AlgorithmKind {
     GrdSmooth,
     /// Flow proportional share, as in the paper's Figure 2.
     Fps,
-    /// FPS with a robust unbottlenecked-flow rate (mean of the flows within
-    /// 30 % of the fastest, 1-second EWMA 0.95 per flow) instead of the
-    /// maximum; see [`fps::FlowRateEstimator`].
+    /// FPS with the mean of the sampled flows within 30 % of the fastest
+    /// (1-second EWMA 0.95 per flow) as the unbottlenecked rate instead of
+    /// the maximum; see [`fps::FlowRateEstimator`]. An experiment, not an
+    /// improvement: in the baseline it is less fair than the paper's FPS
+    /// (EXPERIMENTS.md).
     FpsMean,
 }
 

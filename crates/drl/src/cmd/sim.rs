@@ -147,8 +147,8 @@ fn build(which: &str, f: &Flags) -> anyhow::Result<Experiment> {
     use AlgorithmKind::*;
     let default_algs: Vec<AlgorithmKind> = match which {
         "baseline" => vec![Ctb, Gtb, Grd, Fps],
-        "fig5" => vec![Ctb, Crd, Gtb, Grd, GrdSmooth, Fps, FpsMean],
-        _ => vec![Ctb, Gtb, Grd, GrdSmooth, Fps, FpsMean],
+        "fig5" => vec![Ctb, Crd, Gtb, Grd, GrdSmooth, Fps],
+        _ => vec![Ctb, Gtb, Grd, GrdSmooth, Fps],
     };
     let runs = f.runs.unwrap_or(if which == "fig5" { 10 } else { 1 });
     anyhow::ensure!(runs >= 1, "--runs must be at least 1");

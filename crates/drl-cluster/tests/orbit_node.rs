@@ -393,3 +393,30 @@ mod hostile {
         }
     }
 }
+
+#[test]
+fn a_lost_table_is_sent_again_to_the_same_node_only() {
+    let mut n = ring(3, 300);
+    let w = 300 * MS;
+    let mut wire = Wire::new();
+    // Let lane 0's origin (node 1) forward once, then lose that message.
+    let sent = run(&mut n, &mut wire, w, w + 11 * MS);
+    let lost = sent
+        .iter()
+        .find(|o| o.msg.from == 1)
+        .expect("node 1 forwarded")
+        .clone();
+    wire.retain(|(_, _, o)| o.msg != lost.msg);
+    // Two laps (60 ms) later node 1 sends the same message to the same node.
+    let later = run(&mut n, &mut wire, w + 11 * MS, w + 80 * MS);
+    let again: Vec<_> = later
+        .iter()
+        .filter(|o| o.msg.from == 1 && o.msg.lane == lost.msg.lane && o.msg.hop == lost.msg.hop)
+        .collect();
+    assert_eq!(again.len(), 1, "one resend");
+    assert_eq!(again[0], &lost, "identical message, same destination");
+    assert_eq!(n[1].stats().tables_resent, 1);
+    // ... and the lane is alive again: its table is processed downstream.
+    let received: u64 = n.iter().map(|x| x.stats().tables_received).sum();
+    assert!(received >= 2, "{received}");
+}

@@ -140,3 +140,40 @@ fn curve_against_laps_per_window() {
     }
     println!("{out}");
 }
+
+/// Utilization when table messages are lost (each forward independently),
+/// default configuration, demand spread evenly. A lost table takes its free
+/// capacity with it for the rest of the window (safe, but costly): the
+/// transport should retransmit the same frame to the same node.
+#[test]
+fn curve_against_message_loss() {
+    let mut out = String::new();
+    out.push_str("| loss per message | spread: min / mean util | one node: min / mean util |\n");
+    out.push_str("|---|---|---|\n");
+    for loss in [0.0, 0.001, 0.01, 0.05, 0.2] {
+        let mut row = Vec::new();
+        for weights in [vec![1u32; 5], vec![0, 0, 1, 0, 0]] {
+            let mut faults = Faults::none(MS);
+            faults.loss = loss;
+            let cfg = SimConfig {
+                orbit: OrbitConfig::new(CAP, 10_000 * MS, 100 * MS),
+                nodes: 5,
+                keys: 1,
+                duration: 6 * 10_000 * MS - 1,
+                weights,
+                demand_per_window: 2 * CAP,
+                cost: (1, 3),
+                tick: 50 * MS,
+                faults,
+            };
+            let report = Sim::new(cfg, 3).expect("valid").run().expect("invariant");
+            let u: Vec<f64> = (1..6)
+                .map(|w| report.admitted.get(&(0, w)).copied().unwrap_or(0) as f64 / CAP as f64)
+                .collect();
+            assert!(u.iter().all(|x| *x <= 1.0), "over the cap");
+            row.push(format!("{:.3} / {:.3}", min(&u), mean(&u)));
+        }
+        out.push_str(&format!("| {loss} | {} | {} |\n", row[0], row[1]));
+    }
+    println!("{out}");
+}

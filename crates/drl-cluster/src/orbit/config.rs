@@ -43,6 +43,10 @@ pub struct OrbitConfig {
     /// own origin with an equal share of the pool, so that one dead origin
     /// costs only its share (1..=16; at most the ring size is used).
     pub lanes: u32,
+    /// Re-send the last forwarded table of a lane, identical and to the same
+    /// node, every `resend_laps` laps until the table comes back (0: never).
+    /// Recovers tables lost in transit; duplicates are harmless.
+    pub resend_laps: u32,
 }
 
 impl OrbitConfig {
@@ -58,6 +62,7 @@ impl OrbitConfig {
             headroom_pct: 200,
             max_keys: 1 << 20,
             lanes: 2,
+            resend_laps: 2,
         }
     }
 

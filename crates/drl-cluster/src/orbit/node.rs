@@ -65,6 +65,8 @@ pub struct OrbitStats {
     pub tables_received: u64,
     /// Tables forwarded.
     pub tables_forwarded: u64,
+    /// Forwards sent again because the table had not come back.
+    pub tables_resent: u64,
     /// Dropped: for a window that is over.
     pub dropped_stale: u64,
     /// Dropped: duplicate or old hop.
@@ -110,6 +112,9 @@ struct Lane {
     last_hop: Option<u32>,
     /// A table for a later window, kept aside unprocessed.
     pending: Option<TableMsg>,
+    /// After a forward, until the table comes back: the ring position it
+    /// was sent to and when to send the same message again.
+    resend: Option<(usize, Nanos)>,
 }
 
 /// One node of an Orbit ring: a pure state machine. Feed it requests,
@@ -252,7 +257,8 @@ impl OrbitNode {
         let next_window = (self.window + 1).saturating_mul(self.cfg.window);
         self.lanes
             .iter()
-            .filter_map(|l| l.held.as_ref().map(|h| h.due))
+            .flat_map(|l| [l.held.as_ref().map(|h| h.due), l.resend.map(|r| r.1)])
+            .flatten()
             .fold(next_window, Nanos::min)
     }
 
@@ -415,6 +421,7 @@ impl OrbitNode {
             l.held = None;
             l.base = None;
             l.last_hop = None;
+            l.resend = None;
             if eligible && self.cfg.lane_origin(w, lane, n) == self.pos {
                 self.stats.tables_created += 1;
                 let visit = self.next_visit();
@@ -571,6 +578,8 @@ impl OrbitNode {
             return;
         }
         self.lanes[lane].last_hop = Some(msg.hop);
+        // The table came back: the last forward arrived.
+        self.lanes[lane].resend = None;
         self.stats.tables_received += 1;
         let visit = self.next_visit();
         self.lanes[lane].held = Some(Held {
@@ -584,11 +593,48 @@ impl OrbitNode {
     fn poll(&mut self, now: Nanos) -> Vec<Outgoing> {
         let mut out = Vec::new();
         for lane in 0..self.lanes.len() {
+            if let Some(o) = self.poll_resend(now, lane) {
+                out.push(o);
+            }
             if let Some(o) = self.poll_lane(now, lane) {
                 out.push(o);
             }
         }
         out
+    }
+
+    fn resend_period(&self) -> Option<Nanos> {
+        match self.cfg.resend_laps {
+            0 => None,
+            k => Some(self.lap().saturating_mul(k as u64)),
+        }
+    }
+
+    /// Sends the last forward of `lane` again, byte for byte the same message
+    /// to the same node, if the table has not come back in time. Only ever
+    /// the same destination: re-routing a table could fork it.
+    fn poll_resend(&mut self, now: Nanos, lane: usize) -> Option<Outgoing> {
+        let period = self.resend_period()?;
+        let l = &mut self.lanes[lane];
+        let (succ, at) = l.resend?;
+        if now < at {
+            return None;
+        }
+        let base = l.base.as_ref()?;
+        let hop = base.hop;
+        let delta_base = base
+            .visits
+            .get(succ)
+            .copied()
+            .filter(|&b| b < hop)
+            .unwrap_or(0);
+        let msg = base.to_msg(self.id, hop, delta_base, l.pool);
+        l.resend = Some((succ, now.saturating_add(period)));
+        self.stats.tables_resent += 1;
+        Some(Outgoing {
+            to: self.ring[succ],
+            msg,
+        })
     }
 
     /// Forwards lane `lane`'s table if it has been held for an epoch.
@@ -611,6 +657,7 @@ impl OrbitNode {
             }
             return None;
         };
+        let period = self.resend_period();
         let l = &mut self.lanes[lane];
         let mut held = l.held.take()?;
         // A window that would need more hops than u32 stops forwarding.
@@ -621,6 +668,7 @@ impl OrbitNode {
         let msg = held.table.to_msg(self.id, hop, base, l.pool);
         held.table.hop = hop;
         l.base = Some(held.table);
+        l.resend = period.map(|p| (succ, now.saturating_add(p)));
         self.stats.tables_forwarded += 1;
         Some(Outgoing {
             to: self.ring[succ],

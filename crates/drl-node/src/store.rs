@@ -1,0 +1,551 @@
+//! [`GossipStore`]: `scope: gossip` as a `drl_store::Store`.
+//!
+//! `start` binds the authenticated socket, joins the cluster (foca) and
+//! spawns the node loop on the current tokio runtime:
+//!
+//! * a receive task hands authenticated datagrams to the loop;
+//! * every estimate interval the loop closes every active key's estimate,
+//!   reallocates (GRD/FPS, with the 1/N rule for lost peers), and sends the
+//!   published values, batched and prefix-compressed, to `branching` random
+//!   live peers;
+//! * membership datagrams and timers drive foca; its up/down events update
+//!   the peer table.
+//!
+//! `decide` never waits on the network: it locks the key's state, asks the
+//! allocator, and returns.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use drl_cluster::alloc::{AlgorithmKind, FlowId};
+use drl_core::{Decision, DenyReason, Nanos};
+use drl_store::{Check, LimitSpec, Store, StoreError};
+use foca::Timer;
+use parking_lot::Mutex;
+use rand::SeedableRng;
+use rand::seq::IndexedRandom;
+use rand_chacha::ChaCha8Rng;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::config::{ConfigError, GossipConfig};
+use crate::gossip::state::{KeyParams, KeySnapshot, KeyState, Peers};
+use crate::gossip::wire::{self, Entry};
+use crate::membership::{Event, Membership, NodeIdent, Output};
+use crate::transport::fault::{FaultHandle, FaultyTransport};
+use crate::transport::{
+    Datagram, MAX_PAYLOAD, Transport, TransportError, TransportStats, UdpTransport, channel,
+};
+
+/// The node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Bad configuration (or key).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The socket could not be bound.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+}
+
+/// The wire code of an allocator (receivers ignore other algorithms).
+fn algorithm_code(k: AlgorithmKind) -> u8 {
+    AlgorithmKind::ALL
+        .iter()
+        .position(|a| *a == k)
+        .map_or(0, |i| i as u8 + 1)
+}
+
+/// Stable 64-bit FNV-1a hash (flow ids must not depend on process seeds).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Everything the request path and the node loop share.
+#[derive(Debug)]
+struct Shared {
+    cfg: GossipConfig,
+    params: KeyParams,
+    nodes: u32,
+    stale: Nanos,
+    idle: Nanos,
+    origin: Instant,
+    keys: Mutex<HashMap<Vec<u8>, Arc<Mutex<KeyState>>>>,
+    peers: Mutex<Peers>,
+    members: Mutex<Vec<NodeIdent>>,
+    gossip_rejected: std::sync::atomic::AtomicU64,
+}
+
+impl Shared {
+    fn now(&self) -> Nanos {
+        self.origin.elapsed().as_nanos() as Nanos
+    }
+
+    fn live(&self) -> u32 {
+        1 + self.peers.lock().live_count()
+    }
+}
+
+/// The per-limit rate (units/s) and local bucket depth of a spec: the
+/// tightest quota, as a rate; its burst split over the `nodes`.
+fn spec_rate(spec: &LimitSpec, nodes: u32) -> (u64, u64) {
+    let mut best: Option<(u128, u64)> = None;
+    for q in &spec.quotas {
+        let rate = (q.limit() as u128 * 1_000_000_000) / q.window().max(1) as u128;
+        if best.is_none_or(|(r, _)| rate < r) {
+            best = Some((rate, q.burst()));
+        }
+    }
+    let (rate, burst) = best.unwrap_or((1, 1));
+    let rate = rate.clamp(1, i64::MAX as u128 / 2) as u64;
+    (rate, (burst / nodes.max(1) as u64).max(1))
+}
+
+/// A running gossip node behind the `Store` trait.
+#[derive(Debug)]
+pub struct GossipStore {
+    shared: Arc<Shared>,
+    transport: Arc<FaultyTransport<UdpTransport>>,
+    tasks: Vec<JoinHandle<()>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+enum Input {
+    Datagram(Datagram),
+    Timer(Timer<NodeIdent>),
+}
+
+impl GossipStore {
+    /// Validates `cfg`, loads the key, binds the socket, joins the cluster
+    /// and starts the node loop on the current tokio runtime.
+    pub async fn start(cfg: GossipConfig) -> Result<Self, StartError> {
+        cfg.validate()?;
+        let key = cfg.load_key().map_err(ConfigError::from)?;
+        let udp = UdpTransport::bind(cfg.bind, cfg.node_id, key).await?;
+        let local = udp.local_addr();
+        let transport = Arc::new(FaultyTransport::new(udp, cfg.faults));
+        let interval = cfg.estimate_interval_ms * 1_000_000;
+        let shared = Arc::new(Shared {
+            params: KeyParams {
+                algorithm: cfg.algorithm,
+                interval,
+                ewma: cfg.ewma,
+            },
+            nodes: cfg.cluster_size(),
+            stale: cfg.stale_after() * 1_000_000,
+            idle: cfg.idle_expiry_ms * 1_000_000,
+            origin: Instant::now(),
+            keys: Mutex::new(HashMap::new()),
+            peers: Mutex::new(Peers::new(cfg.max_keys)),
+            members: Mutex::new(Vec::new()),
+            gossip_rejected: Default::default(),
+            cfg,
+        });
+        let (tx, rx) = mpsc::channel::<Input>(4_096);
+        let recv_task = {
+            let t = transport.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                loop {
+                    match t.recv().await {
+                        Ok(d) => {
+                            if tx.send(Input::Datagram(d)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "gossip receive failed");
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    }
+                }
+            })
+        };
+        let seed = shared.cfg.seed.unwrap_or(shared.cfg.node_id as u64);
+        let generation = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as u16)
+            .unwrap_or(0);
+        let me = NodeIdent {
+            id: shared.cfg.node_id,
+            addr: local,
+            generation,
+        };
+        let membership = Membership::new(me, shared.nodes, &shared.cfg.membership, seed);
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+        let node = NodeLoop {
+            shared: shared.clone(),
+            transport: transport.clone(),
+            membership,
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15),
+            tx,
+        };
+        let loop_task = tokio::spawn(node.run(rx, stop_rx));
+        Ok(Self {
+            shared,
+            transport,
+            tasks: vec![recv_task, loop_task],
+            stop: Some(stop_tx),
+        })
+    }
+
+    /// The bound UDP address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.transport.local_addr()
+    }
+
+    /// Transport counters (datagrams, bytes, drops by reason).
+    pub fn transport_stats(&self) -> TransportStats {
+        self.transport.stats()
+    }
+
+    /// Gossip payloads that authenticated but did not decode (or carried
+    /// another algorithm).
+    pub fn gossip_rejected(&self) -> u64 {
+        self.shared
+            .gossip_rejected
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Controls the fault injector (partitions, loss) at run time.
+    pub fn faults(&self) -> FaultHandle {
+        self.transport.handle()
+    }
+
+    /// Nodes counted live (this one included).
+    pub fn live_nodes(&self) -> u32 {
+        self.shared.live()
+    }
+
+    /// The peers membership reports active.
+    pub fn members(&self) -> Vec<NodeIdent> {
+        self.shared.members.lock().clone()
+    }
+
+    /// The state of limit `limit`'s aggregate `aggregate`, if active.
+    pub fn snapshot(&self, limit: &str, aggregate: &str) -> Option<KeySnapshot> {
+        let k = gossip_key(limit, aggregate);
+        let st = self.shared.keys.lock().get(&k).cloned()?;
+        let s = st.lock().snapshot();
+        Some(s)
+    }
+
+    /// Stops the node abruptly, as a crash would: no leave message.
+    pub fn kill(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+
+    /// Leaves the cluster gracefully and stops.
+    pub async fn shutdown(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let tasks = std::mem::take(&mut self.tasks);
+        if let Some(last) = tasks.last() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                while !last.is_finished() {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await;
+        }
+        for t in tasks {
+            t.abort();
+        }
+    }
+
+    /// Splits a limit key into (aggregate, flow).
+    fn split<'a>(&self, key: &'a str) -> (&'a str, FlowId) {
+        match &self.shared.cfg.flow_separator {
+            Some(sep) => match key.rfind(sep.as_str()) {
+                Some(i) => (&key[..i], fnv1a(&key.as_bytes()[i + sep.len()..])),
+                None => (key, 0),
+            },
+            None => (key, 0),
+        }
+    }
+
+    /// Decides synchronously (what `decide` does, without an await point).
+    pub fn decide_now(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        let (aggregate, flow) = self.split(check.key);
+        let k = gossip_key(&check.spec.name, aggregate);
+        let now = self.shared.now();
+        let state = {
+            let mut keys = self.shared.keys.lock();
+            match keys.get(&k) {
+                Some(s) => s.clone(),
+                None => {
+                    if keys.len() >= self.shared.cfg.max_keys {
+                        return Err(StoreError::Backend(format!(
+                            "gossip: more than {} active keys",
+                            self.shared.cfg.max_keys
+                        )));
+                    }
+                    let (rate, depth) = spec_rate(check.spec, self.shared.nodes);
+                    let live = self.shared.live();
+                    let seed = fnv1a(&k) ^ self.shared.cfg.node_id as u64;
+                    let s = Arc::new(Mutex::new(KeyState::new(
+                        self.shared.params,
+                        rate,
+                        depth,
+                        live,
+                        self.shared.nodes,
+                        seed,
+                        now,
+                    )));
+                    keys.insert(k, s.clone());
+                    s
+                }
+            }
+        };
+        let mut s = state.lock();
+        let limit = check.spec.quotas.first().map_or(0, |q| q.limit());
+        let interval = self.shared.params.interval;
+        if check.cost == 0 {
+            return Ok(Decision {
+                allowed: true,
+                remaining: headroom(&s),
+                limit,
+                retry_after: Some(0),
+                reset_after: interval,
+                delay: 0,
+                reason: None,
+            });
+        }
+        let allowed = s.decide(now, flow, check.cost);
+        let d = if allowed {
+            Decision {
+                allowed: true,
+                remaining: headroom(&s),
+                limit,
+                retry_after: Some(0),
+                reset_after: interval,
+                delay: 0,
+                reason: None,
+            }
+        } else {
+            Decision {
+                allowed: false,
+                remaining: 0,
+                limit,
+                retry_after: Some(interval),
+                reset_after: interval,
+                delay: 0,
+                reason: Some(DenyReason::OverLimit),
+            }
+        };
+        Ok(d)
+    }
+}
+
+/// Approximate remaining units this second: the effective limit minus the
+/// global demand estimate (the gossip scope has no exact counter).
+fn headroom(s: &KeyState) -> u64 {
+    let h = s.effective_limit() as f64 - s.demand();
+    if h.is_finite() && h > 0.0 {
+        h as u64
+    } else {
+        0
+    }
+}
+
+/// The gossip key of (limit name, aggregate).
+pub fn gossip_key(limit: &str, aggregate: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(limit.len() + 1 + aggregate.len());
+    k.extend_from_slice(limit.as_bytes());
+    k.push(0);
+    k.extend_from_slice(aggregate.as_bytes());
+    if k.len() > wire::MAX_KEY_LEN {
+        // Long keys travel as limit name + hash of the aggregate.
+        let h = fnv1a(aggregate.as_bytes());
+        k.truncate(limit.len().min(wire::MAX_KEY_LEN - 18));
+        k.push(0);
+        k.push(b'#');
+        k.extend_from_slice(format!("{h:016x}").as_bytes());
+    }
+    k
+}
+
+impl Drop for GossipStore {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+#[async_trait]
+impl Store for GossipStore {
+    async fn decide(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        self.decide_now(check)
+    }
+
+    fn retain(&self, specs: &[LimitSpec]) {
+        let names: Vec<&[u8]> = specs.iter().map(|s| s.name.as_bytes()).collect();
+        self.shared.keys.lock().retain(|k, _| {
+            let name = k.split(|b| *b == 0).next().unwrap_or(&[]);
+            names.contains(&name)
+        });
+    }
+}
+
+struct NodeLoop {
+    shared: Arc<Shared>,
+    transport: Arc<FaultyTransport<UdpTransport>>,
+    membership: Membership,
+    rng: ChaCha8Rng,
+    tx: mpsc::Sender<Input>,
+}
+
+impl NodeLoop {
+    async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Input>,
+        mut stop: tokio::sync::oneshot::Receiver<()>,
+    ) {
+        let seeds = self.shared.cfg.peers();
+        let out = self.membership.join(&seeds);
+        self.apply(out).await;
+        let mut tick = tokio::time::interval(Duration::from_nanos(self.shared.params.interval));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = &mut stop => {
+                    let out = self.membership.leave();
+                    self.apply(out).await;
+                    return;
+                }
+                _ = tick.tick() => self.on_tick().await,
+                Some(input) = rx.recv() => match input {
+                    Input::Datagram(d) => self.on_datagram(d).await,
+                    Input::Timer(t) => {
+                        let out = self.membership.handle_timer(t);
+                        self.apply(out).await;
+                    }
+                },
+            }
+        }
+    }
+
+    async fn on_datagram(&mut self, d: Datagram) {
+        match d.channel {
+            channel::MEMBERSHIP => {
+                let out = self.membership.handle_data(&d.payload);
+                self.apply(out).await;
+            }
+            channel::GOSSIP => match wire::decode(&d.payload) {
+                Ok((alg, entries)) if alg == algorithm_code(self.shared.params.algorithm) => {
+                    let now = self.shared.now();
+                    self.shared.peers.lock().record(d.sender, now, entries);
+                }
+                _ => {
+                    self.shared
+                        .gossip_rejected
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    metrics::counter!("drl_node_gossip_rejected_total").increment(1);
+                }
+            },
+            _ => {}
+        }
+    }
+
+    async fn apply(&mut self, out: Output) {
+        for (to, data) in out.send {
+            let _ = self.transport.send(to, channel::MEMBERSHIP, &data).await;
+        }
+        for (after, t) in out.timers {
+            let tx = self.tx.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                let _ = tx.send(Input::Timer(t)).await;
+            });
+        }
+        if !out.events.is_empty() {
+            let mut peers = self.shared.peers.lock();
+            for e in out.events {
+                match e {
+                    Event::Up(id) if id.id != self.shared.cfg.node_id => {
+                        tracing::info!(peer = id.id, addr = %id.addr, "peer up");
+                        peers.up(id.id, id.addr);
+                    }
+                    Event::Down(id) if id.id != self.shared.cfg.node_id => {
+                        tracing::info!(peer = id.id, addr = %id.addr, "peer down");
+                        peers.down(id.id);
+                    }
+                    _ => {}
+                }
+            }
+            drop(peers);
+            *self.shared.members.lock() = self.membership.members();
+            metrics::gauge!("drl_node_live_nodes").set(self.shared.live() as f64);
+        }
+    }
+
+    async fn on_tick(&mut self) {
+        let now = self.shared.now();
+        let sh = &self.shared;
+        let mut keys: Vec<(Vec<u8>, Arc<Mutex<KeyState>>)> = sh
+            .keys
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        keys.sort_by(|a, b| a.0.cmp(&b.0));
+        let (live, targets) = {
+            let mut peers = sh.peers.lock();
+            peers.expire(now, sh.stale);
+            (1 + peers.live_count(), peers.live())
+        };
+        let mut entries = Vec::new();
+        let mut idle = Vec::new();
+        for (k, st) in keys {
+            let remote = sh.peers.lock().remote(&k, now, sh.stale);
+            let mut s = st.lock();
+            if let Some(v) = s.tick(now, remote, live, sh.nodes) {
+                entries.push(Entry {
+                    key: k,
+                    value: v as f32,
+                });
+            } else if s.is_idle(now, sh.idle) {
+                idle.push(k);
+            }
+        }
+        if !idle.is_empty() {
+            let mut keys = sh.keys.lock();
+            for k in idle {
+                keys.remove(&k);
+            }
+        }
+        if entries.is_empty() {
+            return;
+        }
+        let batches =
+            wire::encode_batches(algorithm_code(sh.params.algorithm), &entries, MAX_PAYLOAD);
+        let mut to: Vec<SocketAddr> = if targets.is_empty() {
+            sh.cfg.peers()
+        } else {
+            let b = (sh.cfg.branching as usize).min(targets.len());
+            targets
+                .choose_multiple(&mut self.rng, b)
+                .map(|(_, a)| *a)
+                .collect()
+        };
+        to.sort();
+        for addr in to {
+            for b in &batches {
+                let _ = self.transport.send(addr, channel::GOSSIP, b).await;
+            }
+        }
+    }
+}

@@ -14,6 +14,7 @@
 pub mod config;
 pub mod gossip;
 pub mod membership;
+pub mod orbit;
 pub mod store;
 pub mod transport;
 

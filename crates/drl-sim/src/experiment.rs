@@ -82,6 +82,8 @@ pub struct AlgorithmSummary {
     pub timeouts_per_flow: f64,
     /// Mean fast recoveries per flow per run.
     pub fast_recoveries_per_flow: f64,
+    /// Mean simulator events per run.
+    pub events_per_run: f64,
 }
 
 /// Parameters echoed into the summary.
@@ -261,6 +263,7 @@ impl AlgorithmRuns {
             timescales: ts,
             timeouts_per_flow: r6(timeouts as f64 / flow_runs),
             fast_recoveries_per_flow: r6(frs as f64 / flow_runs),
+            events_per_run: r6(self.runs.iter().map(|r| r.events as f64).sum::<f64>() / n),
         }
     }
 }

@@ -283,3 +283,38 @@ async fn orbit_five_nodes_stop_one_partition_one_keep_cap() {
     );
     assert!(n3(w0 + 9) > 0, "restarted node 3 never admitted again");
 }
+
+/// Demand on one node only (about twice the cap): the ring moves most of
+/// the cap to it (other nodes give their allowances back to the table).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orbit_hot_node_gets_most_of_the_cap() {
+    let window = 2 * SEC;
+    let spec = capped(window);
+    let ports = free_ports(5);
+    let mut stores = Vec::new();
+    for id in 1..=5u32 {
+        stores.push(start(config(id, &ports, 40), &spec).await);
+    }
+    let ledger = Ledger::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let slot: Slot = Arc::new(Mutex::new(Some(stores[1].clone())));
+    // ~32 requests per 5 ms: about 12,800 per window when scheduled well.
+    let task = demand(2, slot, spec.clone(), ledger.clone(), stop.clone(), 32);
+    let w0 = SystemClock.now() / window;
+    until_window(w0 + 5, window, 0).await;
+    stop.store(true, Ordering::SeqCst);
+    task.await.expect("demand task");
+    let table = per_window(&ledger);
+    for (w, (sum, _)) in &table {
+        eprintln!("hot node, window w0+{}: admitted {sum}", w - w0);
+        assert!(*sum <= 3000, "window w0+{}: {sum} > cap", w - w0);
+    }
+    for w in [w0 + 2, w0 + 3, w0 + 4] {
+        let got = table.get(&w).map_or(0, |e| e.0);
+        assert!(
+            got >= 1500,
+            "hot node got only {got} of 3000 in w0+{}",
+            w - w0
+        );
+    }
+}

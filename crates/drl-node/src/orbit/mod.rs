@@ -28,7 +28,7 @@ pub enum OrbitError {
     #[error("orbit config: {0}")]
     Config(String),
     /// A limit cannot be served with `scope: orbit`.
-    #[error("orbit: {0}")]
+    #[error("{0}")]
     Limit(String),
     /// The cluster key could not be loaded.
     #[error("orbit: {0}")]

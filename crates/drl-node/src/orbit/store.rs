@@ -520,7 +520,7 @@ impl Inner {
                 continue;
             }
             let seq = self.msg_seq.fetch_add(1, Ordering::Relaxed);
-            let Some(frags) = wire::fragments(limit, seq, &bytes) else {
+            let Some(frags) = wire::fragments(self.incarnation, limit, seq, &bytes) else {
                 continue;
             };
             for f in frags {

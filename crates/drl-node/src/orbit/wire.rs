@@ -3,13 +3,15 @@
 //!
 //! ```text
 //! heartbeat: kind u8 = 1 | incarnation u64 BE
-//! fragment:  kind u8 = 2 | limit u64 BE | msg u32 BE | index u16 BE | count u16 BE | bytes
+//! fragment:  kind u8 = 2 | incarnation u64 BE | limit u64 BE | msg u32 BE
+//!            | index u16 BE | count u16 BE | bytes
 //! ```
 //!
 //! A table (the `drl_cluster::orbit::codec` frame) larger than one datagram
 //! is split into `count` fragments; the receiver reassembles it from the
-//! same authenticated sender, within bounds (message size, fragments in
-//! flight, age). A lost fragment loses the table: safe (`docs/orbit.md`:
+//! same authenticated sender and incarnation (so fragments of a message
+//! sent before a restart never mix with a new one that reuses its number),
+//! within bounds (message size, messages in flight, age). A lost fragment loses the table: safe (`docs/orbit.md`:
 //! a lost table only costs utilization).
 //!
 //! [`ORBIT`]: crate::transport::channel::ORBIT
@@ -24,7 +26,7 @@ pub const KIND_HEARTBEAT: u8 = 1;
 /// Kind byte of a table fragment.
 pub const KIND_FRAGMENT: u8 = 2;
 /// Bytes of a fragment header.
-pub const FRAGMENT_HEADER: usize = 1 + 8 + 4 + 2 + 2;
+pub const FRAGMENT_HEADER: usize = 1 + 8 + 8 + 4 + 2 + 2;
 /// Table bytes per fragment.
 pub const CHUNK: usize = MAX_PAYLOAD - FRAGMENT_HEADER;
 /// Most partially received tables kept at once (oldest evicted first).
@@ -43,6 +45,8 @@ pub enum Payload<'a> {
     },
     /// Part `index` of `count` of table message `msg` for limit `limit`.
     Fragment {
+        /// The sender's incarnation.
+        incarnation: u64,
         /// Limit fingerprint ([`super::limit_id`]).
         limit: u64,
         /// Sender-local message number.
@@ -66,7 +70,7 @@ pub fn heartbeat(incarnation: u64) -> Vec<u8> {
 
 /// Splits an encoded table into fragment payloads; `None` if it would need
 /// more than `u16::MAX` fragments.
-pub fn fragments(limit: u64, msg: u32, table: &[u8]) -> Option<Vec<Vec<u8>>> {
+pub fn fragments(incarnation: u64, limit: u64, msg: u32, table: &[u8]) -> Option<Vec<Vec<u8>>> {
     let chunks: Vec<&[u8]> = if table.is_empty() {
         vec![&[][..]]
     } else {
@@ -80,6 +84,7 @@ pub fn fragments(limit: u64, msg: u32, table: &[u8]) -> Option<Vec<Vec<u8>>> {
             .map(|(i, c)| {
                 let mut v = Vec::with_capacity(FRAGMENT_HEADER + c.len());
                 v.push(KIND_FRAGMENT);
+                v.extend_from_slice(&incarnation.to_be_bytes());
                 v.extend_from_slice(&limit.to_be_bytes());
                 v.extend_from_slice(&msg.to_be_bytes());
                 v.extend_from_slice(&(i as u16).to_be_bytes());
@@ -98,10 +103,11 @@ pub fn decode(p: &[u8]) -> Option<Payload<'_>> {
             incarnation: u64::from_be_bytes(p[1..9].try_into().ok()?),
         }),
         KIND_FRAGMENT if p.len() >= FRAGMENT_HEADER => {
-            let limit = u64::from_be_bytes(p[1..9].try_into().ok()?);
-            let msg = u32::from_be_bytes(p[9..13].try_into().ok()?);
-            let index = u16::from_be_bytes(p[13..15].try_into().ok()?);
-            let count = u16::from_be_bytes(p[15..17].try_into().ok()?);
+            let incarnation = u64::from_be_bytes(p[1..9].try_into().ok()?);
+            let limit = u64::from_be_bytes(p[9..17].try_into().ok()?);
+            let msg = u32::from_be_bytes(p[17..21].try_into().ok()?);
+            let index = u16::from_be_bytes(p[21..23].try_into().ok()?);
+            let count = u16::from_be_bytes(p[23..25].try_into().ok()?);
             let bytes = &p[FRAGMENT_HEADER..];
             if count == 0 || index >= count || bytes.len() > CHUNK {
                 return None;
@@ -111,6 +117,7 @@ pub fn decode(p: &[u8]) -> Option<Payload<'_>> {
                 return None;
             }
             Some(Payload::Fragment {
+                incarnation,
                 limit,
                 msg,
                 index,
@@ -133,7 +140,7 @@ struct Partial {
 #[derive(Debug)]
 pub struct Reassembler {
     max_message: usize,
-    partial: BTreeMap<(u32, u64, u32), Partial>,
+    partial: BTreeMap<(u32, u64, u64, u32), Partial>,
 }
 
 impl Reassembler {
@@ -155,6 +162,7 @@ impl Reassembler {
     /// ignored.
     pub fn push(&mut self, sender: u32, p: &Payload<'_>, now: Instant) -> Option<(u64, Vec<u8>)> {
         let Payload::Fragment {
+            incarnation,
             limit,
             msg,
             index,
@@ -172,7 +180,7 @@ impl Reassembler {
         }
         self.partial
             .retain(|_, v| now.saturating_duration_since(v.started) < PARTIAL_TTL);
-        let key = (sender, limit, msg);
+        let key = (sender, incarnation, limit, msg);
         if !self.partial.contains_key(&key) && self.partial.len() >= MAX_PARTIAL {
             let oldest = self
                 .partial
@@ -220,7 +228,7 @@ mod tests {
     #[test]
     fn fragments_reassemble_in_any_order_once() {
         let table: Vec<u8> = (0..3 * CHUNK + 17).map(|i| (i * 7) as u8).collect();
-        let frags = fragments(9, 3, &table).unwrap();
+        let frags = fragments(77, 9, 3, &table).unwrap();
         assert_eq!(frags.len(), 4);
         let mut r = Reassembler::new(1 << 20);
         let now = Instant::now();
@@ -234,14 +242,28 @@ mod tests {
     }
 
     #[test]
+    fn fragments_of_two_incarnations_never_mix() {
+        let old = vec![1u8; 2 * CHUNK];
+        let new = vec![2u8; 2 * CHUNK];
+        let a = fragments(1, 5, 0, &old).unwrap();
+        let b = fragments(2, 5, 0, &new).unwrap();
+        let mut r = Reassembler::new(1 << 20);
+        let now = Instant::now();
+        assert_eq!(r.push(3, &decode(&a[0]).unwrap(), now), None);
+        assert_eq!(r.push(3, &decode(&b[1]).unwrap(), now), None);
+        let (_, got) = r.push(3, &decode(&b[0]).unwrap(), now).unwrap();
+        assert_eq!(got, new);
+    }
+
+    #[test]
     fn oversized_and_malformed_fragments_are_refused() {
         let table = vec![1u8; 4 * CHUNK];
-        let frags = fragments(1, 1, &table).unwrap();
+        let frags = fragments(1, 1, 1, &table).unwrap();
         let mut r = Reassembler::new(CHUNK);
         assert_eq!(r.push(1, &decode(&frags[0]).unwrap(), Instant::now()), None);
         assert_eq!(r.pending(), 0);
         let mut bad = frags[0].clone();
-        bad[13..15].copy_from_slice(&9u16.to_be_bytes());
+        bad[21..23].copy_from_slice(&9u16.to_be_bytes());
         assert_eq!(decode(&bad), None);
         assert_eq!(decode(&[]), None);
         assert_eq!(decode(&[7, 1, 2]), None);

@@ -43,6 +43,8 @@ pub struct RuntimeStats {
     pub transport: TransportStats,
     /// Table messages sent (each may be several datagrams).
     pub tables_sent: u64,
+    /// Encoded size of the largest table sent, bytes.
+    pub largest_table_sent: u64,
     /// Table messages received whole and decoded.
     pub tables_received: u64,
     /// Payloads or tables that did not decode, or came from outside the ring.
@@ -60,6 +62,7 @@ pub struct RuntimeStats {
 #[derive(Debug, Default)]
 struct Counters {
     tables_sent: AtomicU64,
+    largest_table_sent: AtomicU64,
     tables_received: AtomicU64,
     malformed: AtomicU64,
     unknown_limit: AtomicU64,
@@ -384,6 +387,7 @@ impl OrbitStore {
         RuntimeStats {
             transport: self.inner.transport.stats(),
             tables_sent: g(&c.tables_sent),
+            largest_table_sent: g(&c.largest_table_sent),
             tables_received: g(&c.tables_received),
             malformed: g(&c.malformed),
             unknown_limit: g(&c.unknown_limit),
@@ -529,6 +533,9 @@ impl Inner {
                 }
             }
             self.counters.tables_sent.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .largest_table_sent
+                .fetch_max(bytes.len() as u64, Ordering::Relaxed);
             metrics::counter!("drl_orbit_tables_total", "dir" => "out").increment(1);
         }
     }

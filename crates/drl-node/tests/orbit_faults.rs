@@ -1,0 +1,207 @@
+//! Orbit runtime under harder conditions on real UDP sockets: tables that
+//! span many datagrams, a lossy reordering network, and a node that does
+//! not have the cluster key.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use drl_core::{Algorithm, Clock, Quota, SystemClock};
+use drl_node::orbit::{KeySource, OrbitConfig, OrbitStore, RingMember};
+use drl_node::transport::MAX_PAYLOAD;
+use drl_node::transport::fault::FaultConfig;
+use drl_store::LimitSpec;
+use parking_lot::Mutex;
+
+const KEY: &str = "faults-test-key-0123456789abcdef";
+const SEC: u64 = 1_000_000_000;
+
+fn ring(n: u32) -> Vec<RingMember> {
+    let socks: Vec<UdpSocket> = (0..n)
+        .map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    socks
+        .iter()
+        .enumerate()
+        .map(|(i, s)| RingMember {
+            id: i as u32 + 1,
+            addr: SocketAddr::from(([127, 0, 0, 1], s.local_addr().expect("addr").port())),
+        })
+        .collect()
+}
+
+fn config(id: u32, ring: &[RingMember], epoch_ms: u64, fault: FaultConfig) -> OrbitConfig {
+    let mut c = OrbitConfig::new(
+        id,
+        ring[id as usize - 1].addr,
+        ring.to_vec(),
+        KeySource::inline(KEY),
+    );
+    c.epoch_ms = epoch_ms;
+    c.heartbeat_ms = 50;
+    c.suspect_after_ms = 500;
+    c.fault = Some(fault);
+    c
+}
+
+fn spec(cap: u64, window: u64) -> LimitSpec {
+    LimitSpec::new(
+        "capped",
+        Algorithm::FixedWindow,
+        vec![Quota::new(cap, window).expect("quota")],
+    )
+}
+
+async fn until(t: u64) {
+    let now = SystemClock.now();
+    tokio::time::sleep(Duration::from_nanos(t.saturating_sub(now))).await;
+}
+
+/// 3000 keys touched on node 1 make every table it forwards span many
+/// datagrams; node 2 can only go beyond its local allowance for its hot key
+/// if those tables are reassembled and processed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orbit_tables_spanning_many_datagrams_circulate() {
+    let window = 2 * SEC;
+    let cap = 100;
+    let members = ring(3);
+    let spec = spec(cap, window);
+    let mut stores = Vec::new();
+    for id in 1..=3 {
+        let s = OrbitStore::start(config(id, &members, 50, FaultConfig::default()))
+            .await
+            .expect("start");
+        s.register(&spec).expect("register");
+        stores.push(s);
+    }
+    let w = SystemClock.now() / window + 1;
+    until(w * window + 20_000_000).await;
+    for i in 0..3000 {
+        let d = stores[0]
+            .admit(&spec, &format!("tenant-{i:05}"), 1)
+            .expect("admit");
+        assert!(d.decision.allowed || d.window != w);
+    }
+    let mut hot: BTreeMap<u64, u64> = BTreeMap::new();
+    while SystemClock.now() < (w + 1) * window - 100_000_000 {
+        for node in [1, 2] {
+            let d = stores[node].admit(&spec, "tenant-00042", 1).expect("admit");
+            if d.decision.allowed {
+                *hot.entry(d.window).or_default() += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let s1 = stores[0].stats();
+    let s2 = stores[1].limit_stats("capped").expect("stats");
+    eprintln!("node 1: {s1:?}\nnode 2: {s2:?}\nhot key admitted by nodes 2+3 per window: {hot:?}");
+    let total = hot.get(&w).copied().unwrap_or(0) + 1; // + node 1's one
+    assert!(total <= cap, "{total} > cap for the hot key");
+    assert!(
+        s1.largest_table_sent > 10 * MAX_PAYLOAD as u64,
+        "largest table {} bytes: not a multi-datagram table",
+        s1.largest_table_sent
+    );
+    assert!(s2.tables_received > 0, "node 2 never received a table");
+    // Allowances are 4/3/3 of the 10 carved out; beyond them only via tables.
+    assert!(total >= 50, "hot key got only {total} of {cap}");
+}
+
+/// 20% of datagrams lost and 0-30 ms jitter (reordering) on every node:
+/// the cap holds exactly in every window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orbit_lossy_reordering_network_keeps_cap() {
+    let window = 2 * SEC;
+    let members = ring(5);
+    let spec = spec(3000, window);
+    let mut stores = Vec::new();
+    for id in 1..=5u32 {
+        let fault = FaultConfig {
+            drop_rate: 0.2,
+            delay_ms: 1,
+            jitter_ms: 30,
+            seed: u64::from(id) * 7919,
+        };
+        let s = OrbitStore::start(config(id, &members, 40, fault))
+            .await
+            .expect("start");
+        s.register(&spec).expect("register");
+        stores.push(Arc::new(s));
+    }
+    let ledger: Arc<Mutex<BTreeMap<u64, u64>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = stores
+        .iter()
+        .map(|s| {
+            let (s, spec, ledger, stop) = (s.clone(), spec.clone(), ledger.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    for _ in 0..4 {
+                        let d = s.admit(&spec, "tenant", 1).expect("admit");
+                        if d.decision.allowed {
+                            *ledger.lock().entry(d.window).or_default() += 1;
+                        }
+                    }
+                    // Pacing of the demand (~800/s per node), not a wait.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+        })
+        .collect();
+    let w0 = SystemClock.now() / window;
+    until((w0 + 5) * window).await;
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        t.await.expect("demand");
+    }
+    let per = ledger.lock().clone();
+    let dropped: u64 = stores
+        .iter()
+        .map(|s| s.stats().transport.injected_drops)
+        .sum();
+    eprintln!("lossy: per window {per:?}, injected drops {dropped}");
+    assert!(dropped > 0, "no fault was injected");
+    for (w, n) in &per {
+        assert!(*n <= 3000, "window w0+{}: {n} > cap", w - w0);
+    }
+    for w in [w0 + 2, w0 + 3, w0 + 4] {
+        let n = per.get(&w).copied().unwrap_or(0);
+        assert!(n >= 600, "window w0+{}: only {n} admitted", w - w0);
+    }
+}
+
+/// A node with the wrong key is never heard: its frames fail the HMAC, it
+/// stays down for the others, and the ring keeps working without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orbit_node_without_the_key_is_not_heard() {
+    let window = 2 * SEC;
+    let members = ring(3);
+    let spec = spec(3000, window);
+    let mut stores = Vec::new();
+    for id in 1..=3u32 {
+        let mut c = config(id, &members, 50, FaultConfig::default());
+        if id == 3 {
+            c.key = KeySource::inline("not-the-cluster-key-at-all-000");
+        }
+        let s = OrbitStore::start(c).await.expect("start");
+        s.register(&spec).expect("register");
+        stores.push(s);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let s1 = stores[0].stats();
+        let s3 = stores[2].stats();
+        if s1.transport.forged > 0 && s1.down.contains(&3) && s3.down.len() == 2 {
+            eprintln!("node 1: {s1:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "forged frames not rejected or node 3 not considered down: {s1:?} {s3:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(stores[2].stats().heartbeats, 0, "node 3 accepted a frame");
+}

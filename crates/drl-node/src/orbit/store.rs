@@ -567,8 +567,6 @@ impl Inner {
         if !out.is_empty() {
             self.send_all(out).await;
         }
-        // The node's deadline may have moved (it now holds a table).
-        self.wake.notify_one();
     }
 
     /// Processes one datagram (failure detector, reassembly, the node);
@@ -660,6 +658,8 @@ impl Inner {
             .map(|o| (limit, o))
             .collect();
         l.notify.notify_waiters();
+        // The node's deadline may have moved (it now holds a table).
+        self.wake.notify_one();
         out
     }
 }

@@ -268,4 +268,42 @@ mod tests {
         assert_eq!(decode(&[]), None);
         assert_eq!(decode(&[7, 1, 2]), None);
     }
+
+    proptest::proptest! {
+        /// Hostile payloads never panic the decoder or the reassembler, and
+        /// nothing larger than the bound is ever reassembled.
+        #[test]
+        fn hostile_fragments_are_bounded(
+            payloads in proptest::collection::vec(
+                proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80), 0..64),
+            headers in proptest::collection::vec((0u64..3, 0u32..3, 0u16..4, 1u16..5), 0..64),
+        ) {
+            let mut r = Reassembler::new(2 * CHUNK);
+            let now = Instant::now();
+            for p in &payloads {
+                if let Some(p) = decode(p) {
+                    if let Some((_, t)) = r.push(1, &p, now) {
+                        proptest::prop_assert!(t.len() <= 3 * CHUNK);
+                    }
+                }
+            }
+            for &(inc, msg, index, count) in &headers {
+                let mut f = vec![KIND_FRAGMENT];
+                f.extend_from_slice(&inc.to_be_bytes());
+                f.extend_from_slice(&1u64.to_be_bytes());
+                f.extend_from_slice(&msg.to_be_bytes());
+                f.extend_from_slice(&index.to_be_bytes());
+                f.extend_from_slice(&count.to_be_bytes());
+                let full = index + 1 < count;
+                f.extend(std::iter::repeat_n(7u8, if full { CHUNK } else { 3 }));
+                if let Some(p) = decode(&f) {
+                    if let Some((_, t)) = r.push(2, &p, now) {
+                        proptest::prop_assert!(t.len() <= 3 * CHUNK);
+                        proptest::prop_assert!(t.iter().all(|&b| b == 7));
+                    }
+                }
+                proptest::prop_assert!(r.pending() <= MAX_PARTIAL);
+            }
+        }
+    }
 }

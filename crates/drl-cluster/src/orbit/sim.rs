@@ -572,6 +572,7 @@ pub fn random_config(seed: u64) -> SimConfig {
     orbit.headroom_pct = [100, 200, 400][rng.random_range(0..3)];
     orbit.max_keys = [1usize, 2, 1 << 20][rng.random_range(0..3)];
     orbit.lanes = [1u32, 2, 3][rng.random_range(0..3)];
+    orbit.resend_laps = [0u32, 1, 2][rng.random_range(0..3)];
     let weights = (0..nodes)
         .map(|_| [0u32, 1, 1, 5][rng.random_range(0..4)])
         .collect();

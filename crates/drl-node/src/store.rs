@@ -24,7 +24,7 @@ use drl_cluster::alloc::{AlgorithmKind, FlowId};
 use drl_core::{Decision, DenyReason, Nanos};
 use drl_store::{Check, LimitSpec, Store, StoreError};
 use foca::Timer;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use rand::SeedableRng;
 use rand::seq::IndexedRandom;
 use rand_chacha::ChaCha8Rng;
@@ -69,6 +69,57 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// (gossip key, limit name, aggregate, state).
+type TableEntry = (Vec<u8>, String, String, Arc<Mutex<KeyState>>);
+
+/// Active keys: limit name -> aggregate -> state. Two levels so that the
+/// request path looks a key up by `&str` without building a string.
+#[derive(Debug, Default)]
+struct KeyTable {
+    by_limit: FastMap<String, FastMap<String, Arc<Mutex<KeyState>>>>,
+    len: usize,
+}
+
+impl KeyTable {
+    fn get(&self, limit: &str, aggregate: &str) -> Option<&Arc<Mutex<KeyState>>> {
+        self.by_limit.get(limit)?.get(aggregate)
+    }
+
+    fn insert(&mut self, limit: &str, aggregate: &str, st: Arc<Mutex<KeyState>>) {
+        let m = self.by_limit.entry(limit.to_string()).or_default();
+        if m.insert(aggregate.to_string(), st).is_none() {
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, limit: &str, aggregate: &str) {
+        if let Some(m) = self.by_limit.get_mut(limit) {
+            if m.remove(aggregate).is_some() {
+                self.len -= 1;
+            }
+            if m.is_empty() {
+                self.by_limit.remove(limit);
+            }
+        }
+    }
+
+    /// Every key with its gossip key, sorted by gossip key.
+    fn all(&self) -> Vec<TableEntry> {
+        let mut v: Vec<_> = self
+            .by_limit
+            .iter()
+            .flat_map(|(l, m)| {
+                m.iter()
+                    .map(move |(a, st)| (gossip_key(l, a), l.clone(), a.clone(), st.clone()))
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+}
+
 /// Everything the request path and the node loop share.
 #[derive(Debug)]
 struct Shared {
@@ -78,7 +129,7 @@ struct Shared {
     stale: Nanos,
     idle: Nanos,
     origin: Instant,
-    keys: Mutex<HashMap<Vec<u8>, Arc<Mutex<KeyState>>>>,
+    keys: RwLock<KeyTable>,
     peers: Mutex<Peers>,
     members: Mutex<Vec<NodeIdent>>,
     gossip_rejected: std::sync::atomic::AtomicU64,
@@ -143,7 +194,7 @@ impl GossipStore {
             stale: cfg.stale_after() * 1_000_000,
             idle: cfg.idle_expiry_ms * 1_000_000,
             origin: Instant::now(),
-            keys: Mutex::new(HashMap::new()),
+            keys: RwLock::new(KeyTable::default()),
             peers: Mutex::new(Peers::new(cfg.max_keys)),
             members: Mutex::new(Vec::new()),
             gossip_rejected: Default::default(),
@@ -232,9 +283,8 @@ impl GossipStore {
 
     /// The state of limit `limit`'s aggregate `aggregate`, if active.
     pub fn snapshot(&self, limit: &str, aggregate: &str) -> Option<KeySnapshot> {
-        let k = gossip_key(limit, aggregate);
-        let st = self.shared.keys.lock().get(&k).cloned()?;
-        let s = st.lock().snapshot();
+        let keys = self.shared.keys.read();
+        let s = keys.get(limit, aggregate)?.lock().snapshot();
         Some(s)
     }
 
@@ -278,55 +328,61 @@ impl GossipStore {
     /// Decides synchronously (what `decide` does, without an await point).
     pub fn decide_now(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         let (aggregate, flow) = self.split(check.key);
-        let k = gossip_key(&check.spec.name, aggregate);
-        let now = self.shared.now();
-        let state = {
-            let mut keys = self.shared.keys.lock();
-            match keys.get(&k) {
-                Some(s) => s.clone(),
-                None => {
-                    if keys.len() >= self.shared.cfg.max_keys {
-                        return Err(StoreError::Backend(format!(
-                            "gossip: more than {} active keys",
-                            self.shared.cfg.max_keys
-                        )));
-                    }
-                    let (rate, depth) = spec_rate(check.spec, self.shared.nodes);
-                    let live = self.shared.live();
-                    let seed = fnv1a(&k) ^ self.shared.cfg.node_id as u64;
-                    let s = Arc::new(Mutex::new(KeyState::new(
-                        self.shared.params,
-                        rate,
-                        depth,
-                        live,
-                        self.shared.nodes,
-                        seed,
-                        now,
-                    )));
-                    keys.insert(k, s.clone());
-                    s
-                }
+        let name = check.spec.name.as_str();
+        {
+            let keys = self.shared.keys.read();
+            if let Some(st) = keys.get(name, aggregate) {
+                return Ok(self.decide_key(&mut st.lock(), check, flow));
             }
-        };
-        let mut s = state.lock();
+        }
+        let mut keys = self.shared.keys.write();
+        if keys.get(name, aggregate).is_none() {
+            if keys.len >= self.shared.cfg.max_keys {
+                return Err(StoreError::Backend(format!(
+                    "gossip: more than {} active keys",
+                    self.shared.cfg.max_keys
+                )));
+            }
+            let (rate, depth) = spec_rate(check.spec, self.shared.nodes);
+            let live = self.shared.live();
+            let seed = fnv1a(&gossip_key(name, aggregate)) ^ self.shared.cfg.node_id as u64;
+            let st = KeyState::new(
+                self.shared.params,
+                rate,
+                depth,
+                live,
+                self.shared.nodes,
+                seed,
+                self.shared.now(),
+            );
+            keys.insert(name, aggregate, Arc::new(Mutex::new(st)));
+        }
+        match keys.get(name, aggregate) {
+            Some(st) => Ok(self.decide_key(&mut st.lock(), check, flow)),
+            None => Err(StoreError::Backend("gossip: key table".into())),
+        }
+    }
+
+    fn decide_key(&self, s: &mut KeyState, check: Check<'_>, flow: FlowId) -> Decision {
+        let now = self.shared.now();
         let limit = check.spec.quotas.first().map_or(0, |q| q.limit());
         let interval = self.shared.params.interval;
         if check.cost == 0 {
-            return Ok(Decision {
+            return Decision {
                 allowed: true,
-                remaining: headroom(&s),
+                remaining: headroom(s),
                 limit,
                 retry_after: Some(0),
                 reset_after: interval,
                 delay: 0,
                 reason: None,
-            });
+            };
         }
         let allowed = s.decide(now, flow, check.cost);
-        let d = if allowed {
+        if allowed {
             Decision {
                 allowed: true,
-                remaining: headroom(&s),
+                remaining: headroom(s),
                 limit,
                 retry_after: Some(0),
                 reset_after: interval,
@@ -343,8 +399,7 @@ impl GossipStore {
                 delay: 0,
                 reason: Some(DenyReason::OverLimit),
             }
-        };
-        Ok(d)
+        }
     }
 }
 
@@ -391,11 +446,18 @@ impl Store for GossipStore {
     }
 
     fn retain(&self, specs: &[LimitSpec]) {
-        let names: Vec<&[u8]> = specs.iter().map(|s| s.name.as_bytes()).collect();
-        self.shared.keys.lock().retain(|k, _| {
-            let name = k.split(|b| *b == 0).next().unwrap_or(&[]);
-            names.contains(&name)
-        });
+        let mut keys = self.shared.keys.write();
+        let gone: Vec<String> = keys
+            .by_limit
+            .keys()
+            .filter(|n| !specs.iter().any(|s| s.name == **n))
+            .cloned()
+            .collect();
+        for n in gone {
+            if let Some(m) = keys.by_limit.remove(&n) {
+                keys.len -= m.len();
+            }
+        }
     }
 }
 
@@ -495,13 +557,7 @@ impl NodeLoop {
     async fn on_tick(&mut self) {
         let now = self.shared.now();
         let sh = &self.shared;
-        let mut keys: Vec<(Vec<u8>, Arc<Mutex<KeyState>>)> = sh
-            .keys
-            .lock()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        keys.sort_by(|a, b| a.0.cmp(&b.0));
+        let keys = sh.keys.read().all();
         let (live, targets) = {
             let mut peers = sh.peers.lock();
             peers.expire(now, sh.stale);
@@ -509,7 +565,7 @@ impl NodeLoop {
         };
         let mut entries = Vec::new();
         let mut idle = Vec::new();
-        for (k, st) in keys {
+        for (k, limit, aggregate, st) in keys {
             let remote = sh.peers.lock().remote(&k, now, sh.stale);
             let mut s = st.lock();
             if let Some(v) = s.tick(now, remote, live, sh.nodes) {
@@ -518,13 +574,13 @@ impl NodeLoop {
                     value: v as f32,
                 });
             } else if s.is_idle(now, sh.idle) {
-                idle.push(k);
+                idle.push((limit, aggregate));
             }
         }
         if !idle.is_empty() {
-            let mut keys = sh.keys.lock();
-            for k in idle {
-                keys.remove(&k);
+            let mut keys = sh.keys.write();
+            for (l, a) in idle {
+                keys.remove(&l, &a);
             }
         }
         if entries.is_empty() {

@@ -1,0 +1,158 @@
+//! Measures a 3-node gossip cluster on loopback: control traffic per node
+//! (membership alone, then gossip for 1 and for 1,000 active keys), and the
+//! decision latency of `scope: gossip` against the local in-memory store.
+//!
+//! `cargo run --release -p drl-node --example gossip_bench`
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use drl_core::{Algorithm, Quota};
+use drl_node::{GossipConfig, GossipStore};
+use drl_store::{Check, LimitSpec, MemoryStore, Store};
+
+fn spec() -> LimitSpec {
+    LimitSpec::new(
+        "global",
+        Algorithm::Gcra,
+        vec![Quota::new(1_000, 1_000_000_000).unwrap()],
+    )
+}
+
+async fn cluster(dir: &std::path::Path, branching: u32) -> Vec<GossipStore> {
+    let key = dir.join("cluster.key");
+    std::fs::write(&key, b"benchmark cluster key, 32 bytes!").unwrap();
+    let addrs: Vec<SocketAddr> = (1..=3)
+        .map(|i| format!("127.0.231.{i}:7946").parse().unwrap())
+        .collect();
+    let mut nodes = Vec::new();
+    for (i, a) in addrs.iter().enumerate() {
+        let mut c = GossipConfig::new(i as u32 + 1, *a, addrs.clone());
+        c.key_file = Some(key.clone());
+        c.branching = branching;
+        nodes.push(GossipStore::start(c).await.unwrap());
+    }
+    let t0 = Instant::now();
+    while nodes.iter().any(|n| n.live_nodes() < 3) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "cluster did not form"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    nodes
+}
+
+/// Offers `keys` keys at every node for `secs`, returns bytes/s and
+/// datagrams/s sent per node (mean over nodes).
+async fn traffic(nodes: &[GossipStore], keys: usize, secs: u64) -> (f64, f64) {
+    let spec = spec();
+    let names: Vec<String> = (0..keys).map(|k| format!("tenant-{k:05}")).collect();
+    let warm = Instant::now();
+    while warm.elapsed() < Duration::from_secs(1) {
+        for n in nodes {
+            for k in &names {
+                let _ = n.decide_now(Check {
+                    spec: &spec,
+                    key: k,
+                    cost: 1,
+                    now: 0,
+                });
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let before: Vec<_> = nodes.iter().map(|n| n.transport_stats()).collect();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(secs) {
+        for n in nodes {
+            for k in &names {
+                let _ = n.decide_now(Check {
+                    spec: &spec,
+                    key: k,
+                    cost: 1,
+                    now: 0,
+                });
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let dt = t0.elapsed().as_secs_f64();
+    let (mut bytes, mut dgrams) = (0.0, 0.0);
+    for (n, b) in nodes.iter().zip(before) {
+        let a = n.transport_stats();
+        bytes += (a.sent_bytes - b.sent_bytes) as f64 / dt;
+        dgrams += (a.sent - b.sent) as f64 / dt;
+    }
+    (bytes / nodes.len() as f64, dgrams / nodes.len() as f64)
+}
+
+fn percentile(v: &mut [u64], p: f64) -> u64 {
+    v.sort_unstable();
+    v[((v.len() as f64 - 1.0) * p) as usize]
+}
+
+async fn latency<S: Store>(store: &S, n: usize) -> (u64, u64, u64) {
+    let spec = spec();
+    let keys: Vec<String> = (0..64).map(|k| format!("tenant-{k}")).collect();
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n {
+        let key = &keys[i % keys.len()];
+        let t = Instant::now();
+        let d = store
+            .decide(Check {
+                spec: &spec,
+                key,
+                cost: 1,
+                now: i as u64 * 1_000,
+            })
+            .await;
+        v.push(t.elapsed().as_nanos() as u64);
+        std::hint::black_box(d.ok());
+    }
+    (
+        percentile(&mut v, 0.5),
+        percentile(&mut v, 0.99),
+        percentile(&mut v, 0.999),
+    )
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    for branching in [2u32] {
+        let nodes = cluster(dir.path(), branching).await;
+        // Membership only (no active key).
+        let t0 = Instant::now();
+        let before: Vec<_> = nodes.iter().map(|n| n.transport_stats()).collect();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let dt = t0.elapsed().as_secs_f64();
+        let idle: f64 = nodes
+            .iter()
+            .zip(&before)
+            .map(|(n, b)| (n.transport_stats().sent_bytes - b.sent_bytes) as f64 / dt)
+            .sum::<f64>()
+            / 3.0;
+        println!("branching {branching}: membership only: {idle:.0} B/s per node");
+        for keys in [1usize, 100, 1_000] {
+            let (b, d) = traffic(&nodes, keys, 5).await;
+            let gossip = b - idle;
+            println!(
+                "branching {branching}: {keys} active keys: {b:.0} B/s per node ({d:.1} datagrams/s), gossip part {gossip:.0} B/s = {:.1} kbit/s, {:.1} B/s per key",
+                gossip * 8.0 / 1000.0,
+                gossip / keys as f64
+            );
+        }
+        let n = 200_000;
+        let (p50, p99, p999) = latency(&nodes[0], n).await;
+        println!(
+            "gossip decide: p50 {p50} ns, p99 {p99} ns, p99.9 {p999} ns ({n} decisions, 64 keys)"
+        );
+        let mem = MemoryStore::default();
+        let (p50, p99, p999) = latency(&mem, n).await;
+        println!("local (MemoryStore) decide: p50 {p50} ns, p99 {p99} ns, p99.9 {p999} ns");
+        for mut node in nodes {
+            node.kill();
+        }
+    }
+}

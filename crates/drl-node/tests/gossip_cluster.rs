@@ -351,3 +351,80 @@ async fn bad_packets_never_change_an_estimate() {
     assert_eq!(after.oversized - before.oversized, 49);
     assert_eq!(after.replayed - before.replayed, 49);
 }
+
+/// The paper's Figure 9 scenario, shortened: all demand (3,000 req/s) moves
+/// from node 1 to node 3 and back; within a second the loaded node gets
+/// (nearly) the whole limit, and the cluster never exceeds it by 10%.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_follow_moving_demand_within_a_second() {
+    let c = cluster(217, 3, |_| {}).await;
+    let target = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let admitted: Vec<Arc<AtomicU64>> = (0..3).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let generator = {
+        let (nodes, target, stop, admitted) = (
+            c.nodes.clone(),
+            target.clone(),
+            stop.clone(),
+            admitted.clone(),
+        );
+        tokio::spawn(async move {
+            let spec = spec();
+            let t0 = Instant::now();
+            let mut issued = 0u64;
+            let mut tick = tokio::time::interval(Duration::from_millis(5));
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                let due = (t0.elapsed().as_secs_f64() * 3.0 * LIMIT as f64) as u64;
+                let t = target.load(Ordering::Relaxed);
+                let store = nodes[t].lock();
+                while issued < due {
+                    let key = format!("all|c{}", issued % 9);
+                    let d = store
+                        .decide_now(Check {
+                            spec: &spec,
+                            key: &key,
+                            cost: 1,
+                            now: 0,
+                        })
+                        .unwrap();
+                    if d.allowed {
+                        admitted[t].fetch_add(1, Ordering::Relaxed);
+                    }
+                    issued += 1;
+                }
+            }
+        })
+    };
+    let counts = || -> Vec<u64> { admitted.iter().map(|a| a.load(Ordering::Relaxed)).collect() };
+    let window = |a: &[u64], b: &[u64], dt: f64| -> Vec<f64> {
+        b.iter().zip(a).map(|(b, a)| (b - a) as f64 / dt).collect()
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for to in [2usize, 0] {
+        target.store(to, Ordering::Relaxed);
+        let t0 = Instant::now();
+        let c0 = counts();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let c1 = counts();
+        let first = window(&c0, &c1, t0.elapsed().as_secs_f64());
+        let t1 = Instant::now();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let second = window(&c1, &counts(), t1.elapsed().as_secs_f64());
+        eprintln!(
+            "demand at node {}: first second {first:?}, next {second:?}",
+            to + 1
+        );
+        assert!(first.iter().sum::<f64>() <= 1.1 * LIMIT as f64);
+        assert!(
+            first[to] > 0.3 * LIMIT as f64,
+            "the new node is not starved"
+        );
+        assert!(
+            second[to] >= 0.85 * LIMIT as f64 && second[to] <= 1.1 * LIMIT as f64,
+            "within a second the loaded node gets the limit: {second:?}"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = generator.await;
+}

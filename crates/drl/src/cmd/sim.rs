@@ -16,8 +16,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 /// Arguments of `drl sim`.
 #[derive(Debug, clap::Args)]
 #[command(
-    about = "Simulate distributed rate limiters (TCP NewReno+SACK flows through CTB/GTB/GRD/FPS) and reproduce the Cloud Control figures",
-    long_about = "Deterministic discrete-event simulation of distributed rate limiting \
+    after_help = "Deterministic discrete-event simulation of distributed rate limiting \
 (Raghavan et al., SIGCOMM 2007). Long-lived TCP NewReno+SACK flows cross policing \
 limiters that share one global limit through push-sum gossip.\n\n\
 Every experiment writes to --out: rates.csv (per-limiter and aggregate forwarding \
@@ -28,7 +27,7 @@ fig5.svg. Same flags and seed give byte-identical output.\n\n\
 Algorithms: ctb (central token bucket, the reference), crd (central random drop), \
 gtb (global token bucket), grd (global random drop as in the paper), grd-smooth \
 (GRD with an integral controller on the global forwarded rate), fps (flow \
-proportional share as in the paper), fps-mean (FPS with a robust estimate of an \
+proportional share as in the paper), fps-mean (experimental: FPS with a mean-based estimate of an \
 unbottlenecked flow's rate)."
 )]
 pub struct Args {
@@ -50,7 +49,9 @@ enum Which {
 
 #[derive(Debug, Clone, clap::Args)]
 struct Flags {
-    /// Algorithms to compare (ctb, crd, gtb, grd, grd-smooth, fps, fps-mean).
+    /// Algorithms to compare (ctb, crd, gtb, grd, grd-smooth, fps, fps-mean)
+    /// [default: baseline ctb,gtb,grd,fps; fig3/fig4 ctb,gtb,grd,grd-smooth,fps;
+    /// fig5 adds crd].
     #[arg(long, value_delimiter = ',')]
     algorithms: Option<Vec<AlgorithmKind>>,
     /// Long-lived TCP flows at each limiter; one number per limiter.

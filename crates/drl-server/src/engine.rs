@@ -217,9 +217,21 @@ impl Engine {
         let resolved = resolve(limits, reqs)?;
         let now = self.now();
         let mut out = Vec::with_capacity(reqs.len());
+        // Decisions are counted per run of checks on the same limit: one
+        // counter update per run instead of one per check.
+        let mut tally = Tally::default();
         for (r, l) in reqs.iter().zip(resolved) {
-            out.push(decide(l, r.key, r.cost, now).await?);
+            let d = match decide_raw(l, r.key, r.cost, now).await {
+                Ok(d) => d,
+                Err(e) => {
+                    tally.flush();
+                    return Err(e);
+                }
+            };
+            tally.add(l, d.allowed);
+            out.push(apply_shadow(l, d));
         }
+        tally.flush();
         Ok(out)
     }
 }
@@ -278,8 +290,20 @@ pub async fn decide(
     cost: u64,
     now: Nanos,
 ) -> Result<Decision, CheckError> {
-    let d = match limit.backend.decide_now(key, cost, now) {
-        Some(d) => d,
+    let d = decide_raw(limit, key, cost, now).await?;
+    Ok(finish(limit, d))
+}
+
+/// Decides one check on `limit`; no metrics, no shadow mode.
+#[inline]
+pub async fn decide_raw(
+    limit: &Limit,
+    key: &str,
+    cost: u64,
+    now: Nanos,
+) -> Result<Decision, CheckError> {
+    match limit.backend.decide_now(key, cost, now) {
+        Some(d) => Ok(d),
         None => limit
             .backend
             .decide(&limit.spec, key, cost, now)
@@ -287,15 +311,21 @@ pub async fn decide(
             .map_err(|error| CheckError::Store {
                 limit: limit.name.to_string(),
                 error,
-            })?,
-    };
-    Ok(finish(limit, d))
+            }),
+    }
 }
 
 /// Counts a decision and applies shadow mode.
 #[inline]
-pub fn finish(limit: &Limit, mut d: Decision) -> Decision {
+pub fn finish(limit: &Limit, d: Decision) -> Decision {
     limit.metrics.record(d.allowed);
+    apply_shadow(limit, d)
+}
+
+/// Shadow mode: a denial is counted as a shadow override and answered as
+/// allowed.
+#[inline]
+pub fn apply_shadow(limit: &Limit, mut d: Decision) -> Decision {
     if limit.shadow && !d.allowed {
         limit.metrics.shadow.increment(1);
         d.allowed = true;
@@ -303,4 +333,40 @@ pub fn finish(limit: &Limit, mut d: Decision) -> Decision {
         d.reason = None;
     }
     d
+}
+
+/// Decision counts of a run of checks on one limit.
+#[derive(Default)]
+struct Tally<'a> {
+    limit: Option<&'a Limit>,
+    allowed: u64,
+    denied: u64,
+}
+
+impl<'a> Tally<'a> {
+    #[inline]
+    fn add(&mut self, limit: &'a Limit, allowed: bool) {
+        if !self.limit.is_some_and(|l| std::ptr::eq(l, limit)) {
+            self.flush();
+            self.limit = Some(limit);
+        }
+        if allowed {
+            self.allowed += 1;
+        } else {
+            self.denied += 1;
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Some(l) = self.limit.take() {
+            if self.allowed > 0 {
+                l.metrics.allowed.increment(self.allowed);
+            }
+            if self.denied > 0 {
+                l.metrics.denied.increment(self.denied);
+            }
+        }
+        self.allowed = 0;
+        self.denied = 0;
+    }
 }

@@ -2,7 +2,6 @@
 //! `/v1/auth/{limit}`, `/healthz`, `/readyz`, `/metrics`.
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -125,24 +124,47 @@ fn cost_of(index: usize, n: Option<&serde_json::Number>) -> Result<u64, String> 
     }
 }
 
-fn write_decision(out: &mut String, d: &Decision) {
-    let _ = write!(
-        out,
-        "{{\"allowed\":{},\"limit\":{},\"remaining\":{},\"retry_after_ms\":",
-        d.allowed, d.limit, d.remaining
-    );
-    match d.retry_after {
-        Some(ns) if !d.allowed => {
-            let _ = write!(out, "{}", ceil_ms(ns));
+/// Appends `v` in decimal (no formatting machinery: this is per decision).
+#[inline]
+fn push_u64(out: &mut String, mut v: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
         }
+    }
+    // Only ASCII digits were written.
+    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or("0"));
+}
+
+fn write_decision(out: &mut String, d: &Decision) {
+    out.push_str(if d.allowed {
+        "{\"allowed\":true,\"limit\":"
+    } else {
+        "{\"allowed\":false,\"limit\":"
+    });
+    push_u64(out, d.limit);
+    out.push_str(",\"remaining\":");
+    push_u64(out, d.remaining);
+    out.push_str(",\"retry_after_ms\":");
+    match d.retry_after {
+        Some(ns) if !d.allowed => push_u64(out, ceil_ms(ns)),
         _ => out.push_str("null"),
     }
-    let _ = write!(out, ",\"reset_after_ms\":{}", ceil_ms(d.reset_after));
+    out.push_str(",\"reset_after_ms\":");
+    push_u64(out, ceil_ms(d.reset_after));
     if d.delay > 0 {
-        let _ = write!(out, ",\"delay_ms\":{}", ceil_ms(d.delay));
+        out.push_str(",\"delay_ms\":");
+        push_u64(out, ceil_ms(d.delay));
     }
     if let Some(r) = d.reason {
-        let _ = write!(out, ",\"reason\":\"{}\"", r.as_str());
+        out.push_str(",\"reason\":\"");
+        out.push_str(r.as_str());
+        out.push('"');
     }
     out.push('}');
 }

@@ -92,29 +92,51 @@ fn percentile(v: &mut [u64], p: f64) -> u64 {
     v[((v.len() as f64 - 1.0) * p) as usize]
 }
 
-async fn latency<S: Store>(store: &S, n: usize) -> (u64, u64, u64) {
+/// One block of `n` timed decisions on `store`. Like the server, each call
+/// reads the clock for `Check::now` first (the gossip store ignores it and
+/// reads its own), and the timing covers clock read + decision.
+async fn block<S: Store>(store: &S, origin: Instant, n: usize, out: &mut Vec<u64>) {
     let spec = spec();
     let keys: Vec<String> = (0..64).map(|k| format!("tenant-{k}")).collect();
-    let mut v = Vec::with_capacity(n);
     for i in 0..n {
         let key = &keys[i % keys.len()];
         let t = Instant::now();
+        let now = origin.elapsed().as_nanos() as u64;
         let d = store
             .decide(Check {
                 spec: &spec,
                 key,
                 cost: 1,
-                now: i as u64 * 1_000,
+                now,
             })
             .await;
-        v.push(t.elapsed().as_nanos() as u64);
+        out.push(t.elapsed().as_nanos() as u64);
         std::hint::black_box(d.ok());
     }
-    (
-        percentile(&mut v, 0.5),
-        percentile(&mut v, 0.99),
-        percentile(&mut v, 0.999),
-    )
+}
+
+/// Percentiles (p50, p99, p99.9) of both stores, measured in alternating
+/// blocks so that background noise hits both alike.
+async fn latency<A: Store, B: Store>(
+    a: &A,
+    b: &B,
+    blocks: usize,
+    n: usize,
+) -> [(u64, u64, u64); 2] {
+    let origin = Instant::now();
+    let (mut va, mut vb) = (Vec::new(), Vec::new());
+    for _ in 0..blocks {
+        block(a, origin, n, &mut va).await;
+        block(b, origin, n, &mut vb).await;
+    }
+    let p = |v: &mut Vec<u64>| {
+        (
+            percentile(v, 0.5),
+            percentile(v, 0.99),
+            percentile(v, 0.999),
+        )
+    };
+    [p(&mut va), p(&mut vb)]
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -143,14 +165,30 @@ async fn main() {
                 gossip / keys as f64
             );
         }
-        let n = 200_000;
-        let (p50, p99, p999) = latency(&nodes[0], n).await;
-        println!(
-            "gossip decide: p50 {p50} ns, p99 {p99} ns, p99.9 {p999} ns ({n} decisions, 64 keys)"
-        );
         let mem = MemoryStore::default();
-        let (p50, p99, p999) = latency(&mem, n).await;
-        println!("local (MemoryStore) decide: p50 {p50} ns, p99 {p99} ns, p99.9 {p999} ns");
+        let (blocks, n) = (40, 10_000);
+        let [g, l] = latency(&nodes[0], &mem, blocks, n).await;
+        println!(
+            "decision latency, {} decisions each, 64 keys, alternating blocks of {n}:",
+            blocks * n
+        );
+        println!(
+            "  gossip (3-node cluster running): p50 {} ns, p99 {} ns, p99.9 {} ns",
+            g.0, g.1, g.2
+        );
+        println!(
+            "  local (MemoryStore):             p50 {} ns, p99 {} ns, p99.9 {} ns",
+            l.0, l.1, l.2
+        );
+        // The same with node 1's loop stopped (no ticks contending for the
+        // key locks): how much of the tail is the background work.
+        let mut nodes = nodes;
+        nodes[0].kill();
+        let [g, l] = latency(&nodes[0], &mem, blocks, n).await;
+        println!(
+            "  gossip, node loop stopped:       p50 {} ns, p99 {} ns, p99.9 {} ns (local again: p99 {} ns)",
+            g.0, g.1, g.2, l.1
+        );
         for mut node in nodes {
             node.kill();
         }

@@ -214,6 +214,11 @@ async fn grd_with_ten_percent_gossip_loss_stays_within_ten_percent() {
     steady_state(213, AlgorithmKind::Grd, 0.10).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fps_with_ten_percent_gossip_loss_stays_within_ten_percent() {
+    steady_state(218, AlgorithmKind::Fps, 0.10).await;
+}
+
 /// Node 3 (two thirds of the demand) crashes: nodes 1 and 2 detect it and
 /// take the limit minus its 1/N share, instead of their old 1/3 together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -234,7 +239,7 @@ async fn killed_node_share_is_reclaimed_within_detection_time() {
     .await;
     let detect_ms = drl_node::MembershipConfig::default().detection_ms();
     eprintln!("detected in {took:?} (bound {detect_ms} ms)");
-    assert!(took <= Duration::from_millis(detect_ms + 500));
+    assert!(took <= Duration::from_millis(detect_ms + 800));
     // Within the next second the survivors converge on 2/3 of the limit
     // and never exceed the full limit by more than 10%.
     let mut peak = 0.0f64;

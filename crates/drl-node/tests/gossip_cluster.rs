@@ -433,3 +433,69 @@ async fn shares_follow_moving_demand_within_a_second() {
     stop.store(true, Ordering::Relaxed);
     let _ = generator.await;
 }
+
+/// Join and leave: two of three configured nodes enforce 2/3 of the limit;
+/// when the third joins they go back to the full limit, and when it leaves
+/// gracefully they see it go at once (no failure-detection wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_restores_the_limit_and_leave_is_seen_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("cluster.key");
+    std::fs::write(&key_file, KEY).unwrap();
+    let addrs: Vec<SocketAddr> = (1..=3)
+        .map(|i| format!("127.0.219.{i}:7946").parse().unwrap())
+        .collect();
+    let start = |i: usize| {
+        let mut c = GossipConfig::new(i as u32 + 1, addrs[i], addrs.clone());
+        c.key_file = Some(key_file.clone());
+        GossipStore::start(c)
+    };
+    let a = start(0).await.unwrap();
+    let b = start(1).await.unwrap();
+    wait_until("two nodes meet", Duration::from_secs(5), || {
+        a.live_nodes() == 2 && b.live_nodes() == 2
+    })
+    .await;
+    let spec = spec();
+    let check = |s: &GossipStore| {
+        s.decide_now(Check {
+            spec: &spec,
+            key: "all",
+            cost: 1,
+            now: 0,
+        })
+        .unwrap()
+    };
+    check(&a);
+    wait_until(
+        "2/3 of the limit while node 3 is missing",
+        Duration::from_secs(2),
+        || {
+            check(&a);
+            a.snapshot("global", "all").unwrap().effective_limit == 666
+        },
+    )
+    .await;
+    let c = start(2).await.unwrap();
+    wait_until("node 3 joins", Duration::from_secs(5), || {
+        [&a, &b, &c].iter().all(|n| n.live_nodes() == 3)
+    })
+    .await;
+    wait_until("full limit again", Duration::from_secs(2), || {
+        check(&a);
+        a.snapshot("global", "all").unwrap().effective_limit == LIMIT
+    })
+    .await;
+    let t0 = Instant::now();
+    c.shutdown().await;
+    let took = wait_until("the leave is seen", Duration::from_secs(5), || {
+        a.live_nodes() == 2 && b.live_nodes() == 2
+    })
+    .await;
+    let detect = Duration::from_millis(drl_node::MembershipConfig::default().detection_ms());
+    eprintln!(
+        "leave seen after {took:?} ({:?} since shutdown)",
+        t0.elapsed()
+    );
+    assert!(took < detect, "a graceful leave beats failure detection");
+}

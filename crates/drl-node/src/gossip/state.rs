@@ -355,6 +355,25 @@ mod tests {
     }
 
     #[test]
+    fn demand_is_counted_in_cost_units() {
+        let params = KeyParams {
+            algorithm: AlgorithmKind::Grd,
+            interval: 50 * MS,
+            ewma: 0.0,
+        };
+        let mut k = KeyState::new(params, 1_000, 100, 1, 1, 1, 0);
+        // 50 requests of cost 2 in 50 ms: 2,000 units/s, twice the limit.
+        for i in 0..50 {
+            k.decide(i * MS, 0, 2);
+        }
+        k.tick(50 * MS, 0.0, 1, 1);
+        let s = k.snapshot();
+        assert!((s.local_rate - 2_000.0).abs() < 1e-6, "{}", s.local_rate);
+        assert!((s.drop_probability.unwrap() - 0.5).abs() < 1e-9);
+        assert_eq!(s.admitted + s.denied, 100);
+    }
+
+    #[test]
     fn grd_key_drops_the_global_excess() {
         let params = KeyParams {
             algorithm: AlgorithmKind::Grd,

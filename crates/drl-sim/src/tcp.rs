@@ -338,7 +338,7 @@ impl TcpSender {
         let mut out = Vec::new();
         let mut pipe = self.pipe();
         while pipe < self.cwnd || self.force_retransmit {
-            self.force_retransmit = false;
+            let forced = std::mem::take(&mut self.force_retransmit) && pipe >= self.cwnd;
             // Lost segments first, lowest first.
             let lost = self
                 .board
@@ -352,7 +352,7 @@ impl TcpSender {
                     retransmit: true,
                 });
                 self.stats.retransmits += 1;
-            } else if self.has_new_data() && self.flight() < self.cfg.rwnd {
+            } else if !forced && self.has_new_data() && self.flight() < self.cfg.rwnd {
                 out.push(Segment {
                     seq: self.snd_nxt,
                     ts: now,

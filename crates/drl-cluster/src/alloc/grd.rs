@@ -18,6 +18,13 @@
 //! controller whose only fixed point is `F = limit`. Drops stay uniformly
 //! random across all flows at all limiters, which is what gives GRD its
 //! fairness.
+//!
+//! Limitation: each limiter integrates its *own* gossiped estimate of `F`.
+//! With two limiters the estimates agree and so do the probabilities; with
+//! more limiters, lossy gossip and a branching factor below `n − 1` the
+//! estimates differ, nothing pulls the integrators together, and the drop
+//! probabilities drift apart (less fair than the paper's GRD; see
+//! EXPERIMENTS.md, "Beyond two limiters").
 
 use drl_core::Nanos;
 use rand::RngCore;

@@ -187,6 +187,14 @@ impl Engine {
                 "the `redis` / `redis_resilience` sections changed (or were added); restart drl to apply that",
             ));
         }
+        if let Some(o) = &cfg.orbit
+            && !self.stores.orbit_matches(o)
+        {
+            return Err(ConfigError::new(
+                &name,
+                "the `orbit` section changed (or was added); restart drl to apply that",
+            ));
+        }
         let old = self.limits();
         let new = Limits::build(cfg, &self.stores, &name)?;
         let old_specs: Vec<_> = old.live();

@@ -10,6 +10,10 @@
 //! (deadline, circuit breaker, fail open/closed/local), connected once at
 //! start ([`Stores::connect_redis`]).
 //!
+//! `orbit` is a `drl_node::orbit::OrbitStore` (strict global caps on a
+//! ring), started once at start ([`Stores::start_orbit`]); every orbit
+//! limit is registered with it when a config is loaded.
+//!
 //! To add a scope (`gossip`, `orbit`): make [`check_supported`] accept it,
 //! hold its `Store` implementation in [`Stores`] (connected at start like
 //! Redis), and return it as [`Backend::Store`] from [`Stores::backend`].
@@ -19,6 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use drl_core::{Decision, KeyedConfig, KeyedLimiter, Nanos};
+use drl_node::orbit::{OrbitConfig, OrbitStore};
 use drl_store::{
     Check, LimitSpec, MemoryStore, RedisConfig, RedisStore, ResilienceConfig, Resilient, Store,
     StoreError,
@@ -30,9 +35,9 @@ use crate::config::Scope;
 /// `Ok` if this build can serve `scope`; otherwise why not.
 pub fn check_supported(scope: Scope) -> Result<(), String> {
     match scope {
-        Scope::Local | Scope::Redis => Ok(()),
+        Scope::Local | Scope::Redis | Scope::Orbit => Ok(()),
         other => Err(format!(
-            "scope `{other}` is not supported by this build yet (supported: local, redis)"
+            "scope `{other}` is not supported by this build yet (supported: local, redis, orbit)"
         )),
     }
 }
@@ -98,6 +103,9 @@ pub struct Stores {
     /// The Redis store (with its failure policy), once connected, and the
     /// config it was connected with.
     redis: Mutex<Option<(RedisSettings, Arc<dyn Store>)>>,
+    /// The Orbit runtime, once started, and the `orbit:` section it was
+    /// started with.
+    orbit: Mutex<Option<(OrbitConfig, Arc<OrbitStore>)>>,
 }
 
 /// What a Redis connection was made from; a reload that changes it needs
@@ -109,6 +117,7 @@ impl std::fmt::Debug for Stores {
         f.debug_struct("Stores")
             .field("memory", &self.memory.lock().len())
             .field("redis", &self.redis.lock().is_some())
+            .field("orbit", &self.orbit.lock().is_some())
             .finish()
     }
 }
@@ -149,6 +158,34 @@ impl Stores {
             .is_some_and(|(s, _)| s == settings)
     }
 
+    /// Starts the Orbit runtime (once; a later call with the same section is
+    /// a no-op, with another section an error: changing the `orbit:`
+    /// section needs a restart).
+    pub async fn start_orbit(&self, cfg: &OrbitConfig) -> Result<(), String> {
+        if let Some((current, _)) = &*self.orbit.lock() {
+            return if current == cfg {
+                Ok(())
+            } else {
+                Err("the `orbit` section changed; restart drl to apply that".into())
+            };
+        }
+        let store = OrbitStore::start(cfg.clone())
+            .await
+            .map_err(|e| format!("cannot start the Orbit runtime: {e}"))?;
+        *self.orbit.lock() = Some((cfg.clone(), Arc::new(store)));
+        Ok(())
+    }
+
+    /// True if the Orbit runtime runs with exactly `cfg`.
+    pub fn orbit_matches(&self, cfg: &OrbitConfig) -> bool {
+        self.orbit.lock().as_ref().is_some_and(|(c, _)| c == cfg)
+    }
+
+    /// The running Orbit runtime, if any.
+    pub fn orbit(&self) -> Option<Arc<OrbitStore>> {
+        self.orbit.lock().as_ref().map(|(_, s)| s.clone())
+    }
+
     /// The backend for a limit of `scope` with `spec`, holding at most
     /// `max_keys` keys. This is the extension point for new scopes.
     pub fn backend(
@@ -180,7 +217,17 @@ impl Stores {
                         .into(),
                 ),
             },
-            Scope::Gossip | Scope::Orbit => Err(format!(
+            Scope::Orbit => match &*self.orbit.lock() {
+                Some((_, store)) => {
+                    store.register(spec).map_err(|e| e.to_string())?;
+                    Ok(Backend::Store(store.clone()))
+                }
+                None => Err(
+                    "scope `orbit` needs the Orbit runtime (an `orbit:` section, applied at start)"
+                        .into(),
+                ),
+            },
+            Scope::Gossip => Err(format!(
                 "scope `{scope}` is not supported by this build yet"
             )),
         }
@@ -193,6 +240,14 @@ impl Stores {
             let specs: Vec<LimitSpec> = live
                 .iter()
                 .filter(|(s, _, _)| *s == Scope::Redis)
+                .map(|(_, spec, _)| spec.clone())
+                .collect();
+            store.retain(&specs);
+        }
+        if let Some((_, store)) = &*self.orbit.lock() {
+            let specs: Vec<LimitSpec> = live
+                .iter()
+                .filter(|(s, _, _)| *s == Scope::Orbit)
                 .map(|(_, spec, _)| spec.clone())
                 .collect();
             store.retain(&specs);

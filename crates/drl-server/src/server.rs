@@ -50,6 +50,12 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
+    if let Some(o) = &cfg.orbit {
+        stores
+            .start_orbit(o)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     let engine = Arc::new(
         Engine::with_stores(&cfg, opts.config.clone(), stores)
             .map_err(|e| anyhow::anyhow!("{e}"))?,

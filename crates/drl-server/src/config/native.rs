@@ -14,7 +14,7 @@ use super::envoy::EnvoyDomain;
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
 /// A whole configuration file.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Listener addresses (flags override them).
@@ -36,6 +36,9 @@ pub struct Config {
     /// fail open/closed/local).
     #[serde(default)]
     pub redis_resilience: drl_store::ResilienceConfig,
+    /// The Orbit ring of `scope: orbit` limits (see docs/orbit-runtime.md).
+    #[serde(default)]
+    pub orbit: Option<drl_node::orbit::OrbitConfig>,
 }
 
 impl Config {
@@ -48,6 +51,7 @@ impl Config {
             envoy: Vec::new(),
             redis: None,
             redis_resilience: drl_store::ResilienceConfig::default(),
+            orbit: None,
         }
     }
 
@@ -82,6 +86,7 @@ impl Config {
             r.validate()
                 .map_err(|e| ConfigError::new(source, e.to_string()).locate(text, &["redis:"]))?;
         }
+        self.validate_orbit(text, source)?;
         let mut domains = BTreeSet::new();
         for d in &self.envoy {
             d.check(text, source)?;
@@ -91,6 +96,42 @@ impl Config {
                     format!("duplicate envoy domain {:?}", d.domain),
                 )
                 .locate_nth(text, &["domain:", &d.domain], 1));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// `scope: orbit` needs an `orbit:` section; the section must be valid
+    /// and every orbit limit servable by the ring (fixed-window, one quota,
+    /// a window of at least one lap, `max_keys` within `orbit.max_keys`).
+    fn validate_orbit(&self, text: &str, source: &str) -> Result<(), ConfigError> {
+        let Some(orbit) = &self.orbit else {
+            if let Some(l) = self.limits.iter().find(|l| l.scope == Scope::Orbit) {
+                return Err(ConfigError::new(
+                    source,
+                    format!(
+                        "limit {:?} has scope orbit, but the config has no `orbit:` section (node_id, bind, key, ring; see docs/orbit-runtime.md)",
+                        l.name
+                    ),
+                )
+                .locate(text, &["scope:", "orbit"]));
+            }
+            return Ok(());
+        };
+        orbit
+            .validate()
+            .map_err(|e| ConfigError::new(source, e.to_string()).locate(text, &["orbit:"]))?;
+        for l in self.limits.iter().filter(|l| l.scope == Scope::Orbit) {
+            let at = |e: String| ConfigError::new(source, e).locate(text, &["name:", &l.name]);
+            let spec = drl_store::LimitSpec::new(l.name.clone(), l.algorithm, l.quotas.clone());
+            orbit.protocol_for(&spec).map_err(|e| at(e.to_string()))?;
+            if l.max_keys > orbit.max_keys {
+                return Err(at(format!(
+                    "limit {:?}: max_keys {} exceeds orbit.max_keys {} (the ring's bound on keys per window; the default max_keys is {DEFAULT_MAX_KEYS}): lower the limit's max_keys or raise orbit.max_keys",
+                    l.name, l.max_keys, orbit.max_keys
+                )));
             }
         }
         Ok(())

@@ -1,0 +1,669 @@
+//! `scope: orbit` end-to-end: five real `drl serve` processes on loopback
+//! form an Orbit ring; load goes through `POST /v1/check` on every node; one
+//! node is killed (and later restarted) and another is cut off from the
+//! ring mid-run. The invariant is asserted exactly: for every window, the
+//! admissions of all nodes sum to at most the cap.
+//!
+//! The ring traffic goes through a UDP relay in this test process: node `i`
+//! binds its own socket, and every node's `orbit.ring` lists the relay's
+//! socket for node `i`. The relay forwards each datagram to the node it was
+//! addressed to, and drops everything to and from a partitioned node, so
+//! the partitioned node keeps serving HTTP while it hears nobody and nobody
+//! hears it (a real network partition of one node).
+//!
+//! Two independent counts of admissions per window:
+//! - client side: every `allowed` result, attributed to the window the
+//!   server charged it to. The server's window is `now / window` on the
+//!   same system clock as this test, and every result reports
+//!   `reset_after_ms` (time to the window's end, rounded up), so the window
+//!   end lies in `(sent + reset - 1 ms, received + reset]`: exactly one
+//!   window boundary in that interval unless a request took a whole window;
+//! - server side: `drl_decisions_total{limit="capped",result="allowed"}`
+//!   scraped from every node at each window boundary while no request is
+//!   in flight (the load generator is gated: it sends only inside a window
+//!   and stops for the scrape), so a delta between two scrapes is exactly
+//!   what the nodes admitted for the requests of that window.
+//!
+//! The two counts must agree exactly per node and window, and both must
+//! stay within the cap.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::{DEADLINE, Drl, http_get, http_request, metric};
+
+const NODES: usize = 5;
+const CAP: u64 = 1000;
+const WINDOW_MS: u64 = 3000;
+const WINDOW: u64 = WINDOW_MS * 1_000_000;
+/// The load generator is quiet this long after a window starts and before
+/// it ends, so that the boundary scrape sees no request in flight.
+const GAP: u64 = 300_000_000;
+/// Checks per HTTP request, and the pause between two batches of a worker.
+const BATCH: usize = 10;
+const PACE: Duration = Duration::from_millis(20);
+const ALLOWED: &str = "drl_decisions_total{limit=\"capped\",result=\"allowed\"}";
+
+fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos() as u64
+}
+
+/// Sleeps until the system clock reaches `t` (ns since the epoch).
+fn sleep_until(t: u64) {
+    loop {
+        let now = unix_ns();
+        if now >= t {
+            return;
+        }
+        std::thread::sleep(Duration::from_nanos((t - now).min(50_000_000)));
+    }
+}
+
+/// A free UDP port on loopback (bound then released).
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut esc = false;
+    for c in s.chars() {
+        match (esc, c) {
+            (false, '\u{1b}') => esc = true,
+            (true, c) if c.is_ascii_alphabetic() => esc = false,
+            (true, _) => {}
+            (false, c) => out.push(c),
+        }
+    }
+    out
+}
+
+/// The UDP relay between the ring members (see the module doc).
+struct Relay {
+    /// The relay's socket for each node: what the ring lists.
+    fronts: Vec<SocketAddr>,
+    /// Slot + 1 of the partitioned node; 0: none.
+    partitioned: Arc<AtomicU32>,
+    dropped: Arc<AtomicU64>,
+    forwarded: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Relay {
+    fn start(backs: &[SocketAddr]) -> Relay {
+        let partitioned = Arc::new(AtomicU32::new(0));
+        let dropped = Arc::new(AtomicU64::new(0));
+        let forwarded = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut fronts = Vec::new();
+        let mut threads = Vec::new();
+        for (slot, &back) in backs.iter().enumerate() {
+            let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+            sock.set_read_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
+            fronts.push(sock.local_addr().unwrap());
+            let backs = backs.to_vec();
+            let (partitioned, dropped, forwarded, stop) = (
+                partitioned.clone(),
+                dropped.clone(),
+                forwarded.clone(),
+                stop.clone(),
+            );
+            threads.push(std::thread::spawn(move || {
+                let mut buf = [0u8; 2048];
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                        continue;
+                    };
+                    let p = partitioned.load(Ordering::SeqCst) as usize;
+                    let cut = p != 0 && (p - 1 == slot || backs[p - 1] == from);
+                    if cut {
+                        dropped.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        // The node may be down (killed): best effort, like UDP.
+                        let _ = sock.send_to(&buf[..n], back);
+                        forwarded.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+        Relay {
+            fronts,
+            partitioned,
+            dropped,
+            forwarded,
+            stop,
+            threads,
+        }
+    }
+
+    fn partition(&self, slot: Option<usize>) {
+        let v = slot.map_or(0, |s| s as u32 + 1);
+        self.partitioned.store(v, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn node_yaml(slot: usize, back: SocketAddr, ring: &[SocketAddr], key: &std::path::Path) -> String {
+    let mut members = String::new();
+    for (j, a) in ring.iter().enumerate() {
+        members.push_str(&format!("    - {{id: {}, addr: \"{a}\"}}\n", j + 1));
+    }
+    format!(
+        r#"listen:
+  http: 127.0.0.1:0
+  grpc: null
+limits:
+  - name: capped
+    algorithm: fixed-window
+    quota: {CAP}/{WINDOW_MS}ms
+    scope: orbit
+orbit:
+  node_id: {id}
+  bind: "{back}"
+  key: {{file: "{key}"}}
+  epoch_ms: 100
+  heartbeat_ms: 100
+  suspect_after_ms: 600
+  ring:
+{members}"#,
+        id = slot + 1,
+        key = key.display(),
+    )
+}
+
+/// Who may send now: requests are only sent while `open` is the current
+/// window, the slot is not paused, and the window is not near its end.
+struct Gate {
+    open: u64,
+    paused: [bool; NODES],
+    inflight: [usize; NODES],
+}
+
+/// Counts of one (slot, gate period, window the server charged).
+#[derive(Default, Clone, Copy, Debug)]
+struct Count {
+    allowed: u64,
+    denied: u64,
+}
+
+#[derive(Default)]
+struct Records {
+    /// (slot, period the request was sent in, charged window) -> counts.
+    counts: BTreeMap<(usize, u64, u64), Count>,
+    /// Allowed results whose window was ambiguous (a request that took a
+    /// whole window); counted in every candidate window.
+    ambiguous: u64,
+    errors: Vec<String>,
+    requests: u64,
+}
+
+struct Shared {
+    gate: Mutex<Gate>,
+    idle: Condvar,
+    urls: Mutex<Vec<String>>,
+    records: Mutex<Records>,
+    stop: AtomicBool,
+}
+
+/// The windows whose end lies in `(lo, hi]`.
+fn windows_ending_in(lo: u64, hi: u64) -> Vec<u64> {
+    let first = lo / WINDOW + 1;
+    let last = hi / WINDOW;
+    (first..=last).map(|k| k - 1).collect()
+}
+
+fn worker(slot: usize, shared: Arc<Shared>) {
+    let body = {
+        let one = r#"{"limit":"capped","key":"tenant","cost":1}"#;
+        format!(r#"{{"requests":[{}]}}"#, [one; BATCH].join(","))
+    };
+    while !shared.stop.load(Ordering::SeqCst) {
+        let now = unix_ns();
+        let (w, pos) = (now / WINDOW, now % WINDOW);
+        let period = {
+            let mut g = shared.gate.lock().unwrap();
+            if g.open == w && !g.paused[slot] && (GAP..WINDOW - GAP).contains(&pos) {
+                g.inflight[slot] += 1;
+                Some(w)
+            } else {
+                None
+            }
+        };
+        let Some(period) = period else {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        };
+        let url = shared.urls.lock().unwrap()[slot].clone();
+        let sent = unix_ns();
+        let resp = http_request(
+            "POST",
+            &url,
+            &[("content-type", "application/json")],
+            body.as_bytes(),
+        );
+        let received = unix_ns();
+        {
+            let mut r = shared.records.lock().unwrap();
+            r.requests += 1;
+            match resp {
+                Some((200, _, text)) => {
+                    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+                    let results = v["results"].as_array().expect("results");
+                    assert_eq!(results.len(), BATCH, "{text}");
+                    for res in results {
+                        let allowed = res["allowed"].as_bool().expect("allowed");
+                        let reset = res["reset_after_ms"].as_u64().expect("reset_after_ms");
+                        let reset = reset * 1_000_000;
+                        let ws = windows_ending_in(sent + reset - 1_000_000, received + reset);
+                        if ws.is_empty() {
+                            r.errors.push(format!(
+                                "slot {slot}: no window ends in ({sent} + {reset} - 1 ms, {received} + {reset}]"
+                            ));
+                        }
+                        if ws.len() > 1 && allowed {
+                            r.ambiguous += 1;
+                        }
+                        for w in ws {
+                            let c = r.counts.entry((slot, period, w)).or_default();
+                            if allowed {
+                                c.allowed += 1;
+                            } else {
+                                c.denied += 1;
+                            }
+                        }
+                    }
+                }
+                other => r
+                    .errors
+                    .push(format!("slot {slot}: POST {url} failed: {other:?}")),
+            }
+        }
+        shared.gate.lock().unwrap().inflight[slot] -= 1;
+        shared.idle.notify_all();
+        std::thread::sleep(PACE);
+    }
+}
+
+/// Waits until none of `slots` has a request in flight (the caller has
+/// closed the gate for them).
+fn wait_idle(shared: &Shared, slots: &[usize]) {
+    let start = Instant::now();
+    let mut g = shared.gate.lock().unwrap();
+    while slots.iter().any(|&s| g.inflight[s] > 0) {
+        assert!(start.elapsed() < DEADLINE, "requests still in flight");
+        g = shared
+            .idle
+            .wait_timeout(g, Duration::from_millis(50))
+            .unwrap()
+            .0;
+    }
+}
+
+fn scrape_allowed(d: &Drl) -> u64 {
+    let (status, text) = http_get(&d.url("/metrics")).expect("GET /metrics");
+    assert_eq!(status, 200);
+    metric(&text, ALLOWED).map_or(0, |v| v as u64)
+}
+
+/// Per slot: the process (None while killed) and the allowed count of
+/// earlier incarnations.
+struct Slot {
+    drl: Option<Drl>,
+    earlier: u64,
+}
+
+impl Slot {
+    fn cumulative(&self) -> u64 {
+        self.earlier + self.drl.as_ref().map_or(0, scrape_allowed)
+    }
+}
+
+#[test]
+fn orbit_five_serve_nodes_kill_one_partition_one_never_exceed_cap() {
+    let t0 = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("cluster.key");
+    std::fs::write(&key, "a-test-cluster-key-of-32-bytes!!\n").unwrap();
+    let backs: Vec<SocketAddr> = (0..NODES)
+        .map(|_| SocketAddr::from(([127, 0, 0, 1], free_udp_port())))
+        .collect();
+    let relay = Relay::start(&backs);
+    let yamls: Vec<String> = (0..NODES)
+        .map(|i| node_yaml(i, backs[i], &relay.fronts, &key))
+        .collect();
+    let mut slots: Vec<Slot> = yamls
+        .iter()
+        .map(|y| Slot {
+            drl: Some(Drl::start(y)),
+            earlier: 0,
+        })
+        .collect();
+    let started = unix_ns();
+    // Every node registered the limit when it loaded its config, and sits
+    // out that window (restart rule): load starts in the next one.
+    let w1 = started / WINDOW + 1;
+    let shared = Arc::new(Shared {
+        gate: Mutex::new(Gate {
+            open: w1,
+            paused: [false; NODES],
+            inflight: [0; NODES],
+        }),
+        idle: Condvar::new(),
+        urls: Mutex::new(
+            slots
+                .iter()
+                .map(|s| s.drl.as_ref().unwrap().url("/v1/check"))
+                .collect(),
+        ),
+        records: Mutex::new(Records::default()),
+        stop: AtomicBool::new(false),
+    });
+    let workers: Vec<_> = (0..NODES)
+        .map(|s| {
+            let sh = shared.clone();
+            std::thread::spawn(move || worker(s, sh))
+        })
+        .collect();
+
+    // Boundary scrapes: cumulative allowed per slot when period `w` opened.
+    let mut scrapes: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    scrapes.insert(w1, slots.iter().map(Slot::cumulative).collect());
+    let (killed, cut) = (2usize, 0usize);
+    let windows = 8u64;
+    let at = |k: u64, ms: u64| (w1 + k - 1) * WINDOW + ms * 1_000_000;
+    let all: Vec<usize> = (0..NODES).collect();
+    for k in 1..=windows {
+        let w = w1 + k - 1;
+        match k {
+            3 => {
+                // Kill node 3 mid-window. Its requests are paused first so
+                // that none is in flight (an unanswered request may have been
+                // admitted), and its last count is scraped.
+                sleep_until(at(k, 1200));
+                shared.gate.lock().unwrap().paused[killed] = true;
+                wait_idle(&shared, &[killed]);
+                let s = &mut slots[killed];
+                s.earlier = s.cumulative();
+                let mut d = s.drl.take().unwrap();
+                d.child.kill().unwrap();
+                d.wait_exit();
+                eprintln!("w+{k}: killed node {}", killed + 1);
+            }
+            4 => {
+                sleep_until(at(k, 600));
+                relay.partition(Some(cut));
+                eprintln!("w+{k}: partitioned node {}", cut + 1);
+            }
+            6 => {
+                sleep_until(at(k, 500));
+                relay.partition(None);
+                eprintln!("w+{k}: healed node {}", cut + 1);
+                let d = Drl::start(&yamls[killed]);
+                assert_eq!(scrape_allowed(&d), 0, "a fresh process starts at 0");
+                shared.urls.lock().unwrap()[killed] = d.url("/v1/check");
+                slots[killed].drl = Some(d);
+                shared.gate.lock().unwrap().paused[killed] = false;
+                eprintln!(
+                    "w+{k}: restarted node {} at +{} ms",
+                    killed + 1,
+                    (unix_ns() % WINDOW) / 1_000_000
+                );
+            }
+            _ => {}
+        }
+        // End of the window: close the gate (workers stop by themselves
+        // GAP before the end), wait until nothing is in flight, scrape.
+        sleep_until((w + 1) * WINDOW - GAP);
+        shared.gate.lock().unwrap().open = u64::MAX;
+        wait_idle(&shared, &all);
+        scrapes.insert(w + 1, slots.iter().map(Slot::cumulative).collect());
+        if k == windows {
+            shared.stop.store(true, Ordering::SeqCst);
+        }
+        shared.gate.lock().unwrap().open = w + 1;
+    }
+    for t in workers {
+        t.join().unwrap();
+    }
+
+    // The partition was real: both sides saw it.
+    let saw = |slot: usize, peer: usize| {
+        slots[slot]
+            .drl
+            .as_ref()
+            .unwrap()
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| {
+                let l = strip_ansi(l);
+                l.contains("suspected down") && l.contains(&format!("peer={}", peer + 1))
+            })
+    };
+    assert!(saw(1, cut), "node 2 never suspected the partitioned node 1");
+    assert!(saw(cut, 1), "the partitioned node 1 never suspected node 2");
+    assert!(saw(1, killed), "node 2 never suspected the killed node 3");
+    assert!(relay.dropped.load(Ordering::Relaxed) > 0);
+    assert!(relay.forwarded.load(Ordering::Relaxed) > 0);
+
+    let r = shared.records.lock().unwrap();
+    assert!(r.errors.is_empty(), "request errors: {:#?}", r.errors);
+    // Per window: admissions over all nodes, client side (by charged window).
+    let mut by_window: BTreeMap<u64, [u64; NODES]> = BTreeMap::new();
+    let mut clean: BTreeMap<u64, bool> = BTreeMap::new();
+    for (&(slot, period, w), c) in &r.counts {
+        by_window.entry(w).or_default()[slot] += c.allowed;
+        if w != period {
+            clean.insert(period, false);
+        }
+    }
+    let mut report = String::new();
+    for k in 1..=windows {
+        let w = w1 + k - 1;
+        let client = by_window.get(&w).copied().unwrap_or_default();
+        let (before, after) = (&scrapes[&w], &scrapes[&(w + 1)]);
+        let server: Vec<u64> = (0..NODES).map(|s| after[s] - before[s]).collect();
+        let requested: u64 = r
+            .counts
+            .iter()
+            .filter(|((_, p, _), _)| *p == w)
+            .map(|(_, c)| c.allowed + c.denied)
+            .sum();
+        report.push_str(&format!(
+            "w+{k}: client {:?} = {} | metrics {:?} = {} | decisions {requested}\n",
+            client,
+            client.iter().sum::<u64>(),
+            server,
+            server.iter().sum::<u64>(),
+        ));
+    }
+    eprintln!("cap {CAP} per {WINDOW_MS} ms, admitted per window:\n{report}");
+    for k in 1..=windows {
+        let w = w1 + k - 1;
+        let client = by_window.get(&w).copied().unwrap_or_default();
+        // The invariant, client side: every allowed result, by the window
+        // the server charged it to.
+        let total: u64 = client.iter().sum();
+        assert!(
+            total <= CAP,
+            "w+{k}: {total} admitted > cap {CAP}\n{report}"
+        );
+        // The invariant on the metrics: the deltas of
+        // drl_decisions_total{result="allowed"} summed over nodes.
+        let (before, after) = (&scrapes[&w], &scrapes[&(w + 1)]);
+        let server: Vec<u64> = (0..NODES).map(|s| after[s] - before[s]).collect();
+        let sum: u64 = server.iter().sum();
+        if clean.get(&w).copied().unwrap_or(true) {
+            assert!(sum <= CAP, "w+{k}: metrics sum {sum} > cap {CAP}\n{report}");
+            // Exact agreement: the metrics count exactly what clients saw.
+            assert_eq!(server, client.to_vec(), "w+{k}\n{report}");
+        } else {
+            eprintln!("w+{k}: a request was charged to another window; metric check skipped");
+        }
+    }
+    // Every window's requests were answered in the window they were sent in
+    // (nothing near a boundary); allow the rare straggler under load.
+    let unclean = clean.values().filter(|c| !**c).count();
+    assert!(unclean <= 2, "{unclean} windows with stragglers\n{report}");
+    let win = |k: u64| by_window.get(&(w1 + k - 1)).copied().unwrap_or_default();
+    let sum = |k: u64| win(k).iter().sum::<u64>();
+    // Utilization, generously: healthy windows reach half the cap.
+    assert!(
+        sum(1).max(sum(2)) >= CAP / 2,
+        "healthy windows under half the cap\n{report}"
+    );
+    assert!(
+        sum(7).max(sum(8)) >= CAP / 2,
+        "recovered windows under half the cap\n{report}"
+    );
+    // The partitioned node kept answering from its local allowance, and the
+    // rest of the ring kept admitting without it (and without node 3).
+    assert!(
+        win(5)[cut] >= 1,
+        "the partitioned node admitted nothing\n{report}"
+    );
+    assert!(
+        win(5).iter().sum::<u64>() > win(5)[cut],
+        "the rest of the ring admitted nothing\n{report}"
+    );
+    // The restarted node sits out the window it started in, then takes part.
+    assert_eq!(win(6)[killed], 0, "restart rule\n{report}");
+    assert!(
+        win(7)[killed] + win(8)[killed] >= 1,
+        "the restarted node never took part again\n{report}"
+    );
+    eprintln!(
+        "{} requests, {} ambiguous, relay forwarded {} dropped {}, {:?}",
+        r.requests,
+        r.ambiguous,
+        relay.forwarded.load(Ordering::Relaxed),
+        relay.dropped.load(Ordering::Relaxed),
+        t0.elapsed()
+    );
+}
+
+fn drl_config_check(path: &std::path::Path) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_drl"))
+        .args(["config", "check"])
+        .arg(path)
+        .output()
+        .expect("run drl config check");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn orbit_example_configs_pass_config_check() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/orbit");
+    for n in 1..=5 {
+        let path = dir.join(format!("node{n}.yaml"));
+        let (ok, out) = drl_config_check(&path);
+        assert!(ok, "{}: {out}", path.display());
+        assert!(out.contains("ok (1 limits"), "{out}");
+    }
+    let script = std::fs::read_to_string(dir.join("run.sh")).unwrap();
+    assert!(script.contains("serve --config \"node$n.yaml\""));
+}
+
+#[test]
+fn orbit_config_errors_name_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |name: &str, yaml: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, yaml).unwrap();
+        let (ok, out) = drl_config_check(&p);
+        assert!(!ok, "{name} should be refused: {out}");
+        out
+    };
+    let orbit = r#"orbit:
+  node_id: 1
+  bind: 127.0.0.1:0
+  key: {env: DRL_TEST_KEY}
+  epoch_ms: 100
+  ring:
+    - {id: 1, addr: 127.0.0.1:9381}
+    - {id: 2, addr: 127.0.0.1:9382}
+"#;
+    // scope: orbit without an orbit: section: at the scope line.
+    let out = check(
+        "no-section.yaml",
+        "limits:\n  - name: a\n    algorithm: fixed-window\n    quota: 10/s\n    scope: orbit\n",
+    );
+    assert!(
+        out.contains(":5:5:") && out.contains("no `orbit:` section"),
+        "{out}"
+    );
+    // A window shorter than one lap (100 ms x 2 nodes): at the limit.
+    let out = check(
+        "short.yaml",
+        &format!(
+            "limits:\n  - name: x\n    algorithm: fixed-window\n    quota: 10/150ms\n    scope: orbit\n{orbit}"
+        ),
+    );
+    assert!(
+        out.contains(":2:5:") && out.contains("shorter than one lap"),
+        "{out}"
+    );
+    // Not a fixed window: at the limit.
+    let out = check(
+        "gcra.yaml",
+        &format!("limits:\n  - name: g\n    quota: 10/s\n    scope: orbit\n{orbit}"),
+    );
+    assert!(
+        out.contains(":2:5:") && out.contains("fixed-window"),
+        "{out}"
+    );
+    // max_keys above the ring's bound.
+    let out = check(
+        "keys.yaml",
+        &format!(
+            "limits:\n  - name: k\n    algorithm: fixed-window\n    quota: 10/s\n    scope: orbit\n    max_keys: 5000\n{orbit}  max_keys: 100\n"
+        ),
+    );
+    assert!(
+        out.contains(":2:5:") && out.contains("orbit.max_keys"),
+        "{out}"
+    );
+    // An invalid section: node_id not in the ring, at `orbit:`.
+    let bad = orbit.replace("node_id: 1", "node_id: 7");
+    let out = check(
+        "ring.yaml",
+        &format!(
+            "limits:\n  - name: r\n    algorithm: fixed-window\n    quota: 10/s\n    scope: orbit\n{bad}"
+        ),
+    );
+    assert!(
+        out.contains(":6:1:") && out.contains("not in orbit.ring"),
+        "{out}"
+    );
+}

@@ -32,18 +32,22 @@ pub struct AppState {
 /// The router, with body-size and timeout bounds from the live config.
 pub fn router(state: AppState) -> Router {
     let s = state.engine.limits().server;
-    Router::new()
+    let r = Router::new()
         .route("/v1/check", post(check))
         .route("/v1/auth/{limit}", any(forward_auth))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .layer(DefaultBodyLimit::max(s.max_body_bytes))
-        .layer(TimeoutLayer::with_status_code(
+        .layer(DefaultBodyLimit::max(s.max_body_bytes));
+    let r = if s.request_timeout_ms > 0 {
+        r.layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             Duration::from_millis(s.request_timeout_ms),
         ))
-        .with_state(state)
+    } else {
+        r
+    };
+    r.with_state(state)
 }
 
 static PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");

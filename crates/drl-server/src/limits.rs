@@ -316,3 +316,58 @@ fn build_level(
     }
     Ok(level)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+
+    fn limits(yaml: &str) -> Limits {
+        let cfg = config::parse(yaml, "<test>").unwrap();
+        Limits::build(&cfg, &Stores::new(), "<test>").unwrap()
+    }
+
+    fn rule<'a>(l: &'a Limits, domain: &str, entries: &[(&str, &str)]) -> Option<&'a str> {
+        let root = l.domains.get(domain).unwrap();
+        match_descriptor(root, entries.iter().copied()).map(|r| &*r.path)
+    }
+
+    #[test]
+    fn most_specific_node_wins_per_level() {
+        let l = limits(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 2}\n  - key: k\n    value: va*\n    rate_limit: {unit: second, requests_per_unit: 3}\n  - key: k\n    value: val*\n    rate_limit: {unit: second, requests_per_unit: 4}\n",
+        );
+        assert_eq!(rule(&l, "d", &[("k", "v")]), Some("d.k_v"));
+        assert_eq!(rule(&l, "d", &[("k", "value")]), Some("d.k_val*"), "longest prefix");
+        assert_eq!(rule(&l, "d", &[("k", "vax")]), Some("d.k_va*"));
+        assert_eq!(rule(&l, "d", &[("k", "other")]), Some("d.k"));
+        assert_eq!(rule(&l, "d", &[("x", "v")]), None);
+        assert_eq!(rule(&l, "d", &[("k", "v"), ("k", "v")]), None, "too deep");
+    }
+
+    #[test]
+    fn a_node_without_rate_limit_limits_nothing() {
+        let l = limits(
+            "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: minute, requests_per_unit: 5}\n",
+        );
+        assert_eq!(rule(&l, "d", &[("a", "1")]), None);
+        assert_eq!(rule(&l, "d", &[("a", "1"), ("b", "2")]), Some("d.a.b"));
+        assert_eq!(l.envoy_limits.len(), 1);
+    }
+
+    #[test]
+    fn native_limits_resolve_by_name_and_keep_their_limiter_across_builds() {
+        let yaml = "limits:\n  - name: a\n    quota: 10/s\n  - name: b\n    algorithm: sliding-log\n    quotas: [1/s, {quota: 5/m}]\n";
+        let stores = Stores::new();
+        let cfg = config::parse(yaml, "<test>").unwrap();
+        let one = Limits::build(&cfg, &stores, "<test>").unwrap();
+        let two = Limits::build(&cfg, &stores, "<test>").unwrap();
+        assert_eq!(one.names(), ["a", "b"]);
+        assert_eq!(one.get("b").unwrap().spec.quotas.len(), 2);
+        assert!(one.get("c").is_none());
+        match (&one.get("a").unwrap().backend, &two.get("a").unwrap().backend) {
+            (Backend::Local(x), Backend::Local(y)) => assert!(Arc::ptr_eq(x, y)),
+            _ => panic!("local scope"),
+        }
+    }
+}

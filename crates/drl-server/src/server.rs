@@ -110,8 +110,11 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let rx = stop_rx.clone();
         tasks.spawn(async move {
-            tonic::transport::Server::builder()
-                .timeout(Duration::from_millis(s.request_timeout_ms))
+            let mut builder = tonic::transport::Server::builder();
+            if s.request_timeout_ms > 0 {
+                builder = builder.timeout(Duration::from_millis(s.request_timeout_ms));
+            }
+            builder
                 .add_service(native)
                 .add_service(rls)
                 .serve_with_incoming_shutdown(incoming, stopped(rx))

@@ -195,6 +195,14 @@ impl Engine {
                 "the `orbit` section changed (or was added); restart drl to apply that",
             ));
         }
+        if let Some(c) = &cfg.cluster
+            && !self.stores.gossip_matches(c)
+        {
+            return Err(ConfigError::new(
+                &name,
+                "the `cluster` section changed (or was added); restart drl to apply that",
+            ));
+        }
         let old = self.limits();
         let new = Limits::build(cfg, &self.stores, &name)?;
         let old_specs: Vec<_> = old.live();

@@ -10,6 +10,10 @@
 //! (deadline, circuit breaker, fail open/closed/local), connected once at
 //! start ([`Stores::connect_redis`]).
 //!
+//! `gossip` is a `drl_node::GossipStore` (Cloud Control GRD/FPS over
+//! authenticated UDP gossip), started once at start
+//! ([`Stores::start_gossip`]).
+//!
 //! `orbit` is a `drl_node::orbit::OrbitStore` (strict global caps on a
 //! ring), started once at start ([`Stores::start_orbit`]); every orbit
 //! limit is registered with it when a config is loaded.
@@ -24,6 +28,7 @@ use std::sync::Arc;
 
 use drl_core::{Decision, KeyedConfig, KeyedLimiter, Nanos};
 use drl_node::orbit::{OrbitConfig, OrbitStore};
+use drl_node::{GossipConfig, GossipStore};
 use drl_store::{
     Check, LimitSpec, MemoryStore, RedisConfig, RedisStore, ResilienceConfig, Resilient, Store,
     StoreError,
@@ -35,10 +40,7 @@ use crate::config::Scope;
 /// `Ok` if this build can serve `scope`; otherwise why not.
 pub fn check_supported(scope: Scope) -> Result<(), String> {
     match scope {
-        Scope::Local | Scope::Redis | Scope::Orbit => Ok(()),
-        other => Err(format!(
-            "scope `{other}` is not supported by this build yet (supported: local, redis, orbit)"
-        )),
+        Scope::Local | Scope::Redis | Scope::Orbit | Scope::Gossip => Ok(()),
     }
 }
 
@@ -106,6 +108,9 @@ pub struct Stores {
     /// The Orbit runtime, once started, and the `orbit:` section it was
     /// started with.
     orbit: Mutex<Option<(OrbitConfig, Arc<OrbitStore>)>>,
+    /// The gossip node, once started, and the `cluster:` section it was
+    /// started with.
+    gossip: Mutex<Option<(GossipConfig, Arc<GossipStore>)>>,
 }
 
 /// What a Redis connection was made from; a reload that changes it needs
@@ -118,6 +123,7 @@ impl std::fmt::Debug for Stores {
             .field("memory", &self.memory.lock().len())
             .field("redis", &self.redis.lock().is_some())
             .field("orbit", &self.orbit.lock().is_some())
+            .field("gossip", &self.gossip.lock().is_some())
             .finish()
     }
 }
@@ -186,6 +192,29 @@ impl Stores {
         self.orbit.lock().as_ref().map(|(_, s)| s.clone())
     }
 
+    /// Starts the gossip node (once; a later call with the same section is
+    /// a no-op, with another section an error: changing the `cluster:`
+    /// section needs a restart).
+    pub async fn start_gossip(&self, cfg: &GossipConfig) -> Result<(), String> {
+        if let Some((current, _)) = &*self.gossip.lock() {
+            return if current == cfg {
+                Ok(())
+            } else {
+                Err("the `cluster` section changed; restart drl to apply that".into())
+            };
+        }
+        let store = GossipStore::start(cfg.clone())
+            .await
+            .map_err(|e| format!("cannot start the gossip node: {e}"))?;
+        *self.gossip.lock() = Some((cfg.clone(), Arc::new(store)));
+        Ok(())
+    }
+
+    /// True if the gossip node runs with exactly `cfg`.
+    pub fn gossip_matches(&self, cfg: &GossipConfig) -> bool {
+        self.gossip.lock().as_ref().is_some_and(|(c, _)| c == cfg)
+    }
+
     /// The backend for a limit of `scope` with `spec`, holding at most
     /// `max_keys` keys. This is the extension point for new scopes.
     pub fn backend(
@@ -227,9 +256,13 @@ impl Stores {
                         .into(),
                 ),
             },
-            Scope::Gossip => Err(format!(
-                "scope `{scope}` is not supported by this build yet"
-            )),
+            Scope::Gossip => match &*self.gossip.lock() {
+                Some((_, store)) => Ok(Backend::Store(store.clone())),
+                None => Err(
+                    "scope `gossip` needs the gossip node (a `cluster:` section, applied at start)"
+                        .into(),
+                ),
+            },
         }
     }
 
@@ -240,6 +273,14 @@ impl Stores {
             let specs: Vec<LimitSpec> = live
                 .iter()
                 .filter(|(s, _, _)| *s == Scope::Redis)
+                .map(|(_, spec, _)| spec.clone())
+                .collect();
+            store.retain(&specs);
+        }
+        if let Some((_, store)) = &*self.gossip.lock() {
+            let specs: Vec<LimitSpec> = live
+                .iter()
+                .filter(|(s, _, _)| *s == Scope::Gossip)
                 .map(|(_, spec, _)| spec.clone())
                 .collect();
             store.retain(&specs);

@@ -56,6 +56,12 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
+    if let Some(c) = &cfg.cluster {
+        stores
+            .start_gossip(c)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     let engine = Arc::new(
         Engine::with_stores(&cfg, opts.config.clone(), stores)
             .map_err(|e| anyhow::anyhow!("{e}"))?,

@@ -39,6 +39,9 @@ pub struct Config {
     /// The Orbit ring of `scope: orbit` limits (see docs/orbit-runtime.md).
     #[serde(default)]
     pub orbit: Option<drl_node::orbit::OrbitConfig>,
+    /// The gossip cluster of `scope: gossip` limits (see docs/gossip.md).
+    #[serde(default)]
+    pub cluster: Option<drl_node::GossipConfig>,
 }
 
 impl Config {
@@ -52,6 +55,7 @@ impl Config {
             redis: None,
             redis_resilience: drl_store::ResilienceConfig::default(),
             orbit: None,
+            cluster: None,
         }
     }
 
@@ -87,6 +91,22 @@ impl Config {
                 .map_err(|e| ConfigError::new(source, e.to_string()).locate(text, &["redis:"]))?;
         }
         self.validate_orbit(text, source)?;
+        if let Some(l) = self.limits.iter().find(|l| l.scope == Scope::Gossip)
+            && self.cluster.is_none()
+        {
+            return Err(ConfigError::new(
+                source,
+                format!(
+                    "limit {:?} has scope gossip, but the config has no `cluster:` section (node_id, bind, seeds, key_file; see docs/gossip.md)",
+                    l.name
+                ),
+            )
+            .locate(text, &["scope:", "gossip"]));
+        }
+        if let Some(c) = &self.cluster {
+            c.validate()
+                .map_err(|e| ConfigError::new(source, e.to_string()).locate(text, &["cluster:"]))?;
+        }
         let mut domains = BTreeSet::new();
         for d in &self.envoy {
             d.check(text, source)?;
@@ -196,7 +216,7 @@ pub struct ServerConfig {
     pub max_batch: usize,
     /// Largest accepted cost of one check (default 1,000,000,000).
     pub max_cost: u64,
-    /// Longest time one request may take (default 5,000 ms; 0: no limit).
+    /// Longest time one request may take (default 5,000 ms).
     pub request_timeout_ms: u64,
     /// How long SIGTERM waits for in-flight requests (default 10,000 ms).
     pub shutdown_grace_ms: u64,

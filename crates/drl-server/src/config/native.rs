@@ -216,7 +216,7 @@ pub struct ServerConfig {
     pub max_batch: usize,
     /// Largest accepted cost of one check (default 1,000,000,000).
     pub max_cost: u64,
-    /// Longest time one request may take (default 5,000 ms).
+    /// Longest time one request may take (default 5,000 ms; 0: no limit).
     pub request_timeout_ms: u64,
     /// How long SIGTERM waits for in-flight requests (default 10,000 ms).
     pub shutdown_grace_ms: u64,

@@ -56,8 +56,8 @@ fn errors_name_line_and_column() {
         ),
         (
             "limits:\n  - name: a\n    quota: 1/s\n    scope: gossip\n",
-            "FILE:",
-            "not supported by this build",
+            "FILE:4:5:",
+            "no `cluster:` section",
         ),
         (
             "limits:\n  - name: a\n    algorithm: fixed-window\n    quota: 1/s\n    burst: 5\n",

@@ -138,7 +138,7 @@ impl EnvoyLevel {
 /// does: walk the tree one entry per level; the descriptor gets the rule of
 /// the node its last entry lands on (none if the walk leaves the tree
 /// early, or the node has no `rate_limit`).
-pub fn match_descriptor<'a, I, K, V>(root: &'a EnvoyLevel, entries: I) -> Option<&'a EnvoyRule>
+pub fn match_descriptor<I, K, V>(root: &EnvoyLevel, entries: I) -> Option<&EnvoyRule>
 where
     I: IntoIterator<Item = (K, V)>,
     K: AsRef<str>,

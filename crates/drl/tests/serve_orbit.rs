@@ -667,3 +667,79 @@ fn orbit_config_errors_name_the_line() {
         "{out}"
     );
 }
+
+/// One-node ring config with the given limits (`name: cap` per second) and
+/// epoch.
+fn single_node_yaml(limits: &[(&str, u64)], epoch_ms: u64, bind: SocketAddr, key: &str) -> String {
+    let mut y = String::from("limits:\n");
+    for (name, cap) in limits {
+        y.push_str(&format!(
+            "  - name: {name}\n    algorithm: fixed-window\n    quota: {cap}/s\n    scope: orbit\n"
+        ));
+    }
+    y.push_str(&format!(
+        "orbit:\n  node_id: 1\n  bind: \"{bind}\"\n  key: {{inline: \"{key}\"}}\n  epoch_ms: {epoch_ms}\n  ring:\n    - {{id: 1, addr: \"{bind}\"}}\n"
+    ));
+    y
+}
+
+/// Sends `n` checks of `limit` one by one; returns the admissions per
+/// window the server charged them to.
+fn admitted_per_window(d: &Drl, limit: &str, n: usize) -> BTreeMap<u64, u64> {
+    let mut out = BTreeMap::new();
+    let body = format!(r#"{{"requests":[{{"limit":"{limit}","key":"k","cost":1}}]}}"#);
+    for _ in 0..n {
+        let sent = unix_ns();
+        let (s, _, v) = common::post_json(&d.url("/v1/check"), &body);
+        let received = unix_ns();
+        assert_eq!(s, 200, "{v}");
+        let r = &v["results"][0];
+        let reset = r["reset_after_ms"].as_u64().unwrap() * 1_000_000;
+        let window = 1_000_000_000;
+        let first = (sent + reset - 1_000_000) / window + 1;
+        let last = (received + reset) / window;
+        assert!(first <= last, "no window boundary for {v}");
+        if r["allowed"].as_bool().unwrap() {
+            // Conservative: an ambiguous admission counts in every window.
+            for w in first..=last {
+                *out.entry(w).or_default() += 1;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn orbit_reload_adds_limits_and_refuses_a_changed_section() {
+    let bind = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
+    let key = "reload-test-cluster-key-0123456789";
+    let d = Drl::start(&single_node_yaml(&[("a", 5)], 100, bind, key));
+    // A limit sits out the window it was registered in, then admits.
+    common::wait_for("limit a to admit", || {
+        !admitted_per_window(&d, "a", 1).is_empty()
+    });
+    let a = admitted_per_window(&d, "a", 20);
+    assert!(a.values().all(|&n| n <= 5), "{a:?}");
+
+    // A changed orbit: section needs a restart: refused, old config serves.
+    std::fs::write(&d.config, single_node_yaml(&[("a", 5)], 50, bind, key)).unwrap();
+    d.signal("HUP");
+    let refused = d.wait_log("drl serve: config reload refused");
+    assert!(refused.contains("orbit"), "{refused}");
+
+    // Adding an orbit limit by reload works; the kept one keeps its state.
+    std::fs::write(
+        &d.config,
+        single_node_yaml(&[("a", 5), ("b", 3)], 100, bind, key),
+    )
+    .unwrap();
+    d.signal("HUP");
+    let ok = d.wait_log("drl serve: config reloaded");
+    assert!(ok.contains("2 limits, 1 kept"), "{ok}");
+    common::wait_for("limit b to admit", || {
+        !admitted_per_window(&d, "b", 1).is_empty()
+    });
+    let b = admitted_per_window(&d, "b", 20);
+    assert!(b.values().all(|&n| n <= 3), "{b:?}");
+    assert!(b.values().sum::<u64>() >= 1, "{b:?}");
+}

@@ -352,42 +352,26 @@ pub fn replay_rows(
 }
 
 fn write_decision<W: Write>(w: &mut csv::Writer<W>, row: &Row, d: &Decision) -> anyhow::Result<()> {
-    let mut ts = itoa_buf();
-    let mut rem = itoa_buf();
-    let mut reset = itoa_buf();
-    let mut delay = itoa_buf();
-    let mut retry = itoa_buf();
+    let (mut ts, mut rem, mut retry, mut reset, mut delay) = (
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+    );
     w.write_record([
-        fmt_u64(&mut ts, row.now),
+        ts.format(row.now),
         row.key.as_str(),
         if d.allowed { "true" } else { "false" },
-        fmt_u64(&mut rem, d.remaining),
+        rem.format(d.remaining),
         match d.retry_after {
-            Some(r) => fmt_u64(&mut retry, r),
+            Some(r) => retry.format(r),
             None => "",
         },
-        fmt_u64(&mut reset, d.reset_after),
-        fmt_u64(&mut delay, d.delay),
+        reset.format(d.reset_after),
+        delay.format(d.delay),
     ])?;
     Ok(())
-}
-
-fn itoa_buf() -> [u8; 20] {
-    [0; 20]
-}
-
-/// Formats `v` into `buf` without allocating.
-fn fmt_u64(buf: &mut [u8; 20], mut v: u64) -> &str {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    std::str::from_utf8(&buf[i..]).expect("digits are ASCII")
 }
 
 fn print_summary(tallies: &BTreeMap<String, Tally>) -> anyhow::Result<()> {
@@ -426,14 +410,6 @@ fn summary_line(key: &str, t: &Tally, width: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn formats_numbers() {
-        let mut b = itoa_buf();
-        assert_eq!(fmt_u64(&mut b, 0), "0");
-        assert_eq!(fmt_u64(&mut b, 1234), "1234");
-        assert_eq!(fmt_u64(&mut b, u64::MAX), "18446744073709551615");
-    }
 
     #[test]
     fn rows_parse_with_optional_header_and_cost() {

@@ -82,17 +82,7 @@ pub fn step(quota: &Quota, s: &State, now: Nanos, cost: u64) -> (Decision, Optio
     (d, next)
 }
 
-/// What a request of `cost` at `now` would get. Pure.
-pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
-    step(quota, s, now, cost).0
-}
-
-/// Applies an admitted request.
-pub fn commit(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
-    if let (_, Some(next)) = step(quota, s, now, cost) {
-        *s = next;
-    }
-}
+via_step!();
 
 /// True when `tat <= now`.
 pub fn is_fresh(_quota: &Quota, s: &State, now: Nanos) -> bool {

@@ -25,15 +25,7 @@ pub fn step(quota: &Quota, s: &State, now: Nanos, cost: u64) -> (Decision, Optio
     (d, next)
 }
 
-/// What a request of `cost` at `now` would get. Pure.
-pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
-    step(quota, s, now, cost).0
-}
-
-/// Applies an admitted request.
-pub fn commit(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
-    gcra::commit(quota, s, now, cost)
-}
+via_step!();
 
 /// True when the queue is empty at `now`.
 pub fn is_fresh(quota: &Quota, s: &State, now: Nanos) -> bool {

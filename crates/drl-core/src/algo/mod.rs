@@ -8,6 +8,24 @@
 //! Clock clamping: each state remembers `last`, the `now` of the last
 //! admitted request of non-zero cost; an earlier `now` is treated as `last`.
 
+/// Defines `check` and `commit` of an algorithm module from its `step`
+/// (decision and next state in one pass).
+macro_rules! via_step {
+    () => {
+        /// What a request of `cost` at `now` would get. Pure.
+        pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
+            step(quota, s, now, cost).0
+        }
+
+        /// Applies a request that `check` admitted at the same `now` and `cost`.
+        pub fn commit(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
+            if let (_, Some(next)) = step(quota, s, now, cost) {
+                *s = next;
+            }
+        }
+    };
+}
+
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;

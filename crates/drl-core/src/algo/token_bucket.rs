@@ -74,17 +74,7 @@ pub fn step(quota: &Quota, s: &State, now: Nanos, cost: u64) -> (Decision, Optio
     }
 }
 
-/// What a request of `cost` at `now` would get. Pure.
-pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
-    step(quota, s, now, cost).0
-}
-
-/// Applies an admitted request (call only after `check` allowed it).
-pub fn commit(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
-    if let (_, Some(next)) = step(quota, s, now, cost) {
-        *s = next;
-    }
-}
+via_step!();
 
 /// True when the bucket is full at `now` (dropping it changes nothing).
 pub fn is_fresh(quota: &Quota, s: &State, now: Nanos) -> bool {

@@ -105,7 +105,7 @@ struct Load {
     buckets: Mutex<Buckets>,
     allowed_total: Mutex<[u64; 3]>,
     errors: Mutex<Vec<String>>,
-    stop: AtomicBool,
+    stop: [AtomicBool; 3],
     origin: Instant,
 }
 
@@ -119,7 +119,7 @@ fn drive(node: usize, addr: SocketAddr, load: Arc<Load>) {
     );
     let mut conn = Conn::new(addr);
     let mut next = Instant::now();
-    while !load.stop.load(Ordering::SeqCst) {
+    while !load.stop[node].load(Ordering::SeqCst) {
         let now = Instant::now();
         if next > now {
             std::thread::sleep(next - now);
@@ -164,9 +164,71 @@ fn totals(b: &Buckets, from: u64, to: u64) -> [(u64, u64); 3] {
     t
 }
 
-#[test]
-fn gossip_three_serve_nodes_share_one_global_limit_by_demand() {
-    let t0 = Instant::now();
+/// Three nodes with the 1:2:6 load running.
+struct Cluster {
+    nodes: Vec<Drl>,
+    load: Arc<Load>,
+    threads: Vec<Option<std::thread::JoinHandle<()>>>,
+    warm: Duration,
+    _dir: tempfile::TempDir,
+}
+
+const PER_S: u64 = 1000 / BUCKET_MS;
+
+impl Cluster {
+    fn bucket_now(&self) -> u64 {
+        self.load.origin.elapsed().as_millis() as u64 / BUCKET_MS
+    }
+
+    /// Waits (with a deadline) until the last full second of `nodes`
+    /// admitted within 10% of `want`; returns the time waited.
+    fn wait_rate(&self, nodes: &[usize], want: u64, deadline: Duration) -> Duration {
+        let start = Instant::now();
+        let mut last = String::new();
+        loop {
+            let now = self.bucket_now();
+            if now > PER_S {
+                let t = totals(&self.load.buckets.lock().unwrap(), now - PER_S, now);
+                let adm: u64 = nodes.iter().map(|&i| t[i].1).sum();
+                last = format!("last second: {t:?}, admitted {adm}");
+                if adm.abs_diff(want) <= want / 10 {
+                    return start.elapsed();
+                }
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "nodes {nodes:?} never reached {want}/s: {last}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Sleeps until bucket `b` is complete.
+    fn wait_bucket(&self, b: u64) {
+        while self.bucket_now() <= b {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn stop(&mut self, node: usize) {
+        self.load.stop[node].store(true, Ordering::SeqCst);
+        if let Some(t) = self.threads[node].take() {
+            t.join().unwrap();
+        }
+    }
+
+    fn stop_all(&mut self) {
+        for i in 0..3 {
+            self.stop(i);
+        }
+        let errors = self.load.errors.lock().unwrap().clone();
+        assert!(errors.is_empty(), "request errors: {errors:#?}");
+    }
+}
+
+/// Starts three nodes and the load; returns once converged (the last full
+/// second admitted within 10% of the limit).
+fn start_cluster() -> Cluster {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("cluster.key");
     std::fs::write(&key, "another-test-cluster-key-32-byte\n").unwrap();
@@ -207,52 +269,39 @@ cluster:
         buckets: Mutex::new(BTreeMap::new()),
         allowed_total: Mutex::new([0; 3]),
         errors: Mutex::new(Vec::new()),
-        stop: AtomicBool::new(false),
+        stop: Default::default(),
         origin: Instant::now(),
     });
-    let threads: Vec<_> = (0..3)
+    let threads = (0..3)
         .map(|i| {
             let (addr, l) = (nodes[i].http, load.clone());
-            std::thread::spawn(move || drive(i, addr, l))
+            Some(std::thread::spawn(move || drive(i, addr, l)))
         })
         .collect();
-    let bucket_now = || load.origin.elapsed().as_millis() as u64 / BUCKET_MS;
-    let per_s = 1000 / BUCKET_MS;
+    let mut c = Cluster {
+        nodes,
+        load,
+        threads,
+        warm: Duration::ZERO,
+        _dir: dir,
+    };
+    // Warm-up: membership forms and the 1 s EWMA estimates converge.
+    c.warm = c.wait_rate(&[0, 1, 2], LIMIT, DEADLINE);
+    c
+}
 
-    // Warm-up: membership forms and the 1 s EWMA estimates converge. Wait
-    // (with a deadline) until the last full second admitted within 10%.
-    let start = Instant::now();
-    let mut last = String::new();
-    loop {
-        let now = bucket_now();
-        if now > per_s {
-            let t = totals(&load.buckets.lock().unwrap(), now - per_s, now);
-            let adm: u64 = t.iter().map(|x| x.1).sum();
-            last = format!("last second: {t:?}, admitted {adm}");
-            if adm.abs_diff(LIMIT) <= LIMIT / 10 {
-                break;
-            }
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "the cluster never converged to {LIMIT}/s: {last}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let warm = start.elapsed();
+#[test]
+fn gossip_three_serve_nodes_share_one_global_limit_by_demand() {
+    let t0 = Instant::now();
+    let mut c = start_cluster();
+    let (warm, per_s) = (c.warm, PER_S);
     // Two 5 s windows.
-    let m0 = bucket_now() + 1;
+    let m0 = c.bucket_now() + 1;
     let windows = 2;
     let end = m0 + windows * 5 * per_s;
-    while bucket_now() <= end {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    load.stop.store(true, Ordering::SeqCst);
-    for t in threads {
-        t.join().unwrap();
-    }
-    let errors = load.errors.lock().unwrap().clone();
-    assert!(errors.is_empty(), "request errors: {errors:#?}");
+    c.wait_bucket(end);
+    c.stop_all();
+    let (load, nodes) = (&c.load, &c.nodes);
 
     let b = load.buckets.lock().unwrap().clone();
     let mut report = format!("warm-up {warm:?}\n");
@@ -320,6 +369,52 @@ cluster:
         assert_eq!(m, seen[i], "node {}: metric vs responses", i + 1);
     }
     eprintln!("total {:?}", t0.elapsed());
+}
+
+/// One node is killed (SIGKILL, no leave): after failure detection the two
+/// others take `(N-1)/N` of the limit (the paper's rule for lost peers), and
+/// no second, before or after, admits more than the limit + 10%.
+#[test]
+fn gossip_killed_serve_node_survivors_take_two_thirds() {
+    let t0 = Instant::now();
+    let mut c = start_cluster();
+    let before = c.bucket_now();
+    c.wait_bucket(before + 2 * PER_S);
+    // Node 1 (the lightest): stop its client first, so every request sent
+    // to it was answered, then kill the process.
+    c.stop(0);
+    c.nodes[0].child.kill().unwrap();
+    c.nodes[0].wait_exit();
+    let killed_at = c.bucket_now();
+    // Detection (SWIM: 2 x 200 + 2 x 100 + 600 ms = 1.2 s by default), then
+    // the survivors settle at 2/3 of the limit; generous on a loaded CI.
+    let survivors = LIMIT * 2 / 3;
+    let took = c.wait_rate(&[1, 2], survivors, Duration::from_secs(10));
+    let settled = c.bucket_now();
+    c.wait_bucket(settled + 3 * PER_S);
+    c.stop_all();
+    let b = c.load.buckets.lock().unwrap().clone();
+    let t = totals(&b, settled + 1, settled + 1 + 3 * PER_S);
+    let rate = (t[1].1 + t[2].1) / 3;
+    // Every full second from 2 s before the kill to the end.
+    let mut peak = 0;
+    let last = b.keys().next_back().copied().unwrap_or(0);
+    for s in before..last.saturating_sub(PER_S) {
+        let w = totals(&b, s, s + PER_S);
+        peak = peak.max(w.iter().map(|x| x.1).sum::<u64>());
+    }
+    eprintln!(
+        "killed at bucket {killed_at}, survivors at {survivors}/s after {took:?}; then {rate}/s; peak second {peak}; total {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        rate.abs_diff(survivors) <= survivors / 10,
+        "survivors admitted {rate}/s, want {survivors} +/- 10%: {t:?}"
+    );
+    assert!(
+        peak <= LIMIT * 11 / 10,
+        "a second admitted {peak} > limit + 10%"
+    );
 }
 
 fn drl_config_check(path: &std::path::Path) -> (bool, String) {

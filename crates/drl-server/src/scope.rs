@@ -18,7 +18,7 @@
 //! ring), started once at start ([`Stores::start_orbit`]); every orbit
 //! limit is registered with it when a config is loaded.
 //!
-//! To add a scope (`gossip`, `orbit`): make [`check_supported`] accept it,
+//! To add a scope: make [`check_supported`] accept it,
 //! hold its `Store` implementation in [`Stores`] (connected at start like
 //! Redis), and return it as [`Backend::Store`] from [`Stores::backend`].
 //! Reload calls [`Store::retain`] on every store.

@@ -239,9 +239,9 @@ impl Default for ServerConfig {
 
 /// Where a limit's state lives (the consistency level, see DESIGN.md).
 ///
-/// `local` is served by this build. The others are accepted by the parser
-/// so that a config naming them gets a precise "not supported by this build
-/// yet" error; each plugs in at [`crate::scope::Stores::backend`].
+/// Every scope is served; `redis`, `gossip` and `orbit` need their section
+/// (`redis:`, `cluster:`, `orbit:`). Each plugs in at
+/// [`crate::scope::Stores::backend`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {

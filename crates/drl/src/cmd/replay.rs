@@ -86,11 +86,14 @@ enum Backend {
         states: HashMap<String, Vec<State>>,
     },
     /// Through Redis scripts, with the trace's timestamps.
-    Redis {
-        rt: tokio::runtime::Runtime,
-        store: drl_store::RedisStore,
-        spec: drl_store::LimitSpec,
-    },
+    Redis(Box<RedisReplay>),
+}
+
+/// What deciding through Redis needs.
+struct RedisReplay {
+    rt: tokio::runtime::Runtime,
+    store: drl_store::RedisStore,
+    spec: drl_store::LimitSpec,
 }
 
 impl Backend {
@@ -136,7 +139,7 @@ impl Backend {
             args.algorithm,
             limiter.parts().iter().map(|l| *l.quota()).collect(),
         );
-        Ok(Backend::Redis { rt, store, spec })
+        Ok(Backend::Redis(Box::new(RedisReplay { rt, store, spec })))
     }
 
     /// Decides `rows` in order.
@@ -154,8 +157,9 @@ impl Backend {
                     limiter.decide(s, row.now, row.cost)
                 })
                 .collect()),
-            Backend::Redis { rt, store, spec } => {
+            Backend::Redis(r) => {
                 use drl_store::Store;
+                let RedisReplay { rt, store, spec } = &**r;
                 let checks: Vec<drl_store::Check<'_>> = rows
                     .iter()
                     .map(|r| drl_store::Check {

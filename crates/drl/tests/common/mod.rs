@@ -196,6 +196,9 @@ pub fn wait_for_or(what: &str, context: impl Fn() -> String, mut cond: impl FnMu
     }
 }
 
+/// Status, lowercase headers and body of an HTTP response.
+pub type HttpResponse = (u16, Vec<(String, String)>, String);
+
 /// A minimal blocking HTTP/1.1 request (no dependency on an async runtime):
 /// returns status, lowercase headers and body.
 pub fn http_request(
@@ -203,7 +206,7 @@ pub fn http_request(
     url: &str,
     headers: &[(&str, &str)],
     body: &[u8],
-) -> Option<(u16, Vec<(String, String)>, String)> {
+) -> Option<HttpResponse> {
     use std::io::{Read, Write};
     let rest = url.strip_prefix("http://")?;
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
@@ -226,7 +229,7 @@ pub fn http_request(
 }
 
 /// Parses a raw HTTP/1.1 response (content-length or chunked).
-pub fn parse_response(raw: &[u8]) -> Option<(u16, Vec<(String, String)>, String)> {
+pub fn parse_response(raw: &[u8]) -> Option<HttpResponse> {
     let text = String::from_utf8_lossy(raw);
     let (head, body) = text.split_once("\r\n\r\n")?;
     let mut lines = head.lines();

@@ -2,7 +2,7 @@
 //! twice the cap, admitted >= 90% of the cap in every window, with the demand
 //! on one node and with the demand spread evenly; and the curve against
 //! `rollover_ratio` (printed with `--nocapture`, copied into
-//! `docs/benchmarks/orbit.md`).
+//! `BENCHMARKS.md`).
 //!
 //! `cargo test -p drl-cluster --test orbit_utilization -- --nocapture`
 

@@ -16,14 +16,20 @@ use governor::clock::FakeRelativeClock;
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let which = args.get(1).map(String::as_str).unwrap_or("drl-keyed");
-    let n: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    let n: u64 = args
+        .get(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
     let q = Quota::with_burst(1_000_000, 1_000_000_000, 1000).unwrap();
     let gq = governor::Quota::per_second(NonZeroU32::new(1_000_000).unwrap())
         .allow_burst(NonZeroU32::new(1000).unwrap());
     let mut allowed = 0u64;
     match which {
         "drl-keyed" => {
-            let l = KeyedLimiter::<u64>::new(MultiLimiter::uniform(Algorithm::Gcra, &[q]), KeyedConfig::default());
+            let l = KeyedLimiter::<u64>::new(
+                MultiLimiter::uniform(Algorithm::Gcra, &[q]),
+                KeyedConfig::default(),
+            );
             for i in 0..n {
                 allowed += l.decide(black_box(&7u64), i * 1000, 1).allowed as u64;
             }

@@ -338,7 +338,11 @@ mod tests {
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 2}\n  - key: k\n    value: va*\n    rate_limit: {unit: second, requests_per_unit: 3}\n  - key: k\n    value: val*\n    rate_limit: {unit: second, requests_per_unit: 4}\n",
         );
         assert_eq!(rule(&l, "d", &[("k", "v")]), Some("d.k_v"));
-        assert_eq!(rule(&l, "d", &[("k", "value")]), Some("d.k_val*"), "longest prefix");
+        assert_eq!(
+            rule(&l, "d", &[("k", "value")]),
+            Some("d.k_val*"),
+            "longest prefix"
+        );
         assert_eq!(rule(&l, "d", &[("k", "vax")]), Some("d.k_va*"));
         assert_eq!(rule(&l, "d", &[("k", "other")]), Some("d.k"));
         assert_eq!(rule(&l, "d", &[("x", "v")]), None);
@@ -365,7 +369,10 @@ mod tests {
         assert_eq!(one.names(), ["a", "b"]);
         assert_eq!(one.get("b").unwrap().spec.quotas.len(), 2);
         assert!(one.get("c").is_none());
-        match (&one.get("a").unwrap().backend, &two.get("a").unwrap().backend) {
+        match (
+            &one.get("a").unwrap().backend,
+            &two.get("a").unwrap().backend,
+        ) {
             (Backend::Local(x), Backend::Local(y)) => assert!(Arc::ptr_eq(x, y)),
             _ => panic!("local scope"),
         }

@@ -2,50 +2,12 @@
 //! the trace's timestamps: its CSV must equal the in-memory CSV byte for
 //! byte, for every algorithm. Needs `redis-server` (scripts/test installs it).
 
+mod common;
+
 use std::io::Write;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
-struct Redis(Child);
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn start_redis() -> (Redis, u16) {
-    let port = free_port();
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server is not installed (scripts/test installs it: apt-get install -y redis-server)");
-    let mut redis = Redis(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            redis.0.try_wait().unwrap().is_none(),
-            "redis-server exited at start"
-        );
-        assert!(
-            Instant::now() < deadline,
-            "redis-server did not listen within 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (redis, port)
-}
+use common::free_port;
 
 fn replay(args: &[&str], input: &str) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_drl"))
@@ -95,8 +57,8 @@ fn trace(seed: u64, rows: usize) -> String {
 
 #[test]
 fn redis_replay_equals_memory_replay_for_every_algorithm() {
-    let (_redis, port) = start_redis();
-    let url = format!("redis://127.0.0.1:{port}");
+    let redis = common::Redis::start();
+    let url = redis.url();
     for (i, alg) in [
         "token-bucket",
         "leaky-bucket",

@@ -417,28 +417,12 @@ fn gossip_killed_serve_node_survivors_take_two_thirds() {
     );
 }
 
-fn drl_config_check(path: &std::path::Path) -> (bool, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_drl"))
-        .args(["config", "check"])
-        .arg(path)
-        .output()
-        .expect("run drl config check");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
 #[test]
 fn gossip_example_configs_pass_config_check() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/gossip");
     for n in 1..=3 {
         let path = dir.join(format!("node{n}.yaml"));
-        let (ok, out) = drl_config_check(&path);
+        let (ok, out) = common::config_check(&path);
         assert!(ok, "{}: {out}", path.display());
         assert!(out.contains("ok (1 limits"), "{out}");
     }
@@ -453,7 +437,7 @@ fn gossip_config_errors_name_the_line() {
         "limits:\n  - name: g\n    quota: 10/s\n    scope: gossip\n",
     )
     .unwrap();
-    let (ok, out) = drl_config_check(&p);
+    let (ok, out) = common::config_check(&p);
     assert!(
         !ok && out.contains(":4:5:") && out.contains("no `cluster:` section"),
         "{out}"
@@ -464,7 +448,7 @@ fn gossip_config_errors_name_the_line() {
         "limits:\n  - name: g\n    quota: 10/s\n    scope: gossip\ncluster:\n  node_id: 1\n  bind: 127.0.0.1:0\n  branching: 0\n",
     )
     .unwrap();
-    let (ok, out) = drl_config_check(&p);
+    let (ok, out) = common::config_check(&p);
     assert!(
         !ok && out.contains(":5:1:") && out.contains("branching"),
         "{out}"

@@ -566,28 +566,12 @@ fn orbit_five_serve_nodes_kill_one_partition_one_never_exceed_cap() {
     );
 }
 
-fn drl_config_check(path: &std::path::Path) -> (bool, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_drl"))
-        .args(["config", "check"])
-        .arg(path)
-        .output()
-        .expect("run drl config check");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
 #[test]
 fn orbit_example_configs_pass_config_check() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/orbit");
     for n in 1..=5 {
         let path = dir.join(format!("node{n}.yaml"));
-        let (ok, out) = drl_config_check(&path);
+        let (ok, out) = common::config_check(&path);
         assert!(ok, "{}: {out}", path.display());
         assert!(out.contains("ok (1 limits"), "{out}");
     }
@@ -601,7 +585,7 @@ fn orbit_config_errors_name_the_line() {
     let check = |name: &str, yaml: &str| {
         let p = dir.path().join(name);
         std::fs::write(&p, yaml).unwrap();
-        let (ok, out) = drl_config_check(&p);
+        let (ok, out) = common::config_check(&p);
         assert!(!ok, "{name} should be refused: {out}");
         out
     };

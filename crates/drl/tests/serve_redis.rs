@@ -3,54 +3,13 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
-
-use common::{Drl, free_port, post_json, wait_for};
+use common::{Drl, post_json};
 use serde_json::json;
-
-struct Redis(Child);
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_redis() -> (Redis, u16) {
-    for _ in 0..5 {
-        let port = free_port();
-        let mut child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is not installed: apt-get install -y redis-server");
-        let mut up = false;
-        wait_for("redis-server to listen or exit", || {
-            if child.try_wait().unwrap().is_some() {
-                return true;
-            }
-            up = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
-            up
-        });
-        if up {
-            return (Redis(child), port);
-        }
-    }
-    panic!("redis-server did not start");
-}
 
 #[test]
 fn two_nodes_share_a_redis_scoped_limit() {
-    let (_redis, port) = start_redis();
+    let redis = common::Redis::start();
+    let port = redis.port;
     let config = format!(
         r#"
 redis:

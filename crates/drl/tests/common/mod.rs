@@ -306,3 +306,69 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Runs `drl config check PATH`: whether it passed, and its stdout+stderr.
+pub fn config_check(path: &std::path::Path) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_drl"))
+        .args(["config", "check"])
+        .arg(path)
+        .output()
+        .expect("run drl config check");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// A real `redis-server` on a free loopback port, killed on drop.
+pub struct Redis {
+    child: Child,
+    /// Its port.
+    pub port: u16,
+}
+
+impl Redis {
+    /// Starts one (no persistence) and waits until it accepts connections.
+    /// Panics with an install hint if `redis-server` is missing: tests that
+    /// need Redis never skip.
+    pub fn start() -> Redis {
+        for _ in 0..5 {
+            let port = free_port();
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server is not installed (scripts/test installs it: apt-get install -y redis-server)");
+            let mut redis = Redis { child, port };
+            let mut up = false;
+            wait_for("redis-server to listen or exit", || {
+                if redis.child.try_wait().unwrap().is_some() {
+                    return true;
+                }
+                up = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+                up
+            });
+            if up {
+                return redis;
+            }
+        }
+        panic!("redis-server did not start");
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

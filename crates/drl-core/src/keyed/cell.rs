@@ -9,6 +9,7 @@
 
 use crate::algo::{gcra, leaky_bucket, token_bucket};
 use crate::decision::Decision;
+use crate::limiter::State;
 use crate::quota::Quota;
 use crate::time::Nanos;
 
@@ -88,6 +89,26 @@ impl CellKind {
                 let (d, n) = gcra::step(quota, &gcra::State { last, ahead: x }, now, cost);
                 (d, n.map(|n| pack(n.last, n.ahead)))
             }
+        }
+    }
+
+    /// The word holding `state`; `None` for a state of another algorithm.
+    pub fn pack_state(self, state: &State) -> Option<u128> {
+        match (self, state) {
+            (CellKind::TokenBucket, State::TokenBucket(s)) => Some(pack(s.last, s.credit)),
+            (CellKind::LeakyBucket, State::LeakyBucket(s)) => Some(pack(s.last, s.level)),
+            (CellKind::Gcra, State::Gcra(s)) => Some(pack(s.last, s.ahead)),
+            _ => None,
+        }
+    }
+
+    /// The state a word holds.
+    pub fn unpack_state(self, w: u128) -> State {
+        let (last, x) = unpack(w);
+        match self {
+            CellKind::TokenBucket => State::TokenBucket(token_bucket::State { last, credit: x }),
+            CellKind::LeakyBucket => State::LeakyBucket(leaky_bucket::State { last, level: x }),
+            CellKind::Gcra => State::Gcra(gcra::State { last, ahead: x }),
         }
     }
 

@@ -218,15 +218,10 @@ impl<K: Hash + Eq + Clone + Send + Sync> KeyedLimiter<K> {
 
     fn slot_from(&self, states: Box<[State]>) -> Slot {
         match (self.cell, &*states) {
-            (Some(_), [State::TokenBucket(s)]) => {
-                Slot::Cell(Word::new(((s.last as u128) << 64) | s.credit as u128))
-            }
-            (Some(_), [State::LeakyBucket(s)]) => {
-                Slot::Cell(Word::new(((s.last as u128) << 64) | s.level as u128))
-            }
-            (Some(_), [State::Gcra(s)]) => {
-                Slot::Cell(Word::new(((s.last as u128) << 64) | s.ahead as u128))
-            }
+            (Some(kind), [only]) => match kind.pack_state(only) {
+                Some(w) => Slot::Cell(Word::new(w)),
+                None => unreachable!("cell kinds hold only their own states"),
+            },
             _ => Slot::Locked(Mutex::new(states)),
         }
     }
@@ -348,19 +343,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> KeyedLimiter<K> {
         let map = shard.map.read();
         let slot = &map.find(hash, |e| e.key.borrow() == key)?.slot;
         Some(match (slot, self.cell) {
-            (Slot::Cell(w), Some(kind)) => {
-                let v = cell::Word128::load(w);
-                let (last, x) = ((v >> 64) as u64, v as u64);
-                vec![match kind {
-                    CellKind::TokenBucket => {
-                        State::TokenBucket(crate::algo::token_bucket::State { last, credit: x })
-                    }
-                    CellKind::LeakyBucket => {
-                        State::LeakyBucket(crate::algo::leaky_bucket::State { last, level: x })
-                    }
-                    CellKind::Gcra => State::Gcra(crate::algo::gcra::State { last, ahead: x }),
-                }]
-            }
+            (Slot::Cell(w), Some(kind)) => vec![kind.unpack_state(cell::Word128::load(w))],
             (Slot::Locked(m), _) => m.lock().to_vec(),
             (Slot::Cell(_), None) => unreachable!(),
         })

@@ -128,21 +128,10 @@ fn cost_of(index: usize, n: Option<&serde_json::Number>) -> Result<u64, String> 
     }
 }
 
-/// Appends `v` in decimal (no formatting machinery: this is per decision).
+/// Appends `v` in decimal (itoa: no formatting machinery per decision).
 #[inline]
-fn push_u64(out: &mut String, mut v: u64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    // Only ASCII digits were written.
-    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or("0"));
+fn push_u64(out: &mut String, v: u64) {
+    out.push_str(itoa::Buffer::new().format(v));
 }
 
 fn write_decision(out: &mut String, d: &Decision) {

@@ -174,3 +174,26 @@ fn sweep_drops_only_fresh_state() {
     assert!(keyed.snapshot(&2).is_none());
     assert!(keyed.snapshot(&3).is_some());
 }
+
+#[test]
+fn entries_are_compact_and_the_slot_kind_follows_the_algorithm() {
+    let q = Quota::with_burst(10, 1_000_000_000, 10).unwrap();
+    for (algorithm, lock_free) in [
+        (Algorithm::Gcra, true),
+        (Algorithm::TokenBucket, true),
+        (Algorithm::LeakyBucket, true),
+        (Algorithm::FixedWindow, false),
+        (Algorithm::SlidingWindow, false),
+        (Algorithm::LeakyQueue, false),
+    ] {
+        let k: KeyedLimiter<u64> = KeyedLimiter::new(MultiLimiter::uniform(algorithm, &[q]), big());
+        assert_eq!(k.is_lock_free(), lock_free, "{algorithm:?}");
+        // A u64 key and a 16-byte-aligned 128-bit cell, or a u64 key and a
+        // mutex over a boxed slice: 32 bytes, no enum tag.
+        assert_eq!(k.entry_bytes(), 32, "{algorithm:?}");
+    }
+    // Two quotas never take the cell, even for GCRA.
+    let two: KeyedLimiter<u64> =
+        KeyedLimiter::new(MultiLimiter::uniform(Algorithm::Gcra, &[q, q]), big());
+    assert!(!two.is_lock_free());
+}

@@ -1,0 +1,202 @@
+//! [`Table`]: the sharded, bounded key → [`Slot`] map behind a
+//! [`super::KeyedLimiter`], generic over the slot kind.
+//!
+//! Keys are spread over shards, each a `RwLock<HashTable>`; one hash of the
+//! key picks the shard (high bits) and the bucket. A decision on a known key
+//! takes the shard's read lock only.
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hashbrown::HashTable;
+use parking_lot::RwLock;
+
+use super::slot::Slot;
+use super::{EVICTION_SAMPLE, KeyedConfig};
+use crate::decision::Decision;
+use crate::limiter::State;
+use crate::time::Nanos;
+
+struct Entry<K, S> {
+    key: K,
+    slot: S,
+}
+
+struct Shard<K, S> {
+    map: RwLock<HashTable<Entry<K, S>>>,
+    last_sweep: AtomicU64,
+}
+
+/// Sharded per-key slots with a bound on the number of keys.
+pub(crate) struct Table<K, S> {
+    shards: Box<[Shard<K, S>]>,
+    mask: u64,
+    per_shard: usize,
+    sweep_interval: Nanos,
+    hasher: foldhash::fast::RandomState,
+    /// Fresh states dropped (no effect on decisions).
+    pub evicted_fresh: AtomicU64,
+    /// Live states evicted because a shard was full with nothing fresh.
+    pub evicted_live: AtomicU64,
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync, S: Slot> Table<K, S> {
+    /// An empty table; `config.shards` must be a power of two and
+    /// `config.max_keys` at least 1.
+    pub fn new(config: &KeyedConfig) -> Self {
+        let n = config.shards;
+        debug_assert!(n.is_power_of_two() && config.max_keys >= 1);
+        Self {
+            shards: (0..n)
+                .map(|_| Shard {
+                    map: RwLock::new(HashTable::new()),
+                    last_sweep: AtomicU64::new(0),
+                })
+                .collect(),
+            mask: (n - 1) as u64,
+            per_shard: config.max_keys.div_ceil(n),
+            sweep_interval: config.sweep_interval,
+            hasher: foldhash::fast::RandomState::default(),
+            evicted_fresh: AtomicU64::new(0),
+            evicted_live: AtomicU64::new(0),
+        }
+    }
+
+    /// The key's hash and its shard (high bits pick the shard; the table
+    /// uses the same hash).
+    #[inline]
+    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, &Shard<K, S>) {
+        let h = self.hasher.hash_one(key);
+        (h, &self.shards[((h >> 40) & self.mask) as usize])
+    }
+
+    /// Decides a request of `cost` at `now` for `key`.
+    #[inline]
+    pub fn decide<Q>(&self, ctx: &S::Ctx, key: &Q, now: Nanos, cost: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let (hash, shard) = self.shard(key);
+        let eq = |e: &Entry<K, S>| e.key.borrow() == key;
+        {
+            let map = shard.map.read();
+            if let Some(e) = map.find(hash, eq) {
+                return e.slot.decide(ctx, now, cost);
+            }
+        }
+        self.decide_unknown(ctx, hash, shard, key, now, cost)
+    }
+
+    /// Unknown key: a query or a denial on a fresh state writes nothing, so
+    /// decide on a fresh state first and insert only when admitted with a
+    /// cost. This keeps floods of impossible or zero-cost requests from
+    /// filling the table.
+    #[cold]
+    fn decide_unknown<Q>(
+        &self,
+        ctx: &S::Ctx,
+        hash: u64,
+        shard: &Shard<K, S>,
+        key: &Q,
+        now: Nanos,
+        cost: u64,
+    ) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let (d, slot) = S::decide_fresh(ctx, now, cost);
+        if !d.allowed || cost == 0 {
+            return d;
+        }
+        let eq = |e: &Entry<K, S>| e.key.borrow() == key;
+        let mut map = shard.map.write();
+        if let Some(e) = map.find(hash, eq) {
+            // Someone inserted it meanwhile: decide on the real state.
+            return e.slot.decide(ctx, now, cost);
+        }
+        if map.len() >= self.per_shard {
+            self.make_room(ctx, shard, &mut map, now);
+        }
+        let entry = Entry {
+            key: key.to_owned(),
+            slot,
+        };
+        map.insert_unique(hash, entry, |e| self.hasher.hash_one(&e.key));
+        d
+    }
+
+    fn make_room(
+        &self,
+        ctx: &S::Ctx,
+        shard: &Shard<K, S>,
+        map: &mut HashTable<Entry<K, S>>,
+        now: Nanos,
+    ) {
+        let last = shard.last_sweep.load(Ordering::Relaxed);
+        if now >= last.saturating_add(self.sweep_interval) || last == 0 {
+            shard.last_sweep.store(now.max(1), Ordering::Relaxed);
+            let before = map.len();
+            map.retain(|e| !e.slot.is_fresh(ctx, now));
+            let dropped = before - map.len();
+            self.evicted_fresh
+                .fetch_add(dropped as u64, Ordering::Relaxed);
+            if map.len() < self.per_shard {
+                return;
+            }
+        }
+        let victim = map
+            .iter()
+            .take(EVICTION_SAMPLE)
+            .map(|e| (e.slot.reset_after(ctx, now), &e.key))
+            .min_by_key(|(r, _)| *r)
+            .map(|(r, k)| (r, k.clone()));
+        if let Some((reset, k)) = victim {
+            let hash = self.hasher.hash_one(&k);
+            if let Ok(e) = map.find_entry(hash, |e| e.key == k) {
+                e.remove();
+            }
+            let counter = if reset == 0 {
+                &self.evicted_fresh
+            } else {
+                &self.evicted_live
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops every fresh state; returns how many.
+    pub fn sweep(&self, ctx: &S::Ctx, now: Nanos) -> usize {
+        let mut dropped = 0;
+        for shard in self.shards.iter() {
+            let mut map = shard.map.write();
+            let before = map.len();
+            map.retain(|e| !e.slot.is_fresh(ctx, now));
+            dropped += before - map.len();
+        }
+        self.evicted_fresh
+            .fetch_add(dropped as u64, Ordering::Relaxed);
+        dropped
+    }
+
+    /// Keys currently held.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.map.read().len()).sum()
+    }
+
+    /// A copy of `key`'s states (`None` if not held).
+    pub fn snapshot<Q>(&self, ctx: &S::Ctx, key: &Q) -> Option<Vec<State>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let (hash, shard) = self.shard(key);
+        let map = shard.map.read();
+        Some(map.find(hash, |e| e.key.borrow() == key)?.slot.states(ctx))
+    }
+
+    /// Bytes one entry takes in a shard's table (key and slot).
+    pub const ENTRY_BYTES: usize = std::mem::size_of::<Entry<K, S>>();
+}

@@ -10,6 +10,7 @@ use drl_store::StoreError;
 use parking_lot::RwLock;
 
 use crate::config::{self, Config, ConfigError};
+use crate::envoy_override::Overrides;
 use crate::limits::{Limit, Limits};
 use crate::metrics::ApiMetrics;
 use crate::scope::Stores;
@@ -113,6 +114,8 @@ pub struct Engine {
     draining: AtomicBool,
     /// Latency histograms.
     pub api_metrics: ApiMetrics,
+    /// Envoy RLS limit overrides in use (kept across reloads).
+    pub overrides: Overrides,
 }
 
 impl Engine {
@@ -137,6 +140,7 @@ impl Engine {
             reload_lock: parking_lot::Mutex::new(()),
             draining: AtomicBool::new(false),
             api_metrics: ApiMetrics::new(),
+            overrides: Overrides::new(),
         })
     }
 
@@ -212,6 +216,8 @@ impl Engine {
             limits: live.len(),
             kept,
         };
+        self.overrides
+            .retain_domains(|d| new.domains.contains_key(d));
         *self.current.write() = Arc::new(new);
         self.stores.retain(&live);
         Ok(report)

@@ -8,12 +8,14 @@
 //!   Envoy descriptor trees).
 //! - [`engine`]: the live config, reloads, and the decision path shared by
 //!   every API.
+//! - [`envoy_override`]: Envoy RLS per-descriptor limit overrides.
 //! - [`http`]: `POST /v1/check`, forward-auth, health, metrics (axum).
 //! - [`grpc`]: the native batched API and Envoy RLS v3 (tonic).
 //! - [`server`]: listeners, signals, hot reload, graceful drain.
 
 pub mod config;
 pub mod engine;
+pub mod envoy_override;
 pub mod grpc;
 pub mod headers;
 pub mod http;

@@ -27,7 +27,8 @@ pub struct KeyMapping {
 }
 
 impl KeyMapping {
-    fn from_config(k: &KeyConfig) -> Self {
+    /// The mapping a limit's `key:` section describes.
+    pub fn from_config(k: &KeyConfig) -> Self {
         Self {
             headers: k
                 .headers

@@ -145,6 +145,21 @@ impl Unit {
         }
     }
 
+    /// The unit of an Envoy RLS v3 enum value (`RateLimitUnit` /
+    /// `RateLimitResponse.RateLimit.Unit`; 0 is `UNKNOWN`).
+    pub fn from_proto(v: i32) -> Option<Unit> {
+        Some(match v {
+            1 => Unit::Second,
+            2 => Unit::Minute,
+            3 => Unit::Hour,
+            4 => Unit::Day,
+            5 => Unit::Month,
+            6 => Unit::Year,
+            7 => Unit::Week,
+            _ => return None,
+        })
+    }
+
     /// The lowercase name.
     pub fn name(self) -> &'static str {
         match self {

@@ -4,7 +4,9 @@
 //! own (a fixed window per unit, one counter per distinct descriptor
 //! value); `replaces` drops the rules it names; `shadow_mode` answers OK
 //! whatever the decision; `unlimited` answers OK with `limit_remaining` =
-//! `u32::MAX`; the overall code is OVER_LIMIT if any descriptor is.
+//! `u32::MAX`; the overall code is OVER_LIMIT if any descriptor is. A
+//! descriptor's `limit` override replaces the configured rule
+//! ([`crate::envoy_override`]).
 //!
 //! One difference, per drl's SEMANTICS.md: a denied request consumes
 //! nothing (envoyproxy/ratelimit counts hits over the limit too).
@@ -23,6 +25,7 @@ use envoy_types::pb::google::protobuf::Duration;
 use tonic::{Request, Response, Status};
 
 use crate::engine::{self, Engine};
+use crate::envoy_override::{OverrideError, state_key};
 use crate::headers::ceil_secs;
 use crate::limits::{EnvoyRule, RuleKind, match_descriptor};
 use crate::metrics::{Api, rejected};
@@ -91,10 +94,45 @@ impl RateLimitService for RlsService {
         } else {
             u64::from(req.hits_addend)
         };
+        // A descriptor's `limit` override replaces whatever the config would
+        // apply, matched or not (as envoyproxy/ratelimit does).
+        let mut overridden: Vec<Option<Arc<EnvoyRule>>> = Vec::new();
+        if req.descriptors.iter().any(|d| d.limit.is_some()) {
+            overridden.reserve_exact(req.descriptors.len());
+            for (i, d) in req.descriptors.iter().enumerate() {
+                let Some(o) = &d.limit else {
+                    overridden.push(None);
+                    continue;
+                };
+                match self
+                    .engine
+                    .overrides
+                    .rule(i, &req.domain, o.requests_per_unit, o.unit)
+                {
+                    Ok(r) => overridden.push(Some(r)),
+                    Err(e) => {
+                        rejected(Api::EnvoyRls, e.kind());
+                        return Err(match e {
+                            OverrideError::UnknownUnit { .. } => {
+                                Status::invalid_argument(e.to_string())
+                            }
+                            OverrideError::TooMany { .. } => {
+                                Status::resource_exhausted(e.to_string())
+                            }
+                        });
+                    }
+                }
+            }
+        }
+        let is_override = |i: usize| overridden.get(i).is_some_and(Option::is_some);
         let mut rules: Vec<Option<&EnvoyRule>> = req
             .descriptors
             .iter()
-            .map(|d| match_descriptor(root, d.entries.iter().map(|e| (&e.key, &e.value))))
+            .enumerate()
+            .map(|(i, d)| match overridden.get(i) {
+                Some(Some(r)) => Some(&**r),
+                _ => match_descriptor(root, d.entries.iter().map(|e| (&e.key, &e.value))),
+            })
             .collect();
         let replaced: BTreeSet<&str> = rules
             .iter()
@@ -116,7 +154,7 @@ impl RateLimitService for RlsService {
         // (remaining, rule, reset_ns) of the most restrictive limited status.
         let mut tightest: Option<(u64, &EnvoyRule, u64)> = None;
         let mut key = String::new();
-        for (d, rule) in req.descriptors.iter().zip(&rules) {
+        for (i, (d, rule)) in req.descriptors.iter().zip(&rules).enumerate() {
             let cost = d.hits_addend.as_ref().map_or(hits, |h| h.value);
             let Some(rule) = rule else {
                 statuses.push(DescriptorStatus {
@@ -153,12 +191,20 @@ impl RateLimitService for RlsService {
                     }
                 }
                 RuleKind::Limited(limit) => {
-                    key.clear();
-                    for (i, e) in d.entries.iter().enumerate() {
-                        if i > 0 {
-                            key.push('\u{1f}');
+                    if is_override(i) {
+                        state_key(
+                            &mut key,
+                            d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())),
+                        );
+                    } else {
+                        // The rule's path names the keys: values suffice.
+                        key.clear();
+                        for (j, e) in d.entries.iter().enumerate() {
+                            if j > 0 {
+                                key.push('\u{1f}');
+                            }
+                            key.push_str(&e.value);
                         }
-                        key.push_str(&e.value);
                     }
                     let dec = match engine::decide(limit, &key, cost, now).await {
                         Ok(dec) => dec,

@@ -167,14 +167,19 @@ impl Engine {
 
     /// Re-reads the config file; on any error the old config keeps serving.
     pub fn reload(&self) -> Result<ReloadReport, ConfigError> {
-        let Some(path) = self.source.clone() else {
+        let cfg = self.load()?;
+        self.apply(&cfg)
+    }
+
+    /// Reads and parses the config file (without applying it).
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        let Some(path) = &self.source else {
             return Err(ConfigError::new(
                 "<embedded>",
                 "no config file to reload (started without --config)",
             ));
         };
-        let cfg = config::load_file(&path)?;
-        self.apply(&cfg)
+        config::load_file(path)
     }
 
     /// Serves `cfg` from now on, keeping the state of unchanged limits.

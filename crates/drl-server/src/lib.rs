@@ -11,7 +11,8 @@
 //! - [`envoy_override`]: Envoy RLS per-descriptor limit overrides.
 //! - [`http`]: `POST /v1/check`, forward-auth, health, metrics (axum).
 //! - [`grpc`]: the native batched API and Envoy RLS v3 (tonic).
-//! - [`server`]: listeners, signals, hot reload, graceful drain.
+//! - [`listeners`]: the HTTP and gRPC listeners, moved on reload.
+//! - [`server`]: signals, hot reload, graceful drain.
 
 pub mod config;
 pub mod engine;
@@ -20,6 +21,7 @@ pub mod grpc;
 pub mod headers;
 pub mod http;
 pub mod limits;
+pub mod listeners;
 pub mod metrics;
 pub mod scope;
 pub mod server;

@@ -6,16 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tonic::transport::server::TcpIncoming;
 
 use crate::config::{self, Config};
-use crate::engine::Engine;
-use crate::grpc::native::NativeService;
-use crate::grpc::pb::rate_limiter_server::RateLimiterServer;
-use crate::grpc::rls::RlsService;
-use crate::http::{AppState, router};
+use crate::engine::{Engine, ReloadReport};
+use crate::listeners::Listeners;
 
 /// What `drl serve` was asked to do.
 #[derive(Debug, Clone, Default)]
@@ -66,71 +60,16 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         Engine::with_stores(&cfg, opts.config.clone(), stores)
             .map_err(|e| anyhow::anyhow!("{e}"))?,
     );
-    let http_addr = opts.http.or(cfg.listen.http);
-    let grpc_addr = opts.grpc.or(cfg.listen.grpc);
-    anyhow::ensure!(
-        http_addr.is_some() || grpc_addr.is_some(),
-        "nothing to serve: no HTTP or gRPC listener configured"
-    );
     // Register signal handlers before announcing the listeners, so that a
     // signal sent right after start is handled, not fatal.
     let shutdown = shutdown_signal()?;
     #[cfg(unix)]
     let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("cannot listen for SIGHUP")?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut bound = Vec::new();
-
-    if let Some(addr) = http_addr {
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen for HTTP on {addr}"))?;
-        let local = listener.local_addr()?;
-        bound.push(format!("http={local}"));
-        let app = router(AppState {
-            engine: engine.clone(),
-            metrics: metrics.clone(),
-        });
-        let rx = stop_rx.clone();
-        tasks.spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stopped(rx))
-                .await
-                .context("HTTP server failed")
-        });
-    }
-    if let Some(addr) = grpc_addr {
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen for gRPC on {addr}"))?;
-        let local = listener.local_addr()?;
-        bound.push(format!("grpc={local}"));
-        let s = cfg.server;
-        let native = RateLimiterServer::new(NativeService::new(engine.clone()))
-            .max_decoding_message_size(s.max_body_bytes);
-        let rls = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer::new(
-            RlsService::new(engine.clone()),
-        )
-        .max_decoding_message_size(s.max_body_bytes);
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-        let rx = stop_rx.clone();
-        tasks.spawn(async move {
-            let mut builder = tonic::transport::Server::builder();
-            if s.request_timeout_ms > 0 {
-                builder = builder.timeout(Duration::from_millis(s.request_timeout_ms));
-            }
-            builder
-                .add_service(native)
-                .add_service(rls)
-                .serve_with_incoming_shutdown(incoming, stopped(rx))
-                .await
-                .context("gRPC server failed")
-        });
-    }
-    // Tests and scripts wait for this line to learn the bound ports.
-    eprintln!("drl serve: listening {}", bound.join(" "));
-    tracing::info!(listeners = %bound.join(" "), limits = engine.limits().limits.len(), domains = engine.limits().domains.len(), "drl serve started");
+    let (listeners, mut failed) =
+        Listeners::new(engine.clone(), metrics.clone(), opts.http, opts.grpc);
+    let pending = listeners.prepare(&cfg)?;
+    listeners.commit(pending, cfg.server);
 
     // Metrics upkeep: drains histogram buckets even if nobody scrapes.
     {
@@ -143,46 +82,36 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             }
         });
     }
+    // The file watcher is in place before the listeners are announced: a
+    // change made by whoever waits for the announcement is never missed.
     spawn_reloaders(
         &engine,
+        &listeners,
         &opts,
         #[cfg(unix)]
         hup,
     )?;
+    // Tests and scripts wait for this line to learn the bound ports.
+    let bound = listeners.bound();
+    eprintln!("drl serve: listening {bound}");
+    tracing::info!(listeners = %bound, limits = engine.limits().limits.len(), domains = engine.limits().domains.len(), "drl serve started");
 
-    let grace = Duration::from_millis(cfg.server.shutdown_grace_ms);
-    let signal_engine = engine.clone();
     tokio::select! {
         () = shutdown => {
             tracing::info!("shutdown requested: draining in-flight requests");
-            signal_engine.set_draining();
-            let _ = stop_tx.send(true);
+            engine.set_draining();
         }
-        Some(res) = tasks.join_next() => {
-            res.context("server task panicked")??;
-            anyhow::bail!("a listener stopped unexpectedly");
+        Some(e) = failed.recv() => {
+            return Err(e.context("a listener stopped unexpectedly"));
         }
     }
-    let drained = tokio::time::timeout(grace, async {
-        while let Some(res) = tasks.join_next().await {
-            res.context("server task panicked")??;
-        }
-        anyhow::Ok(())
-    })
-    .await;
-    match drained {
-        Ok(r) => r?,
-        Err(_) => tracing::warn!(
-            grace_ms = cfg.server.shutdown_grace_ms,
-            "drain timed out; exiting"
-        ),
+    // The bound of the config serving now (a reload may have changed it).
+    let grace_ms = engine.limits().server.shutdown_grace_ms;
+    if !listeners.shutdown(Duration::from_millis(grace_ms)).await {
+        tracing::warn!(grace_ms, "drain timed out; exiting");
     }
     tracing::info!("drl serve stopped");
     Ok(())
-}
-
-async fn stopped(mut rx: watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await;
 }
 
 /// A future that resolves on SIGTERM or SIGINT; the handlers are
@@ -208,9 +137,18 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-fn reload(engine: &Engine, why: &str) {
-    match engine.reload() {
-        Ok(r) => {
+/// Reloads the config file: parse it, bind any new listener address,
+/// apply it, then move the listeners. Any error refuses the whole reload
+/// and the previous config (and listeners) keep serving.
+fn reload(engine: &Engine, listeners: &Listeners, why: &str) {
+    let result = (|| -> anyhow::Result<(ReloadReport, Vec<String>)> {
+        let cfg = engine.load().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let pending = listeners.prepare(&cfg)?;
+        let report = engine.apply(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok((report, listeners.commit(pending, cfg.server)))
+    })();
+    match result {
+        Ok((r, moved)) => {
             metrics::counter!("drl_config_reloads_total", "result" => "ok").increment(1);
             tracing::info!(
                 trigger = why,
@@ -218,6 +156,10 @@ fn reload(engine: &Engine, why: &str) {
                 kept_state = r.kept,
                 "config reloaded"
             );
+            for m in &moved {
+                tracing::info!(trigger = why, "{m}");
+                eprintln!("drl serve: {m}");
+            }
             eprintln!(
                 "drl serve: config reloaded ({why}): {} limits, {} kept their state",
                 r.limits, r.kept
@@ -225,9 +167,9 @@ fn reload(engine: &Engine, why: &str) {
         }
         Err(e) => {
             metrics::counter!("drl_config_reloads_total", "result" => "error").increment(1);
-            tracing::error!(trigger = why, error = %e, "config reload refused; the previous config keeps serving");
+            tracing::error!(trigger = why, error = format!("{e:#}"), "config reload refused; the previous config keeps serving");
             eprintln!(
-                "drl serve: config reload refused ({why}), previous config keeps serving: {e}"
+                "drl serve: config reload refused ({why}), previous config keeps serving: {e:#}"
             );
         }
     }
@@ -235,6 +177,7 @@ fn reload(engine: &Engine, why: &str) {
 
 fn spawn_reloaders(
     engine: &Arc<Engine>,
+    listeners: &Arc<Listeners>,
     opts: &ServeOptions,
     #[cfg(unix)] mut hup: tokio::signal::unix::Signal,
 ) -> anyhow::Result<()> {
@@ -256,6 +199,7 @@ fn spawn_reloaders(
         std::mem::forget(watcher);
     }
     let engine = engine.clone();
+    let listeners = listeners.clone();
     tokio::spawn(async move {
         while let Some(why) = rx.recv().await {
             if why == "file change" {
@@ -263,8 +207,8 @@ fn spawn_reloaders(
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 while rx.try_recv().is_ok() {}
             }
-            let e = engine.clone();
-            let _ = tokio::task::spawn_blocking(move || reload(&e, why)).await;
+            let (e, l) = (engine.clone(), listeners.clone());
+            let _ = tokio::task::spawn_blocking(move || reload(&e, &l, why)).await;
         }
     });
     Ok(())

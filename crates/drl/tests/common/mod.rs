@@ -37,6 +37,14 @@ impl Drl {
 
     /// Like [`Drl::start`] with extra arguments.
     pub fn start_with(yaml: &str, extra: &[&str]) -> Drl {
+        let mut args = vec!["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        Self::start_args(yaml, &args)
+    }
+
+    /// Starts `drl serve --config FILE ARGS...` (no address flags added:
+    /// the file's `listen:` applies unless `args` override it).
+    pub fn start_args(yaml: &str, args: &[&str]) -> Drl {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("drl.yaml");
         std::fs::write(&config, yaml).unwrap();
@@ -44,8 +52,7 @@ impl Drl {
             .arg("serve")
             .arg("--config")
             .arg(&config)
-            .args(["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
-            .args(extra)
+            .args(args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -1,0 +1,331 @@
+//! The HTTP and gRPC listeners, and moving them when a reload changes
+//! `listen:`.
+//!
+//! A reload is two steps around [`crate::engine::Engine::apply`]:
+//! [`Listeners::prepare`] binds every new address first (if one cannot be
+//! bound, the whole reload is refused and nothing changes), then
+//! [`Listeners::commit`] serves on the new sockets and stops the old
+//! listeners gracefully: they stop accepting at once, and their in-flight
+//! requests finish (up to `server.shutdown_grace_ms`). Addresses given on
+//! the command line (`--http`, `--grpc`) override the file at every load.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use metrics_exporter_prometheus::PrometheusHandle;
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tonic::transport::server::TcpIncoming;
+
+use crate::config::{Config, ServerConfig};
+use crate::engine::Engine;
+use crate::grpc::native::NativeService;
+use crate::grpc::pb::rate_limiter_server::RateLimiterServer;
+use crate::grpc::rls::RlsService;
+use crate::http::{AppState, router};
+
+/// Which API a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// HTTP/JSON, forward-auth, health, metrics.
+    Http,
+    /// gRPC: native API and Envoy RLS v3.
+    Grpc,
+}
+
+impl Kind {
+    /// `http` or `grpc`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Http => "http",
+            Kind::Grpc => "grpc",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Kind::Http => "HTTP",
+            Kind::Grpc => "gRPC",
+        }
+    }
+}
+
+struct Running {
+    /// The address asked for (port 0 stays 0 here).
+    requested: SocketAddr,
+    /// The address bound.
+    local: SocketAddr,
+    stop: watch::Sender<bool>,
+}
+
+#[derive(Default)]
+struct State {
+    http: Option<Running>,
+    grpc: Option<Running>,
+    /// Every server task, current and draining.
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl State {
+    fn slot(&mut self, kind: Kind) -> &mut Option<Running> {
+        match kind {
+            Kind::Http => &mut self.http,
+            Kind::Grpc => &mut self.grpc,
+        }
+    }
+}
+
+/// What one listener must do for a new config.
+enum Change {
+    Keep,
+    Stop,
+    Start(SocketAddr, TcpListener),
+}
+
+/// Sockets bound for a new config, not serving yet; dropping it closes
+/// them.
+pub struct Pending {
+    http: Change,
+    grpc: Change,
+}
+
+/// The live listeners.
+pub struct Listeners {
+    engine: Arc<Engine>,
+    metrics: PrometheusHandle,
+    flag_http: Option<SocketAddr>,
+    flag_grpc: Option<SocketAddr>,
+    state: Mutex<State>,
+    /// Errors of listeners that stopped without being asked to.
+    failed: mpsc::UnboundedSender<anyhow::Error>,
+}
+
+impl std::fmt::Debug for Listeners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.bound())
+    }
+}
+
+impl Listeners {
+    /// No listeners yet; `http`/`grpc` are the command-line overrides. The
+    /// receiver reports listeners that failed.
+    pub fn new(
+        engine: Arc<Engine>,
+        metrics: PrometheusHandle,
+        http: Option<SocketAddr>,
+        grpc: Option<SocketAddr>,
+    ) -> (Arc<Self>, mpsc::UnboundedReceiver<anyhow::Error>) {
+        let (failed, rx) = mpsc::unbounded_channel();
+        let l = Arc::new(Self {
+            engine,
+            metrics,
+            flag_http: http,
+            flag_grpc: grpc,
+            state: Mutex::new(State::default()),
+            failed,
+        });
+        (l, rx)
+    }
+
+    /// The addresses `cfg` asks for, flags first.
+    fn wanted(&self, cfg: &Config) -> (Option<SocketAddr>, Option<SocketAddr>) {
+        (
+            self.flag_http.or(cfg.listen.http),
+            self.flag_grpc.or(cfg.listen.grpc),
+        )
+    }
+
+    /// Binds the addresses of `cfg` that differ from the live ones. Nothing
+    /// changes if any cannot be bound (the error says which and why).
+    /// Must be called within a Tokio runtime.
+    pub fn prepare(&self, cfg: &Config) -> anyhow::Result<Pending> {
+        let (http, grpc) = self.wanted(cfg);
+        anyhow::ensure!(
+            http.is_some() || grpc.is_some(),
+            "nothing to serve: no HTTP or gRPC listener configured"
+        );
+        let state = self.state.lock();
+        let change = |kind: Kind, want: Option<SocketAddr>, cur: &Option<Running>| {
+            match (want, cur) {
+                (None, None) => Ok(Change::Keep),
+                (None, Some(_)) => Ok(Change::Stop),
+                (Some(w), Some(r)) if r.requested == w => Ok(Change::Keep),
+                (Some(w), _) => bind(kind, w).map(|l| Change::Start(w, l)),
+            }
+        };
+        Ok(Pending {
+            http: change(Kind::Http, http, &state.http)?,
+            grpc: change(Kind::Grpc, grpc, &state.grpc)?,
+        })
+    }
+
+    /// Serves on the sockets of `pending` and stops the listeners they
+    /// replace (gracefully, for up to `server.shutdown_grace_ms`). Returns
+    /// one line per listener that changed. Must be called within a Tokio
+    /// runtime.
+    pub fn commit(&self, pending: Pending, server: ServerConfig) -> Vec<String> {
+        let mut state = self.state.lock();
+        state.tasks.retain(|t| !t.is_finished());
+        let mut changes = Vec::new();
+        for (kind, change) in [(Kind::Http, pending.http), (Kind::Grpc, pending.grpc)] {
+            let old = match change {
+                Change::Keep => continue,
+                Change::Stop => state.slot(kind).take(),
+                Change::Start(requested, listener) => {
+                    let (running, task) = self.spawn(kind, requested, listener, server);
+                    state.tasks.push(task);
+                    let local = running.local;
+                    let old = state.slot(kind).replace(running);
+                    changes.push(match &old {
+                        Some(o) => format!("{} listener moved from {} to {local}", kind.name(), o.local),
+                        None => format!("{} listener started on {local}", kind.name()),
+                    });
+                    old
+                }
+            };
+            if let Some(o) = old {
+                if state.slot(kind).is_none() {
+                    changes.push(format!("{} listener on {} stopped", kind.name(), o.local));
+                }
+                let _ = o.stop.send(true);
+            }
+        }
+        changes
+    }
+
+    fn spawn(
+        &self,
+        kind: Kind,
+        requested: SocketAddr,
+        listener: TcpListener,
+        s: ServerConfig,
+    ) -> (Running, JoinHandle<()>) {
+        let local = listener.local_addr().unwrap_or(requested);
+        let (stop, rx) = watch::channel(false);
+        let grace = Duration::from_millis(s.shutdown_grace_ms);
+        let serve: futures::future::BoxFuture<'static, anyhow::Result<()>> = match kind {
+            Kind::Http => {
+                let app = router(AppState {
+                    engine: self.engine.clone(),
+                    metrics: self.metrics.clone(),
+                });
+                let rx = rx.clone();
+                Box::pin(async move {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(stopped(rx))
+                        .await
+                        .context("HTTP server failed")
+                })
+            }
+            Kind::Grpc => {
+                let native = RateLimiterServer::new(NativeService::new(self.engine.clone()))
+                    .max_decoding_message_size(s.max_body_bytes);
+                let rls = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer::new(
+                    RlsService::new(self.engine.clone()),
+                )
+                .max_decoding_message_size(s.max_body_bytes);
+                let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+                let rx = rx.clone();
+                Box::pin(async move {
+                    let mut builder = tonic::transport::Server::builder();
+                    if s.request_timeout_ms > 0 {
+                        builder = builder.timeout(Duration::from_millis(s.request_timeout_ms));
+                    }
+                    builder
+                        .add_service(native)
+                        .add_service(rls)
+                        .serve_with_incoming_shutdown(incoming, stopped(rx))
+                        .await
+                        .context("gRPC server failed")
+                })
+            }
+        };
+        let failed = self.failed.clone();
+        let task = tokio::spawn(async move {
+            let mut serve = serve;
+            let drain_deadline = async {
+                stopped(rx.clone()).await;
+                tokio::time::sleep(grace).await;
+            };
+            let res = tokio::select! {
+                r = &mut serve => r,
+                () = drain_deadline => {
+                    tracing::warn!(listener = kind.name(), %local, "drain timed out; closing");
+                    Ok(())
+                }
+            };
+            let asked = *rx.borrow();
+            match res {
+                Ok(()) if asked => {
+                    tracing::info!(listener = kind.name(), %local, "listener drained and closed");
+                }
+                Ok(()) => {
+                    let _ = failed.send(anyhow::anyhow!(
+                        "the {} listener on {local} stopped unexpectedly",
+                        kind.label()
+                    ));
+                }
+                Err(e) => {
+                    let _ = failed.send(e);
+                }
+            }
+        });
+        (
+            Running {
+                requested,
+                local,
+                stop,
+            },
+            task,
+        )
+    }
+
+    /// `http=ADDR grpc=ADDR` of the live listeners.
+    pub fn bound(&self) -> String {
+        let state = self.state.lock();
+        let mut out = Vec::new();
+        if let Some(r) = &state.http {
+            out.push(format!("http={}", r.local));
+        }
+        if let Some(r) = &state.grpc {
+            out.push(format!("grpc={}", r.local));
+        }
+        out.join(" ")
+    }
+
+    /// The bound address of the `kind` listener, if it runs.
+    pub fn local(&self, kind: Kind) -> Option<SocketAddr> {
+        self.state.lock().slot(kind).as_ref().map(|r| r.local)
+    }
+
+    /// Stops every listener and waits (up to `grace`) for in-flight
+    /// requests, including those of listeners a reload replaced. Returns
+    /// false if the wait timed out.
+    pub async fn shutdown(&self, grace: Duration) -> bool {
+        let tasks = {
+            let mut state = self.state.lock();
+            for r in [state.http.take(), state.grpc.take()].into_iter().flatten() {
+                let _ = r.stop.send(true);
+            }
+            std::mem::take(&mut state.tasks)
+        };
+        tokio::time::timeout(grace, futures::future::join_all(tasks))
+            .await
+            .is_ok()
+    }
+}
+
+fn bind(kind: Kind, addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    let l = std::net::TcpListener::bind(addr)
+        .with_context(|| format!("cannot listen for {} on {addr}", kind.label()))?;
+    l.set_nonblocking(true)?;
+    TcpListener::from_std(l).with_context(|| format!("cannot listen for {} on {addr}", kind.label()))
+}
+
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}

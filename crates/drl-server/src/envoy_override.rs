@@ -31,6 +31,9 @@ use crate::scope::Backend;
 
 type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
+/// The override rules of one domain, by (unit, requests_per_unit).
+type DomainRules = FastMap<(Unit, u32), Arc<EnvoyRule>>;
+
 /// The most distinct (domain, unit, requests_per_unit) overrides held.
 pub const MAX_OVERRIDE_LIMITS: usize = 1024;
 
@@ -70,7 +73,7 @@ impl OverrideError {
 /// The rules made for overrides, by domain then (unit, requests_per_unit).
 #[derive(Debug, Default)]
 pub struct Overrides {
-    rules: parking_lot::RwLock<FastMap<String, FastMap<(Unit, u32), Arc<EnvoyRule>>>>,
+    rules: parking_lot::RwLock<FastMap<String, DomainRules>>,
 }
 
 impl Overrides {

@@ -149,13 +149,12 @@ impl Listeners {
             "nothing to serve: no HTTP or gRPC listener configured"
         );
         let state = self.state.lock();
-        let change = |kind: Kind, want: Option<SocketAddr>, cur: &Option<Running>| {
-            match (want, cur) {
-                (None, None) => Ok(Change::Keep),
-                (None, Some(_)) => Ok(Change::Stop),
-                (Some(w), Some(r)) if r.requested == w => Ok(Change::Keep),
-                (Some(w), _) => bind(kind, w).map(|l| Change::Start(w, l)),
-            }
+        let change = |kind: Kind, want: Option<SocketAddr>, cur: &Option<Running>| match (want, cur)
+        {
+            (None, None) => Ok(Change::Keep),
+            (None, Some(_)) => Ok(Change::Stop),
+            (Some(w), Some(r)) if r.requested == w => Ok(Change::Keep),
+            (Some(w), _) => bind(kind, w).map(|l| Change::Start(w, l)),
         };
         Ok(Pending {
             http: change(Kind::Http, http, &state.http)?,
@@ -181,7 +180,9 @@ impl Listeners {
                     let local = running.local;
                     let old = state.slot(kind).replace(running);
                     changes.push(match &old {
-                        Some(o) => format!("{} listener moved from {} to {local}", kind.name(), o.local),
+                        Some(o) => {
+                            format!("{} listener moved from {} to {local}", kind.name(), o.local)
+                        }
                         None => format!("{} listener started on {local}", kind.name()),
                     });
                     old
@@ -323,7 +324,8 @@ fn bind(kind: Kind, addr: SocketAddr) -> anyhow::Result<TcpListener> {
     let l = std::net::TcpListener::bind(addr)
         .with_context(|| format!("cannot listen for {} on {addr}", kind.label()))?;
     l.set_nonblocking(true)?;
-    TcpListener::from_std(l).with_context(|| format!("cannot listen for {} on {addr}", kind.label()))
+    TcpListener::from_std(l)
+        .with_context(|| format!("cannot listen for {} on {addr}", kind.label()))
 }
 
 async fn stopped(mut rx: watch::Receiver<bool>) {

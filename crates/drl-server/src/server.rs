@@ -167,7 +167,11 @@ fn reload(engine: &Engine, listeners: &Listeners, why: &str) {
         }
         Err(e) => {
             metrics::counter!("drl_config_reloads_total", "result" => "error").increment(1);
-            tracing::error!(trigger = why, error = format!("{e:#}"), "config reload refused; the previous config keeps serving");
+            tracing::error!(
+                trigger = why,
+                error = format!("{e:#}"),
+                "config reload refused; the previous config keeps serving"
+            );
             eprintln!(
                 "drl serve: config reload refused ({why}), previous config keeps serving: {e:#}"
             );

@@ -83,7 +83,11 @@ fn start_in_flight(at: SocketAddr) -> (TcpStream, Vec<u8>) {
         assert_eq!(s.read(&mut byte).unwrap(), 1, "connection closed early");
         head.push(byte[0]);
     }
-    assert!(head.starts_with(b"HTTP/1.1 100"), "{}", String::from_utf8_lossy(&head));
+    assert!(
+        head.starts_with(b"HTTP/1.1 100"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
     let (a, b) = body.as_bytes().split_at(body.len() / 2);
     s.write_all(a).unwrap();
     (s, b.to_vec())
@@ -102,7 +106,10 @@ fn sighup_moves_listeners_and_drains_the_old_ones() {
     drl.signal("HUP");
     drl.wait_log("config reloaded (SIGHUP)");
     let moved = drl.wait_log("http listener moved");
-    assert!(moved.contains(&format!("from {http1} to {http2}")), "{moved}");
+    assert!(
+        moved.contains(&format!("from {http1} to {http2}")),
+        "{moved}"
+    );
     drl.wait_log(&format!("grpc listener moved from {grpc1} to {grpc2}"));
 
     // The new addresses serve the new config, with the kept counters.

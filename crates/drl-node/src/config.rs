@@ -44,8 +44,12 @@ pub struct GossipConfig {
     /// Peers each node sends its estimates to per interval (default 3).
     #[serde(default = "default_branching")]
     pub branching: u32,
-    /// A peer's estimate older than this is treated as 0 (default: 10
-    /// intervals, or enough rounds to hear from everyone, if larger).
+    /// A peer's estimate older than this is treated as 0 (default: twice
+    /// the failure-detection time, [`MembershipConfig::detection_ms`], or 10
+    /// rounds of hearing from everyone if longer). It must not be shorter
+    /// than failure detection: a partitioned peer's estimate has to count
+    /// until membership declares it down (and the 1/N rule takes over),
+    /// or both sides of the partition would admit the whole limit meanwhile.
     #[serde(default)]
     pub stale_after_ms: Option<u64>,
     /// Limit keys that are idle this long are forgotten (default 30,000).
@@ -202,7 +206,8 @@ impl GossipConfig {
         self.stale_after_ms.unwrap_or_else(|| {
             let n = self.cluster_size().saturating_sub(1).max(1) as u64;
             let rounds = n.div_ceil(self.branching.max(1) as u64);
-            self.estimate_interval_ms * (10 * rounds).max(10)
+            let hear_everyone = self.estimate_interval_ms * (10 * rounds).max(10);
+            hear_everyone.max(2 * self.membership.detection_ms())
         })
     }
 
@@ -267,7 +272,7 @@ mod tests {
         assert_eq!(c.peers().len(), 2);
         assert_eq!(c.cluster_size(), 3);
         assert_eq!(c.estimate_interval_ms, 50);
-        assert_eq!(c.stale_after(), 500);
+        assert_eq!(c.stale_after(), 2_400, "twice failure detection");
         assert!(c.faults.is_off());
         c.validate().unwrap();
         let bad: Result<GossipConfig, _> =

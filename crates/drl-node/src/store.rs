@@ -166,7 +166,7 @@ pub struct GossipStore {
     shared: Arc<Shared>,
     transport: Arc<FaultyTransport<UdpTransport>>,
     tasks: Vec<JoinHandle<()>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
 enum Input {
@@ -182,7 +182,7 @@ impl GossipStore {
         let key = cfg.load_key().map_err(ConfigError::from)?;
         let udp = UdpTransport::bind(cfg.bind, cfg.node_id, key).await?;
         let local = udp.local_addr();
-        let transport = Arc::new(FaultyTransport::new(udp, cfg.faults));
+        let transport = Arc::new(FaultyTransport::new(udp, cfg.faults.clone()));
         let interval = cfg.estimate_interval_ms * 1_000_000;
         let shared = Arc::new(Shared {
             params: KeyParams {
@@ -244,7 +244,7 @@ impl GossipStore {
             shared,
             transport,
             tasks: vec![recv_task, loop_task],
-            stop: Some(stop_tx),
+            stop: Mutex::new(Some(stop_tx)),
         })
     }
 
@@ -295,23 +295,33 @@ impl GossipStore {
         }
     }
 
-    /// Leaves the cluster gracefully and stops.
-    pub async fn shutdown(mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        let tasks = std::mem::take(&mut self.tasks);
-        if let Some(last) = tasks.last() {
+    /// Leaves the cluster gracefully (foca's leave: the peers see this
+    /// node down at once instead of after failure detection) and stops the
+    /// node's tasks. Waits at most 2 s for the leave to be sent. After this,
+    /// keys no longer tick: call it when the service stops deciding
+    /// (`drl serve` does, at the end of its drain). Calling it again does
+    /// nothing.
+    pub async fn leave(&self) {
+        let Some(stop) = self.stop.lock().take() else {
+            return;
+        };
+        let _ = stop.send(());
+        if let Some(node_loop) = self.tasks.last() {
             let _ = tokio::time::timeout(Duration::from_secs(2), async {
-                while !last.is_finished() {
+                while !node_loop.is_finished() {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
             })
             .await;
         }
-        for t in tasks {
+        for t in &self.tasks {
             t.abort();
         }
+    }
+
+    /// Leaves the cluster gracefully and stops ([`GossipStore::leave`]).
+    pub async fn shutdown(self) {
+        self.leave().await;
     }
 
     /// Splits a limit key into (aggregate, flow).

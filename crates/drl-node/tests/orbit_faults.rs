@@ -123,6 +123,7 @@ async fn orbit_lossy_reordering_network_keeps_cap() {
             delay_ms: 1,
             jitter_ms: 30,
             seed: u64::from(id) * 7919,
+            ..FaultConfig::default()
         };
         let s = OrbitStore::start(config(id, &members, 40, fault))
             .await

@@ -209,3 +209,34 @@ async fn fault_wrapper_delays() {
     b.recv().await.unwrap();
     assert!(t0.elapsed() >= Duration::from_millis(150));
 }
+
+/// A whole `FaultConfig` applied to a running transport (what a reload of
+/// `cluster.faults` does): blocking a peer, isolating, and back to nothing.
+#[tokio::test]
+async fn fault_config_applies_to_a_running_transport() {
+    let a = FaultyTransport::new(bind("127.0.0.5", 1).await, FaultConfig::default());
+    let b = bind("127.0.0.5", 2).await;
+    let h = a.handle();
+    let delivered = |n: u64| n - a.stats().injected_drops;
+    a.send(b.local_addr(), 1, b"1").await.unwrap();
+    assert_eq!(b.recv().await.unwrap().payload, b"1");
+    h.apply(&FaultConfig {
+        block: vec![b.local_addr()],
+        ..FaultConfig::default()
+    });
+    a.send(b.local_addr(), 1, b"blocked").await.unwrap();
+    assert_eq!(delivered(2), 1, "sending to a blocked peer is dropped");
+    h.apply(&FaultConfig {
+        isolate: true,
+        ..FaultConfig::default()
+    });
+    assert!(h.is_isolated());
+    a.send(b.local_addr(), 1, b"isolated").await.unwrap();
+    assert_eq!(delivered(3), 1, "an isolated node sends nothing");
+    // Back to no faults: the block set is replaced, not merged.
+    h.apply(&FaultConfig::default());
+    assert!(!h.is_isolated());
+    a.send(b.local_addr(), 1, b"healed").await.unwrap();
+    assert_eq!(b.recv().await.unwrap().payload, b"healed");
+    assert_eq!(a.stats().injected_drops, 2);
+}

@@ -150,6 +150,11 @@ impl Engine {
         self.current.read().clone()
     }
 
+    /// The stores behind the limits (for the drain: leaving clusters).
+    pub fn stores(&self) -> &Stores {
+        &self.stores
+    }
+
     /// The config file reloads read.
     pub fn source(&self) -> Option<&PathBuf> {
         self.source.as_ref()
@@ -209,7 +214,7 @@ impl Engine {
         {
             return Err(ConfigError::new(
                 &name,
-                "the `cluster` section changed (or was added); restart drl to apply that",
+                "the `cluster` section changed (or was added); restart drl to apply that (only `cluster.faults` reloads)",
             ));
         }
         let old = self.limits();
@@ -225,6 +230,9 @@ impl Engine {
             .retain_domains(|d| new.domains.contains_key(d));
         *self.current.write() = Arc::new(new);
         self.stores.retain(&live);
+        if let Some(c) = &cfg.cluster {
+            self.stores.apply_gossip_faults(c);
+        }
         Ok(report)
     }
 

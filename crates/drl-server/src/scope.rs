@@ -113,6 +113,13 @@ pub struct Stores {
     gossip: Mutex<Option<(GossipConfig, Arc<GossipStore>)>>,
 }
 
+/// True if two `cluster:` sections differ at most in `faults`.
+fn same_but_faults(a: &GossipConfig, b: &GossipConfig) -> bool {
+    let mut b = b.clone();
+    b.faults = a.faults.clone();
+    *a == b
+}
+
 /// What a Redis connection was made from; a reload that changes it needs
 /// a restart.
 pub type RedisSettings = (RedisConfig, ResilienceConfig);
@@ -194,10 +201,11 @@ impl Stores {
 
     /// Starts the gossip node (once; a later call with the same section is
     /// a no-op, with another section an error: changing the `cluster:`
-    /// section needs a restart).
+    /// section needs a restart, except `cluster.faults`, see
+    /// [`Stores::apply_gossip_faults`]).
     pub async fn start_gossip(&self, cfg: &GossipConfig) -> Result<(), String> {
         if let Some((current, _)) = &*self.gossip.lock() {
-            return if current == cfg {
+            return if same_but_faults(current, cfg) {
                 Ok(())
             } else {
                 Err("the `cluster` section changed; restart drl to apply that".into())
@@ -210,9 +218,42 @@ impl Stores {
         Ok(())
     }
 
-    /// True if the gossip node runs with exactly `cfg`.
+    /// True if the gossip node runs with `cfg`, apart from `cfg.faults`
+    /// (the one part of the `cluster:` section a reload can change).
     pub fn gossip_matches(&self, cfg: &GossipConfig) -> bool {
-        self.gossip.lock().as_ref().is_some_and(|(c, _)| c == cfg)
+        self.gossip
+            .lock()
+            .as_ref()
+            .is_some_and(|(c, _)| same_but_faults(c, cfg))
+    }
+
+    /// Applies `cfg.faults` (test-only loss, delay, isolation, blocked
+    /// peers) to the running gossip node without restarting it; returns
+    /// true if they changed. Call only after [`Stores::gossip_matches`]
+    /// accepted `cfg`.
+    pub fn apply_gossip_faults(&self, cfg: &GossipConfig) -> bool {
+        let mut g = self.gossip.lock();
+        let Some((current, store)) = g.as_mut() else {
+            return false;
+        };
+        if current.faults == cfg.faults {
+            return false;
+        }
+        store.faults().apply(&cfg.faults);
+        current.faults = cfg.faults.clone();
+        tracing::warn!(faults = ?cfg.faults, "cluster.faults changed: fault injection applied to the running gossip node");
+        true
+    }
+
+    /// Leaves the gossip cluster gracefully, if this service is in one
+    /// (peers see the node go at once instead of after failure detection).
+    /// Called once the drain is over, before the process exits.
+    pub async fn leave_clusters(&self) {
+        let gossip = self.gossip.lock().as_ref().map(|(_, s)| s.clone());
+        if let Some(store) = gossip {
+            store.leave().await;
+            tracing::info!("left the gossip cluster");
+        }
     }
 
     /// The backend for a limit of `scope` with `spec`, holding at most

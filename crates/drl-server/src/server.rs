@@ -110,6 +110,9 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     if !listeners.shutdown(Duration::from_millis(grace_ms)).await {
         tracing::warn!(grace_ms, "drain timed out; exiting");
     }
+    // Requests are drained: leave the gossip cluster so that the peers take
+    // this node's share at once, not after failure detection.
+    engine.stores().leave_clusters().await;
     tracing::info!("drl serve stopped");
     Ok(())
 }

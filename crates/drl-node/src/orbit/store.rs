@@ -139,7 +139,7 @@ impl OrbitStore {
         config.validate()?;
         let key = config.key.load()?;
         let udp = UdpTransport::bind(config.bind, config.node_id, key).await?;
-        match config.fault {
+        match config.fault.clone() {
             Some(f) => {
                 let t = FaultyTransport::new(udp, f);
                 let h = t.handle();

@@ -2,6 +2,12 @@
 //! partitions datagrams, for tests. Off by default ([`FaultConfig::default`]
 //! injects nothing); the random stream is seeded, so a given seed drops the
 //! same sequence of sends.
+//!
+//! The faults can be changed while the transport runs, through its
+//! [`FaultHandle`]: one setting at a time ([`FaultHandle::isolate`],
+//! [`FaultHandle::block`], ...) or a whole new [`FaultConfig`] at once
+//! ([`FaultHandle::apply`], what `drl serve` does when a reload changes
+//! `cluster.faults`).
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -17,7 +23,7 @@ use serde::Deserialize;
 use super::{Counters, Datagram, Transport, TransportError, TransportStats};
 
 /// Faults to inject (all off by default).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FaultConfig {
     /// Probability that an outgoing datagram is silently dropped, `[0, 1]`.
@@ -29,6 +35,11 @@ pub struct FaultConfig {
     pub jitter_ms: u64,
     /// Seed of the fault random stream.
     pub seed: u64,
+    /// Cut all traffic of this node, both directions: a full partition.
+    pub isolate: bool,
+    /// Cut traffic with these peer addresses, both directions at this node
+    /// (a partition by peer).
+    pub block: Vec<SocketAddr>,
 }
 
 impl Default for FaultConfig {
@@ -38,6 +49,8 @@ impl Default for FaultConfig {
             delay_ms: 0,
             jitter_ms: 0,
             seed: 1,
+            isolate: false,
+            block: Vec::new(),
         }
     }
 }
@@ -45,16 +58,54 @@ impl Default for FaultConfig {
 impl FaultConfig {
     /// True if this injects nothing.
     pub fn is_off(&self) -> bool {
-        self.drop_rate <= 0.0 && self.delay_ms == 0 && self.jitter_ms == 0
+        self.drop_rate <= 0.0
+            && self.delay_ms == 0
+            && self.jitter_ms == 0
+            && !self.isolate
+            && self.block.is_empty()
     }
+
+    /// The drop rate clamped to `[0, 1]` (a non-finite rate injects no loss).
+    fn clamped_drop_rate(&self) -> f64 {
+        if self.drop_rate.is_finite() {
+            self.drop_rate.clamp(0.0, 1.0)
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The loss and delay settings in force (partitions live in [`State`]).
+#[derive(Debug, Clone, Copy)]
+struct Rates {
+    drop_rate: f64,
+    delay_ms: u64,
+    jitter_ms: u64,
+    seed: u64,
 }
 
 #[derive(Debug)]
 struct State {
-    cfg: FaultConfig,
+    cfg: Rates,
     rng: ChaCha8Rng,
     blocked: BTreeSet<SocketAddr>,
     isolated: bool,
+}
+
+impl State {
+    fn new(cfg: &FaultConfig) -> Self {
+        Self {
+            cfg: Rates {
+                drop_rate: cfg.clamped_drop_rate(),
+                delay_ms: cfg.delay_ms,
+                jitter_ms: cfg.jitter_ms,
+                seed: cfg.seed,
+            },
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
+            blocked: cfg.block.iter().copied().collect(),
+            isolated: cfg.isolate,
+        }
+    }
 }
 
 /// Controls a [`FaultyTransport`] while it runs (cheap to clone).
@@ -84,6 +135,25 @@ impl FaultHandle {
         self.state.lock().cfg.drop_rate = p.clamp(0.0, 1.0);
     }
 
+    /// Replaces every setting with `cfg`: loss, delay, jitter, isolation
+    /// and the blocked peers (peers blocked before and not in `cfg.block`
+    /// are unblocked). The random stream is reseeded only if `cfg.seed`
+    /// changed, so re-applying the same config changes nothing.
+    pub fn apply(&self, cfg: &FaultConfig) {
+        let mut s = self.state.lock();
+        let reseed = s.cfg.seed != cfg.seed;
+        let rng = std::mem::replace(&mut s.rng, ChaCha8Rng::seed_from_u64(0));
+        *s = State::new(cfg);
+        if !reseed {
+            s.rng = rng;
+        }
+    }
+
+    /// True if this node is cut off from everyone.
+    pub fn is_isolated(&self) -> bool {
+        self.state.lock().isolated
+    }
+
     fn cut(&self, peer: &SocketAddr) -> bool {
         let s = self.state.lock();
         s.isolated || s.blocked.contains(peer)
@@ -101,23 +171,10 @@ pub struct FaultyTransport<T> {
 impl<T: Transport> FaultyTransport<T> {
     /// Wraps `inner` with the faults of `cfg`.
     pub fn new(inner: T, cfg: FaultConfig) -> Self {
-        let cfg = FaultConfig {
-            drop_rate: if cfg.drop_rate.is_finite() {
-                cfg.drop_rate.clamp(0.0, 1.0)
-            } else {
-                0.0
-            },
-            ..cfg
-        };
         Self {
             inner: Arc::new(inner),
             handle: FaultHandle {
-                state: Arc::new(Mutex::new(State {
-                    rng: ChaCha8Rng::seed_from_u64(cfg.seed),
-                    cfg,
-                    blocked: BTreeSet::new(),
-                    isolated: false,
-                })),
+                state: Arc::new(Mutex::new(State::new(&cfg))),
             },
             counters: Counters::default(),
         }
@@ -146,13 +203,13 @@ impl<T: Transport> Transport for FaultyTransport<T> {
             let mut s = self.handle.state.lock();
             if s.isolated || s.blocked.contains(&to) {
                 drop(s);
-                self.counters.on_injected_drop();
+                self.counters.on_injected_drop("out");
                 return Ok(());
             }
             let p = s.cfg.drop_rate;
             if p > 0.0 && s.rng.random::<f64>() < p {
                 drop(s);
-                self.counters.on_injected_drop();
+                self.counters.on_injected_drop("out");
                 return Ok(());
             }
             let jitter_ms = s.cfg.jitter_ms;
@@ -179,7 +236,7 @@ impl<T: Transport> Transport for FaultyTransport<T> {
         loop {
             let d = self.inner.recv().await?;
             if self.handle.cut(&d.from) {
-                self.counters.on_injected_drop();
+                self.counters.on_injected_drop("in");
                 continue;
             }
             return Ok(d);

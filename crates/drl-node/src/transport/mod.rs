@@ -176,8 +176,11 @@ impl Counters {
             .increment(1);
     }
 
-    pub(crate) fn on_injected_drop(&self) {
+    /// A datagram dropped by the fault injector, `dir` `"in"` or `"out"`.
+    pub(crate) fn on_injected_drop(&self, dir: &'static str) {
         self.injected_drops.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("drl_node_datagrams_total", "dir" => dir, "result" => "injected_drop")
+            .increment(1);
     }
 
     /// A snapshot.

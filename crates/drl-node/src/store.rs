@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -71,25 +72,31 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 
 type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
-/// (gossip key, limit name, aggregate, state).
-type TableEntry = (Vec<u8>, String, String, Arc<Mutex<KeyState>>);
+/// One active key: its names, its gossip key (built once), its state.
+#[derive(Debug)]
+struct KeyEntry {
+    gossip_key: Vec<u8>,
+    limit: String,
+    aggregate: String,
+    state: KeyState,
+}
 
 /// Active keys: limit name -> aggregate -> state. Two levels so that the
 /// request path looks a key up by `&str` without building a string.
 #[derive(Debug, Default)]
 struct KeyTable {
-    by_limit: FastMap<String, FastMap<String, Arc<Mutex<KeyState>>>>,
+    by_limit: FastMap<String, FastMap<String, Arc<KeyEntry>>>,
     len: usize,
 }
 
 impl KeyTable {
-    fn get(&self, limit: &str, aggregate: &str) -> Option<&Arc<Mutex<KeyState>>> {
+    fn get(&self, limit: &str, aggregate: &str) -> Option<&Arc<KeyEntry>> {
         self.by_limit.get(limit)?.get(aggregate)
     }
 
-    fn insert(&mut self, limit: &str, aggregate: &str, st: Arc<Mutex<KeyState>>) {
-        let m = self.by_limit.entry(limit.to_string()).or_default();
-        if m.insert(aggregate.to_string(), st).is_none() {
+    fn insert(&mut self, e: Arc<KeyEntry>) {
+        let m = self.by_limit.entry(e.limit.clone()).or_default();
+        if m.insert(e.aggregate.clone(), e).is_none() {
             self.len += 1;
         }
     }
@@ -105,18 +112,12 @@ impl KeyTable {
         }
     }
 
-    /// Every key with its gossip key, sorted by gossip key.
-    fn all(&self) -> Vec<TableEntry> {
-        let mut v: Vec<_> = self
-            .by_limit
-            .iter()
-            .flat_map(|(l, m)| {
-                m.iter()
-                    .map(move |(a, st)| (gossip_key(l, a), l.clone(), a.clone(), st.clone()))
-            })
-            .collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        v
+    /// Every key (reference-counted: no copying under the lock).
+    fn all(&self) -> Vec<Arc<KeyEntry>> {
+        self.by_limit
+            .values()
+            .flat_map(|m| m.values().cloned())
+            .collect()
     }
 }
 
@@ -131,6 +132,9 @@ struct Shared {
     origin: Instant,
     keys: RwLock<KeyTable>,
     peers: Mutex<Peers>,
+    /// Nodes counted live (this one included), updated by membership
+    /// events: read by the request path without the peers lock.
+    live: AtomicU32,
     members: Mutex<Vec<NodeIdent>>,
     gossip_rejected: std::sync::atomic::AtomicU64,
 }
@@ -141,7 +145,7 @@ impl Shared {
     }
 
     fn live(&self) -> u32 {
-        1 + self.peers.lock().live_count()
+        self.live.load(Ordering::Relaxed)
     }
 }
 
@@ -196,6 +200,7 @@ impl GossipStore {
             origin: Instant::now(),
             keys: RwLock::new(KeyTable::default()),
             peers: Mutex::new(Peers::new(cfg.max_keys)),
+            live: AtomicU32::new(1),
             members: Mutex::new(Vec::new()),
             gossip_rejected: Default::default(),
             cfg,
@@ -283,9 +288,8 @@ impl GossipStore {
 
     /// The state of limit `limit`'s aggregate `aggregate`, if active.
     pub fn snapshot(&self, limit: &str, aggregate: &str) -> Option<KeySnapshot> {
-        let keys = self.shared.keys.read();
-        let s = keys.get(limit, aggregate)?.lock().snapshot();
-        Some(s)
+        let e = self.shared.keys.read().get(limit, aggregate)?.clone();
+        Some(e.state.snapshot())
     }
 
     /// Stops the node abruptly, as a crash would: no leave message.
@@ -341,8 +345,8 @@ impl GossipStore {
         let name = check.spec.name.as_str();
         {
             let keys = self.shared.keys.read();
-            if let Some(st) = keys.get(name, aggregate) {
-                return Ok(self.decide_key(&mut st.lock(), check, flow));
+            if let Some(e) = keys.get(name, aggregate) {
+                return Ok(self.decide_key(&e.state, check, flow));
             }
         }
         let mut keys = self.shared.keys.write();
@@ -365,34 +369,28 @@ impl GossipStore {
                 seed,
                 self.shared.now(),
             );
-            keys.insert(name, aggregate, Arc::new(Mutex::new(st)));
+            keys.insert(Arc::new(KeyEntry {
+                gossip_key: gossip_key(name, aggregate),
+                limit: name.to_string(),
+                aggregate: aggregate.to_string(),
+                state: st,
+            }));
         }
         match keys.get(name, aggregate) {
-            Some(st) => Ok(self.decide_key(&mut st.lock(), check, flow)),
+            Some(e) => Ok(self.decide_key(&e.state, check, flow)),
             None => Err(StoreError::Backend("gossip: key table".into())),
         }
     }
 
-    fn decide_key(&self, s: &mut KeyState, check: Check<'_>, flow: FlowId) -> Decision {
+    fn decide_key(&self, s: &KeyState, check: Check<'_>, flow: FlowId) -> Decision {
         let now = self.shared.now();
         let limit = check.spec.quotas.first().map_or(0, |q| q.limit());
         let interval = self.shared.params.interval;
-        if check.cost == 0 {
-            return Decision {
-                allowed: true,
-                remaining: headroom(s),
-                limit,
-                retry_after: Some(0),
-                reset_after: interval,
-                delay: 0,
-                reason: None,
-            };
-        }
-        let allowed = s.decide(now, flow, check.cost);
-        if allowed {
+        let a = s.decide(now, flow, check.cost);
+        if a.allowed {
             Decision {
                 allowed: true,
-                remaining: headroom(s),
+                remaining: a.headroom,
                 limit,
                 retry_after: Some(0),
                 reset_after: interval,
@@ -410,17 +408,6 @@ impl GossipStore {
                 reason: Some(DenyReason::OverLimit),
             }
         }
-    }
-}
-
-/// Approximate remaining units this second: the effective limit minus the
-/// global demand estimate (the gossip scope has no exact counter).
-fn headroom(s: &KeyState) -> u64 {
-    let h = s.effective_limit() as f64 - s.demand();
-    if h.is_finite() && h > 0.0 {
-        h as u64
-    } else {
-        0
     }
 }
 
@@ -558,6 +545,9 @@ impl NodeLoop {
                     _ => {}
                 }
             }
+            self.shared
+                .live
+                .store(1 + peers.live_count(), Ordering::Relaxed);
             drop(peers);
             *self.shared.members.lock() = self.membership.members();
             metrics::gauge!("drl_node_live_nodes").set(self.shared.live() as f64);
@@ -567,24 +557,29 @@ impl NodeLoop {
     async fn on_tick(&mut self) {
         let now = self.shared.now();
         let sh = &self.shared;
-        let keys = sh.keys.read().all();
-        let (live, targets) = {
+        let mut keys = sh.keys.read().all();
+        keys.sort_unstable_by(|a, b| a.gossip_key.cmp(&b.gossip_key));
+        // One pass over the peer table for every key (the request path
+        // never takes this lock).
+        let (live, targets, remotes) = {
             let mut peers = sh.peers.lock();
             peers.expire(now, sh.stale);
-            (1 + peers.live_count(), peers.live())
+            let remotes: Vec<f64> = keys
+                .iter()
+                .map(|e| peers.remote(&e.gossip_key, now, sh.stale))
+                .collect();
+            (1 + peers.live_count(), peers.live(), remotes)
         };
         let mut entries = Vec::new();
         let mut idle = Vec::new();
-        for (k, limit, aggregate, st) in keys {
-            let remote = sh.peers.lock().remote(&k, now, sh.stale);
-            let mut s = st.lock();
-            if let Some(v) = s.tick(now, remote, live, sh.nodes) {
+        for (e, remote) in keys.iter().zip(remotes) {
+            if let Some(v) = e.state.tick(now, remote, live, sh.nodes) {
                 entries.push(Entry {
-                    key: k,
+                    key: e.gossip_key.clone(),
                     value: v as f32,
                 });
-            } else if s.is_idle(now, sh.idle) {
-                idle.push((limit, aggregate));
+            } else if e.state.is_idle(now, sh.idle) {
+                idle.push((e.limit.clone(), e.aggregate.clone()));
             }
         }
         if !idle.is_empty() {

@@ -8,6 +8,7 @@ use drl_cluster::alloc::grd::{Grd, GrdSmooth, GrdSmoothConfig};
 use drl_cluster::alloc::{AlgorithmKind, Allocator, FlowId, IntervalInput, Verdict};
 use drl_cluster::estimator::{RateEstimator, history_weight};
 use drl_core::Nanos;
+use parking_lot::Mutex;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -47,25 +48,64 @@ pub struct KeySnapshot {
     pub denied: u64,
 }
 
-/// One aggregate's state on this node.
+/// What the request path needs, behind the key's decision lock: the
+/// allocator, its random stream, and counters. The node loop holds this
+/// lock only to take the interval's counts and to run the allocator's
+/// `on_interval`; everything else it does outside.
 #[derive(Debug)]
-pub struct KeyState {
+struct Fast {
+    alloc: Box<dyn Allocator>,
+    rng: ChaCha8Rng,
+    /// Units arrived / forwarded since the node loop last took them.
+    pending_in: u64,
+    pending_fwd: u64,
+    last_arrival: Nanos,
+    admitted: u64,
+    denied: u64,
+    /// The effective limit and the global demand estimate as of the last
+    /// interval, for [`KeyState::decide`]'s headroom.
+    effective: u64,
+    demand: f64,
+}
+
+/// What only the node loop (and reports) use, behind its own lock.
+#[derive(Debug)]
+struct Slow {
     params: KeyParams,
     limit: u64,
     depth: u64,
     effective: u64,
     live: u32,
-    alloc: Box<dyn Allocator>,
-    rng: ChaCha8Rng,
     ingress: RateEstimator,
     forwarded: RateEstimator,
-    last_arrival: Nanos,
     last_tick: Nanos,
     published: f64,
     remote: f64,
     quiet_ticks: u32,
-    admitted: u64,
-    denied: u64,
+}
+
+/// One aggregate's state on this node.
+///
+/// Two locks: decisions take only the first ([`Fast`]: allocator, random
+/// stream, counters); the estimate interval's work (EWMA, the 1/N rule,
+/// building a new allocator when membership changed) happens under the
+/// second and outside the first, which the tick takes twice, briefly: to
+/// take the counts, and to run the allocator's `on_interval` (and swap in a
+/// new allocator, built beforehand; the old one is dropped after unlocking).
+#[derive(Debug)]
+pub struct KeyState {
+    fast: Mutex<Fast>,
+    slow: Mutex<Slow>,
+}
+
+/// A local decision and what remains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    /// Admitted.
+    pub allowed: bool,
+    /// Approximate units left this second: the effective limit minus the
+    /// global demand estimate (0 when denied).
+    pub headroom: u64,
 }
 
 fn build(p: &KeyParams, limit: u64, depth: u64, live: u32, now: Nanos) -> Box<dyn Allocator> {
@@ -98,6 +138,16 @@ fn build(p: &KeyParams, limit: u64, depth: u64, live: u32, now: Nanos) -> Box<dy
 /// Keys that published nothing for this many intervals stop being sent.
 pub const QUIET_TICKS: u32 = 5;
 
+/// Approximate remaining units: the effective limit minus the demand.
+fn headroom(effective: u64, demand: f64) -> u64 {
+    let h = effective as f64 - demand;
+    if h.is_finite() && h > 0.0 {
+        h as u64
+    } else {
+        0
+    }
+}
+
 impl KeyState {
     /// A key for a global `limit` (units/s) with local bucket `depth`,
     /// created at `now` with `live` nodes of `nodes` up.
@@ -112,108 +162,156 @@ impl KeyState {
     ) -> Self {
         let effective = effective_limit(limit, live, nodes);
         Self {
-            alloc: build(&params, effective, depth, live, now),
-            params,
-            limit,
-            depth,
-            effective,
-            live,
-            rng: ChaCha8Rng::seed_from_u64(seed),
-            ingress: RateEstimator::new(params.interval, params.ewma),
-            forwarded: RateEstimator::new(params.interval, params.ewma),
-            last_arrival: now,
-            last_tick: now,
-            published: 0.0,
-            remote: 0.0,
-            quiet_ticks: 0,
-            admitted: 0,
-            denied: 0,
+            fast: Mutex::new(Fast {
+                alloc: build(&params, effective, depth, live, now),
+                rng: ChaCha8Rng::seed_from_u64(seed),
+                pending_in: 0,
+                pending_fwd: 0,
+                last_arrival: now,
+                admitted: 0,
+                denied: 0,
+                effective,
+                demand: 0.0,
+            }),
+            slow: Mutex::new(Slow {
+                params,
+                limit,
+                depth,
+                effective,
+                live,
+                ingress: RateEstimator::new(params.interval, params.ewma),
+                forwarded: RateEstimator::new(params.interval, params.ewma),
+                last_tick: now,
+                published: 0.0,
+                remote: 0.0,
+                quiet_ticks: 0,
+            }),
         }
     }
 
-    /// Decides `cost` units from `flow` at `now`, locally.
-    pub fn decide(&mut self, now: Nanos, flow: FlowId, cost: u64) -> bool {
-        self.last_arrival = now;
-        self.ingress.record(cost);
-        let ok = self.alloc.on_arrival(now, flow, cost, &mut self.rng) == Verdict::Forward;
-        if ok {
-            self.forwarded.record(cost);
-            self.admitted = self.admitted.saturating_add(cost);
-        } else {
-            self.denied = self.denied.saturating_add(cost);
+    /// Decides `cost` units from `flow` at `now`, locally (the decision
+    /// lock only). `cost` 0 is a query: nothing is recorded.
+    pub fn decide(&self, now: Nanos, flow: FlowId, cost: u64) -> Admission {
+        let mut f = self.fast.lock();
+        if cost == 0 {
+            return Admission {
+                allowed: true,
+                headroom: headroom(f.effective, f.demand),
+            };
         }
-        ok
+        let f = &mut *f;
+        f.last_arrival = now;
+        f.pending_in = f.pending_in.saturating_add(cost);
+        let ok = f.alloc.on_arrival(now, flow, cost, &mut f.rng) == Verdict::Forward;
+        if ok {
+            f.pending_fwd = f.pending_fwd.saturating_add(cost);
+            f.admitted = f.admitted.saturating_add(cost);
+            Admission {
+                allowed: true,
+                headroom: headroom(f.effective, f.demand),
+            }
+        } else {
+            f.denied = f.denied.saturating_add(cost);
+            Admission {
+                allowed: false,
+                headroom: 0,
+            }
+        }
     }
 
     /// Ends an estimate interval at `now`, with `remote` the sum of the
     /// live peers' values and `live` of `nodes` nodes up. Returns the value
     /// to publish, or `None` if the key has been quiet long enough that
     /// nothing needs sending.
-    pub fn tick(&mut self, now: Nanos, remote: f64, live: u32, nodes: u32) -> Option<f64> {
-        let effective = effective_limit(self.limit, live, nodes);
-        if effective != self.effective || live != self.live {
-            // Membership changed: restart the allocator at the new limit
-            // (estimators keep their history).
-            self.alloc = build(&self.params, effective, self.depth, live, now);
-            self.effective = effective;
-            self.live = live;
-        }
-        let elapsed = now.saturating_sub(self.last_tick).max(1);
-        self.last_tick = now;
-        let local_rate = self.ingress.close(now, self.params.interval);
-        let local_forwarded = self.forwarded.close(now, self.params.interval);
-        self.remote = remote;
+    pub fn tick(&self, now: Nanos, remote: f64, live: u32, nodes: u32) -> Option<f64> {
+        let mut s = self.slow.lock();
+        let effective = effective_limit(s.limit, live, nodes);
+        // Membership changed: restart the allocator at the new limit
+        // (estimators keep their history). Built before taking the
+        // decision lock.
+        let fresh = (effective != s.effective || live != s.live)
+            .then(|| build(&s.params, effective, s.depth, live, now));
+        s.effective = effective;
+        s.live = live;
+        let (arrived, forwarded) = {
+            let mut f = self.fast.lock();
+            (
+                std::mem::take(&mut f.pending_in),
+                std::mem::take(&mut f.pending_fwd),
+            )
+        };
+        let interval = s.params.interval;
+        s.ingress.record(arrived);
+        s.forwarded.record(forwarded);
+        let elapsed = now.saturating_sub(s.last_tick).max(1);
+        s.last_tick = now;
+        let local_rate = s.ingress.close(now, interval);
+        let local_forwarded = s.forwarded.close(now, interval);
+        s.remote = remote;
         let input = IntervalInput {
             now,
             elapsed,
             local_rate,
             local_forwarded,
-            raw_forwarded: self.forwarded.raw_rate(),
+            raw_forwarded: s.forwarded.raw_rate(),
             remote,
             nodes: live,
         };
-        self.published = self.alloc.on_interval(&input);
-        if self.published > 0.0 {
-            self.quiet_ticks = 0;
+        let (published, old) = {
+            let mut f = self.fast.lock();
+            let old = fresh.map(|a| std::mem::replace(&mut f.alloc, a));
+            let published = f.alloc.on_interval(&input);
+            f.effective = effective;
+            f.demand = local_rate + remote;
+            (published, old)
+        };
+        drop(old);
+        s.published = published;
+        if published > 0.0 {
+            s.quiet_ticks = 0;
         } else {
-            self.quiet_ticks = self.quiet_ticks.saturating_add(1);
+            s.quiet_ticks = s.quiet_ticks.saturating_add(1);
         }
-        (self.quiet_ticks <= QUIET_TICKS).then_some(self.published)
+        (s.quiet_ticks <= QUIET_TICKS).then_some(published)
     }
 
     /// True if nothing arrived for `idle` ns and nothing is published.
     pub fn is_idle(&self, now: Nanos, idle: Nanos) -> bool {
-        now.saturating_sub(self.last_arrival) > idle && self.quiet_ticks > QUIET_TICKS
+        let quiet = self.slow.lock().quiet_ticks > QUIET_TICKS;
+        quiet && now.saturating_sub(self.fast.lock().last_arrival) > idle
     }
 
     /// The global limit of this key, units/s.
     pub fn limit(&self) -> u64 {
-        self.limit
+        self.slow.lock().limit
     }
 
     /// The limit in force after the 1/N rule.
     pub fn effective_limit(&self) -> u64 {
-        self.effective
+        self.slow.lock().effective
     }
 
     /// Global demand estimate (local + remote) for GRD, units/s.
     pub fn demand(&self) -> f64 {
-        self.ingress.rate() + self.remote
+        let s = self.slow.lock();
+        s.ingress.rate() + s.remote
     }
 
     /// A report.
     pub fn snapshot(&self) -> KeySnapshot {
+        let s = self.slow.lock();
+        let f = self.fast.lock();
         KeySnapshot {
-            limit: self.limit,
-            effective_limit: self.effective,
-            live_nodes: self.live,
-            local_rate: self.ingress.rate(),
-            remote: self.remote,
-            published: self.published,
-            local_limit: self.alloc.local_limit(),
-            drop_probability: self.alloc.drop_probability(),
-            admitted: self.admitted,
-            denied: self.denied,
+            limit: s.limit,
+            effective_limit: s.effective,
+            live_nodes: s.live,
+            local_rate: s.ingress.rate(),
+            remote: s.remote,
+            published: s.published,
+            local_limit: f.alloc.local_limit(),
+            drop_probability: f.alloc.drop_probability(),
+            admitted: f.admitted,
+            denied: f.denied,
         }
     }
 }
@@ -361,7 +459,7 @@ mod tests {
             interval: 50 * MS,
             ewma: 0.0,
         };
-        let mut k = KeyState::new(params, 1_000, 100, 1, 1, 1, 0);
+        let k = KeyState::new(params, 1_000, 100, 1, 1, 1, 0);
         // 50 requests of cost 2 in 50 ms: 2,000 units/s, twice the limit.
         for i in 0..50 {
             k.decide(i * MS, 0, 2);
@@ -380,7 +478,7 @@ mod tests {
             interval: 50 * MS,
             ewma: 0.0,
         };
-        let mut k = KeyState::new(params, 1_000, 100, 3, 3, 1, 0);
+        let k = KeyState::new(params, 1_000, 100, 3, 3, 1, 0);
         // 500/s here, 1500/s elsewhere: admit half.
         let mut t = 0;
         for _ in 0..20 {

@@ -1,9 +1,15 @@
 -- drl: fast path for token-bucket, leaky-bucket, gcra and leaky-queue when
 -- every quota's capacity burst*T is below 2^53 ns (~104 days), the case of
--- virtually every real limit. Same keys, stored states and reply as
--- main.lua (see there), so either script can serve a key; shorter ARGV:
--- now ("t": Redis TIME), algorithm, cost, grace (ms), then per quota: cap
--- (burst*T), need (cost*T, or "x" when cost > burst).
+-- virtually every real limit. Same keys, stored states, call layout and
+-- reply as main.lua (see there), so either script can serve a key.
+--
+-- One call decides a batch of requests in order (see main.lua for the
+-- layout). ARGV: grace (ms), then per decision: now ("t": Redis TIME, read
+-- once per call), algorithm, cost, nq, then per quota: cap (burst*T), need
+-- (cost*T, or "x" when cost > burst). KEYS: every decision's nq keys in
+-- order. All keys are read with one MGET; a key decided twice in one call
+-- sees the first decision's state (a table of current values); each
+-- written key is SET once at the end, with its last state.
 --
 -- Exactness: the only quantities that can exceed 2^53 are absolute times,
 -- held as (seconds, nanoseconds) pairs, both far below 2^53. A time
@@ -12,90 +18,117 @@
 -- capacity gives the exact result. Credits, levels and `ahead` never exceed
 -- the capacity, so they are exact doubles. Written for speed: few tables,
 -- few string operations.
-local sub, fmt, tonum = string.sub, string.format, tonumber
-local now_s, now_ns, now_dec
-local a1 = ARGV[1]
-if a1 == 't' then
-  local t = redis.call('TIME')
-  now_s, now_ns = tonum(t[1]), tonum(t[2]) * 1000
-  now_dec = t[1] .. fmt('%06d', t[2]) .. '000'
-else
-  local n = #a1
-  if n <= 9 then
-    now_s, now_ns = 0, tonum(a1)
-  else
-    now_s, now_ns = tonum(sub(a1, 1, n - 9)), tonum(sub(a1, n - 8))
-  end
-  now_dec = a1
-end
-local alg = ARGV[2]
-local kind = 0 -- gcra, leaky-queue
-if alg == 'token-bucket' then kind = 1 elseif alg == 'leaky-bucket' then kind = 2 end
-local grace = tonum(ARGV[4])
-local out = {0, now_dec}
-local writes = {}
-local admit = true
+local sub, fmt, tonum, find = string.sub, string.format, tonumber, string.find
+local grace = tonum(ARGV[1])
+local vals = redis.call('MGET', unpack(KEYS))
+local cur, px, order = {}, {}, {}
 for i = 1, #KEYS do
-  local raw = redis.call('GET', KEYS[i])
-  out[i + 2] = raw or ''
-  if admit then
-    local need = ARGV[4 + 2 * i]
-    if need == 'x' then
-      admit = false
-    else
-      need = tonum(need)
-      local cap = tonum(ARGV[3 + 2 * i])
-      local s, ns, x = now_s, now_ns, 0
-      if kind == 1 then x = cap end
-      local d = 9007199254740992 -- 2^53: "long ago" for a missing state
-      if raw then
-        local sp = string.find(raw, ' ', 1, true)
-        local n = sp - 1
-        local ls, lns
-        if n <= 9 then
-          ls, lns = 0, tonum(sub(raw, 1, n))
-        else
-          ls, lns = tonum(sub(raw, 1, n - 9)), tonum(sub(raw, n - 8, n))
-        end
-        x = tonum(sub(raw, sp + 1))
-        -- Clock clamp: now = max(now, last).
-        if s < ls or (s == ls and ns < lns) then s, ns = ls, lns end
-        local ds = s - ls
-        if ds < 9000000 then d = ds * 1000000000 + (ns - lns) end
-      end
-      local after, fresh
-      if kind == 1 then
-        local c = x + d
-        if c > cap then c = cap end
-        if c < need then admit = false end
-        after = c - need
-        fresh = cap - after
-      else
-        local level = x - d
-        if level < 0 then level = 0 end
-        after = level + need
-        if after > cap then admit = false end
-        fresh = after
-      end
-      if admit then
-        local state
-        if s == 0 then state = fmt('%d %d', ns, after) else state = fmt('%d%09d %d', s, ns, after) end
-        local rest = math.fmod(fresh, 1000000)
-        local px = (fresh - rest) / 1000000 + grace
-        if rest > 0 then px = px + 1 end
-        if px < 1 then px = 1 end
-        writes[i] = state
-        writes[-i] = fmt('%d', px)
-      end
-    end
-  end
+  local k = KEYS[i]
+  if cur[k] == nil then cur[k] = vals[i] end
 end
-if admit then
-  out[1] = 1
-  if ARGV[3] ~= '0' then
-    for i = 1, #KEYS do
-      redis.call('SET', KEYS[i], writes[i], 'PX', writes[-i])
+local t_s, t_ns, t_dec -- Redis TIME, read on first use
+local out, o = {}, 0
+local a, ki = 2, 0 -- next ARGV index, last KEYS index used
+while a <= #ARGV do
+  local a1 = ARGV[a]
+  local now_s, now_ns, now_dec
+  if a1 == 't' then
+    if not t_dec then
+      local t = redis.call('TIME')
+      t_s, t_ns = tonum(t[1]), tonum(t[2]) * 1000
+      t_dec = t[1] .. fmt('%06d', t[2]) .. '000'
+    end
+    now_s, now_ns, now_dec = t_s, t_ns, t_dec
+  else
+    local n = #a1
+    if n <= 9 then
+      now_s, now_ns = 0, tonum(a1)
+    else
+      now_s, now_ns = tonum(sub(a1, 1, n - 9)), tonum(sub(a1, n - 8))
+    end
+    now_dec = a1
+  end
+  local alg = ARGV[a + 1]
+  local kind = 0 -- gcra, leaky-queue
+  if alg == 'token-bucket' then kind = 1 elseif alg == 'leaky-bucket' then kind = 2 end
+  local write = ARGV[a + 2] ~= '0'
+  local nq = tonum(ARGV[a + 3])
+  local base = o
+  out[o + 2] = now_dec
+  local admit = true
+  local ws, wp = {}, {}
+  for i = 1, nq do
+    local raw = cur[KEYS[ki + i]]
+    out[o + 2 + i] = raw or ''
+    if admit then
+      local need = ARGV[a + 3 + 2 * i]
+      if need == 'x' then
+        admit = false
+      else
+        need = tonum(need)
+        local cap = tonum(ARGV[a + 2 + 2 * i])
+        local s, ns, x = now_s, now_ns, 0
+        if kind == 1 then x = cap end
+        local d = 9007199254740992 -- 2^53: "long ago" for a missing state
+        if raw then
+          local sp = find(raw, ' ', 1, true)
+          local n = sp - 1
+          local ls, lns
+          if n <= 9 then
+            ls, lns = 0, tonum(sub(raw, 1, n))
+          else
+            ls, lns = tonum(sub(raw, 1, n - 9)), tonum(sub(raw, n - 8, n))
+          end
+          x = tonum(sub(raw, sp + 1))
+          -- Clock clamp: now = max(now, last).
+          if s < ls or (s == ls and ns < lns) then s, ns = ls, lns end
+          local ds = s - ls
+          if ds < 9000000 then d = ds * 1000000000 + (ns - lns) end
+        end
+        local after, fresh
+        if kind == 1 then
+          local c = x + d
+          if c > cap then c = cap end
+          if c < need then admit = false end
+          after = c - need
+          fresh = cap - after
+        else
+          local level = x - d
+          if level < 0 then level = 0 end
+          after = level + need
+          if after > cap then admit = false end
+          fresh = after
+        end
+        if admit and write then
+          if s == 0 then ws[i] = fmt('%d %d', ns, after) else ws[i] = fmt('%d%09d %d', s, ns, after) end
+          local rest = math.fmod(fresh, 1000000)
+          local p = (fresh - rest) / 1000000 + grace
+          if rest > 0 then p = p + 1 end
+          if p < 1 then p = 1 end
+          wp[i] = p
+        end
+      end
     end
   end
+  if admit then
+    out[base + 1] = 1
+    if write then
+      for i = 1, nq do
+        local k = KEYS[ki + i]
+        if not px[k] then order[#order + 1] = k end
+        cur[k] = ws[i]
+        px[k] = wp[i]
+      end
+    end
+  else
+    out[base + 1] = 0
+  end
+  o = o + 2 + nq
+  ki = ki + nq
+  a = a + 4 + 2 * nq
+end
+for i = 1, #order do
+  local k = order[i]
+  redis.call('SET', k, cur[k], 'PX', fmt('%d', px[k]))
 end
 return out

@@ -1,50 +1,87 @@
--- drl: one decision, all quotas of one limit, all-or-nothing, atomically.
+-- drl: a batch of decisions in order, each deciding all quotas of one
+-- limit, all-or-nothing; the whole call is atomic.
 --
--- KEYS[i]: the state of quota i (all in one hash slot).
--- ARGV[1]: now in ns (decimal), or "t" to read the Redis server clock (TIME)
--- ARGV[2]: algorithm name;  ARGV[3]: cost (decimal);  ARGV[4]: expiry grace (ms)
--- ARGV[5 + 5(i-1) ..]: quota i: limit, window, cap, need ("x": cost too
---   large for this quota), lw (limit * window).
--- Returns {admitted (1/0), now (decimal), state_1, ..., state_n} where
--- state_i is the stored state BEFORE this decision ("" when fresh).
-local now
-if ARGV[1] == 't' then
-  local t = redis.call('TIME')
-  now = N(t[1] .. string.format('%06d', tonumber(t[2])) .. '000')
-else
-  now = N(ARGV[1])
-end
-local alg = ALG[ARGV[2]]
-if not alg then return redis.error_reply('drl: unknown algorithm ' .. tostring(ARGV[2])) end
-local cost = N(ARGV[3])
-local grace = tonumber(ARGV[4])
-local out = {0, S(now)}
-local admit = true
-local writes = {}
+-- KEYS: every decision's keys in order (decision d has nq_d keys, the state
+-- of its quota i; one decision's keys share one hash slot, and on a cluster
+-- the client puts only keys of one slot in a call).
+-- ARGV[1]: expiry grace (ms). Then per decision, in order:
+--   now in ns (decimal), or "t" to read the Redis server clock (TIME; read
+--   once per call, so every "t" decision of a call has the same now),
+--   algorithm name, cost (decimal), nq,
+--   then per quota: limit, window, cap, need ("x": cost too large for this
+--   quota), lw (limit * window).
+-- Returns, per decision in order: admitted (1/0), now (decimal), state_1,
+-- ..., state_nq, where state_i is the quota's state BEFORE this decision
+-- ("" when fresh). A key decided twice in one call sees the state the first
+-- decision left (decisions are sequential); all keys are read with one MGET
+-- and each written key is SET once at the end with its last state.
+local grace = tonumber(ARGV[1])
+local vals = redis.call('MGET', unpack(KEYS))
+local cur, px, order = {}, {}, {}
 for i = 1, #KEYS do
-  local b = 4 + (i - 1) * 5
-  local raw = redis.call('GET', KEYS[i])
-  if raw then out[i + 2] = raw else out[i + 2] = '' end
-  if admit then
-    local need = ARGV[b + 4]
-    if need == 'x' then need = false end
-    local q = {limit = ARGV[b + 1], window = ARGV[b + 2], cap = ARGV[b + 3], need = need, lw = ARGV[b + 5]}
-    local ok, state, fresh_in = alg(q, raw, now, cost)
-    if ok then writes[i] = {state, fresh_in} else admit = false end
-  end
+  local k = KEYS[i]
+  if cur[k] == nil then cur[k] = vals[i] end
 end
-if admit then
-  out[1] = 1
-  if not is_zero(cost) then
-    for i = 1, #KEYS do
-      local w = writes[i]
-      -- Expire once the state is fresh again: ceil(fresh_in / 1 ms) + grace.
-      local ms, rest = divmod_small(w[2], 1000000)
-      local px = to_double(ms) + grace
-      if rest > 0 then px = px + 1 end
-      if px < 1 then px = 1 end
-      redis.call('SET', KEYS[i], w[1], 'PX', string.format('%.0f', px))
+local tnow -- Redis TIME, read on first use
+local out, o = {}, 0
+local a, ki = 2, 0 -- next ARGV index, last KEYS index used
+while a <= #ARGV do
+  local now
+  if ARGV[a] == 't' then
+    if not tnow then
+      local t = redis.call('TIME')
+      tnow = N(t[1] .. string.format('%06d', tonumber(t[2])) .. '000')
+    end
+    now = tnow
+  else
+    now = N(ARGV[a])
+  end
+  local alg = ALG[ARGV[a + 1]]
+  if not alg then return redis.error_reply('drl: unknown algorithm ' .. tostring(ARGV[a + 1])) end
+  local cost = N(ARGV[a + 2])
+  local write = not is_zero(cost)
+  local nq = tonumber(ARGV[a + 3])
+  local base = o
+  out[o + 2] = S(now)
+  local admit = true
+  local writes = {}
+  for i = 1, nq do
+    local b = a + 3 + (i - 1) * 5
+    local raw = cur[KEYS[ki + i]]
+    if raw then out[o + 2 + i] = raw else out[o + 2 + i] = '' end
+    if admit then
+      local need = ARGV[b + 4]
+      if need == 'x' then need = false end
+      local q = {limit = ARGV[b + 1], window = ARGV[b + 2], cap = ARGV[b + 3], need = need, lw = ARGV[b + 5]}
+      local ok, state, fresh_in = alg(q, raw, now, cost)
+      if ok then writes[i] = {state, fresh_in} else admit = false end
     end
   end
+  if admit then
+    out[base + 1] = 1
+    if write then
+      for i = 1, nq do
+        local w = writes[i]
+        local k = KEYS[ki + i]
+        -- Expire once the state is fresh again: ceil(fresh_in / 1 ms) + grace.
+        local ms, rest = divmod_small(w[2], 1000000)
+        local p = to_double(ms) + grace
+        if rest > 0 then p = p + 1 end
+        if p < 1 then p = 1 end
+        if not px[k] then order[#order + 1] = k end
+        cur[k] = w[1]
+        px[k] = p
+      end
+    end
+  else
+    out[base + 1] = 0
+  end
+  o = o + 2 + nq
+  ki = ki + nq
+  a = a + 4 + 5 * nq
+end
+for i = 1, #order do
+  local k = order[i]
+  redis.call('SET', k, cur[k], 'PX', string.format('%.0f', px[k]))
 end
 return out

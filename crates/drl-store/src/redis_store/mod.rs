@@ -1,17 +1,25 @@
 //! [`RedisStore`]: exact global limits on Redis or Redis Cluster.
 //!
-//! One decision is one atomic `EVALSHA` of the decision script (all quotas
-//! of the limit, all-or-nothing). The script is loaded once and called by
-//! its SHA1; a server that lost it (restart, failover, new cluster node)
-//! answers `NOSCRIPT`, and the call is repeated once as `EVAL`, which also
-//! caches the script there again. Concurrent decisions share one multiplexed
-//! connection per Redis node, so they are pipelined on the wire;
-//! [`Store::decide_many`] sends a whole batch as one pipeline.
+//! Decisions are made by `EVALSHA` of a decision script; one call decides
+//! a batch of requests in order, each atomically and all-or-nothing over
+//! its quotas (the whole call is atomic). The script is loaded once and
+//! called by its SHA1; a server that lost it (restart, failover, new
+//! cluster node) answers `NOSCRIPT`, and the call is repeated once as
+//! `EVAL`, which also caches the script there again.
+//!
+//! Concurrent [`Store::decide`] calls are coalesced (see [`batch`]): they
+//! queue to one task per store that sends whatever is queued as one call
+//! while at most `batch_in_flight` calls are in flight, never waiting for
+//! a batch to fill. [`Store::decide_many`] sends its checks directly, one
+//! call per script kind (and, on a cluster, per hash slot) and per
+//! `batch_max` decisions.
 //!
 //! See `docs/redis.md` for the configuration and the arithmetic.
 
+pub(crate) mod batch;
 pub(crate) mod script;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,6 +27,7 @@ use drl_core::Decision;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use serde::{Deserialize, Serialize};
 
@@ -67,6 +76,13 @@ pub struct RedisConfig {
     /// capacity is below 2^53 ns (default true). Both scripts decide alike;
     /// turning this off is for tests and comparisons.
     pub fast_path: bool,
+    /// Most decisions one script call carries (default 64): concurrent
+    /// decisions are coalesced up to this, and `decide_many` is cut into
+    /// calls of at most this many.
+    pub batch_max: usize,
+    /// Most coalesced calls in flight per store (default 4); decisions
+    /// arriving meanwhile queue and go together in the next call.
+    pub batch_in_flight: usize,
 }
 
 impl Default for RedisConfig {
@@ -80,6 +96,8 @@ impl Default for RedisConfig {
             response_timeout_ms: 1000,
             expiry_grace_ms: 1000,
             fast_path: true,
+            batch_max: 64,
+            batch_in_flight: 4,
         }
     }
 }
@@ -117,18 +135,21 @@ impl RedisConfig {
         if self.connect_timeout_ms == 0 || self.response_timeout_ms == 0 {
             return invalid("timeouts must be at least 1 ms");
         }
+        if self.batch_max == 0 || self.batch_in_flight == 0 {
+            return invalid("`batch_max` and `batch_in_flight` must be at least 1");
+        }
         Ok(())
     }
 }
 
 #[derive(Clone)]
-enum Conn {
+pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
 
 impl Conn {
-    async fn query(&self, cmd: &Cmd) -> redis::RedisResult<Value> {
+    pub(crate) async fn query(&self, cmd: &Cmd) -> redis::RedisResult<Value> {
         match self {
             Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
             Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await,
@@ -139,9 +160,8 @@ impl Conn {
 /// Rate-limit state in Redis or Redis Cluster (see the module docs).
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: Conn,
-    /// SHA1s of [`script::SCRIPTS`].
-    shas: [String; 3],
+    shared: Arc<batch::Shared>,
+    batcher: batch::Batcher,
     config: RedisConfig,
 }
 
@@ -149,7 +169,7 @@ impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
             .field("config", &self.config)
-            .field("shas", &self.shas)
+            .field("shas", &self.shared.shas)
             .finish_non_exhaustive()
     }
 }
@@ -157,7 +177,7 @@ impl std::fmt::Debug for RedisStore {
 /// A redis error as a store error. Connection-level timeouts (the
 /// `response_timeout_ms` of the config) are reported as `Timeout(0)` when
 /// the configured value is not at hand; [`RedisStore`] methods fill it in.
-fn backend(e: RedisError) -> StoreError {
+pub(crate) fn backend(e: RedisError) -> StoreError {
     if e.is_timeout() {
         StoreError::Timeout(0)
     } else {
@@ -165,12 +185,14 @@ fn backend(e: RedisError) -> StoreError {
     }
 }
 
-fn is_noscript(e: &RedisError) -> bool {
+pub(crate) fn is_noscript(e: &RedisError) -> bool {
     e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
 }
 
 impl RedisStore {
-    /// Connects as `config` says.
+    /// Connects as `config` says, and starts the store's coalescing task
+    /// on the current Tokio runtime (it ends when the last clone is
+    /// dropped).
     ///
     /// A single server is connected lazily: this returns at once even if
     /// Redis is down (decisions fail, and the failure policy applies, until
@@ -207,9 +229,17 @@ impl RedisStore {
             Conn::Cluster(conn)
         };
         let shas = script::SCRIPTS.map(|s| redis::Script::new(s).get_hash().to_string());
-        Ok(RedisStore {
+        let shared = Arc::new(batch::Shared {
             conn,
             shas,
+            grace_ms: config.expiry_grace_ms,
+            response_timeout_ms: config.response_timeout_ms,
+        });
+        let batcher =
+            batch::Batcher::start(shared.clone(), config.batch_max, config.batch_in_flight);
+        Ok(RedisStore {
+            shared,
+            batcher,
             config: config.clone(),
         })
     }
@@ -222,10 +252,10 @@ impl RedisStore {
     /// The SHA1 of the general decision script (what `EVALSHA` is called
     /// with for windowed algorithms and very large quotas).
     pub fn script_sha(&self) -> &str {
-        &self.shas[script::Kind::General as usize]
+        &self.shared.shas[script::Kind::General as usize]
     }
 
-    /// Which script decides `spec`: `(source, sha1)`.
+    /// Which script decides `spec`.
     fn kind(&self, spec: &LimitSpec) -> script::Kind {
         if self.config.fast_path {
             script::kind(spec)
@@ -234,15 +264,10 @@ impl RedisStore {
         }
     }
 
-    /// Which script decides `spec`: `(source, sha1)`.
-    fn script_for(&self, spec: &LimitSpec) -> (&'static str, &str) {
-        let k = self.kind(spec) as usize;
-        (script::SCRIPTS[k], &self.shas[k])
-    }
-
     /// `PING`: is Redis answering?
     pub async fn ping(&self) -> Result<(), StoreError> {
-        self.conn
+        self.shared
+            .conn
             .query(&redis::cmd("PING"))
             .await
             .map(|_| ())
@@ -261,9 +286,9 @@ impl RedisStore {
     async fn load_one(&self, source: &str) -> Result<(), StoreError> {
         let mut cmd = redis::cmd("SCRIPT");
         cmd.arg("LOAD").arg(source);
-        match &self.conn {
+        match &self.shared.conn {
             Conn::Single(_) => {
-                self.conn.query(&cmd).await.map_err(backend)?;
+                self.shared.conn.query(&cmd).await.map_err(backend)?;
             }
             Conn::Cluster(c) => {
                 use redis::cluster_routing::{
@@ -289,68 +314,52 @@ impl RedisStore {
         script::keys(&self.config.key_prefix, spec, key)
     }
 
-    fn command(&self, name: &str, first: &str, check: &Check<'_>, time: TimeSource) -> Cmd {
-        let keys = self.keys(check.spec, check.key);
+    /// One decision, encoded for a script call.
+    fn part(&self, check: &Check<'_>, time: TimeSource) -> batch::Part {
+        let kind = self.kind(check.spec);
+        let mut args = Cmd::new();
+        let mut buf = Vec::with_capacity(64);
+        script::push_keys(
+            &mut args,
+            &mut buf,
+            &self.config.key_prefix,
+            check.spec,
+            check.key,
+        );
+        // Every key of one decision shares the hash tag, so the last one
+        // (still in `buf`) gives the slot.
+        let slot = match self.shared.conn {
+            Conn::Single(_) => None,
+            Conn::Cluster(_) => Some(Slot::for_key(&buf)),
+        };
         let now = match time {
             TimeSource::Redis => None,
             TimeSource::Caller => Some(check.now),
         };
-        let grace = self.config.expiry_grace_ms;
-        let args = match self.kind(check.spec) {
-            script::Kind::FastBucket => script::fast_args(check.spec, now, check.cost, grace),
-            script::Kind::FastWindow => {
-                script::fast_window_args(check.spec, now, check.cost, grace)
-            }
-            script::Kind::General => script::args(check.spec, now, check.cost, grace),
-        };
-        let mut cmd = redis::cmd(name);
-        cmd.arg(first).arg(keys.len()).arg(keys).arg(args);
-        cmd
-    }
-
-    fn with_timeout(&self, e: StoreError) -> StoreError {
-        match e {
-            StoreError::Timeout(0) => StoreError::Timeout(self.config.response_timeout_ms),
-            other => other,
+        script::push_args(&mut args, kind, check.spec, now, check.cost);
+        batch::Part {
+            group: batch::Group { kind, slot },
+            nkeys: check.spec.quotas.len(),
+            args,
+            reply_len: script::reply_len(check.spec),
         }
-    }
-
-    fn finish(check: &Check<'_>, v: &Value) -> Result<Decision, StoreError> {
-        let answer = script::decode(check.spec, v)?;
-        script::decision(check.spec, answer, check.cost)
     }
 
     /// Decides with an explicit time source, whatever the config says:
     /// `TimeSource::Caller` uses `check.now` (what `drl replay --store` needs).
+    /// Concurrent calls are coalesced into shared script calls.
     pub async fn decide_with(
         &self,
         check: Check<'_>,
         time: TimeSource,
     ) -> Result<Decision, StoreError> {
         validate(&check)?;
-        let v = self
-            .eval(&check, time)
+        let reply = self
+            .batcher
+            .submit(self.part(&check, time))
             .await
-            .map_err(|e| self.with_timeout(e))?;
-        Self::finish(&check, &v)
-    }
-
-    async fn eval(&self, check: &Check<'_>, time: TimeSource) -> Result<Value, StoreError> {
-        let (source, sha) = self.script_for(check.spec);
-        let v = self
-            .conn
-            .query(&self.command("EVALSHA", sha, check, time))
-            .await;
-        match v {
-            Err(e) if is_noscript(&e) => {
-                metrics::counter!("drl_store_redis_noscript_total").increment(1);
-                self.conn
-                    .query(&self.command("EVAL", source, check, time))
-                    .await
-                    .map_err(backend)
-            }
-            other => other.map_err(backend),
-        }
+            .map_err(|_| StoreError::Backend("the Redis batching task has stopped".into()))??;
+        script::finish(check.spec, reply.items(), check.cost)
     }
 }
 
@@ -370,56 +379,49 @@ impl Store for RedisStore {
         self.decide_with(check, self.config.time).await
     }
 
+    /// Sends the checks as script calls: one per script kind (and, on a
+    /// cluster, per hash slot), cut into calls of at most `batch_max`
+    /// decisions. The calls of one group go one after another (so repeated
+    /// keys are decided in order); different groups go concurrently.
     async fn decide_many(&self, checks: &[Check<'_>]) -> Vec<Result<Decision, StoreError>> {
-        let Conn::Single(conn) = &self.conn else {
-            // A cluster pipeline must stay on one node; concurrent calls on
-            // the multiplexed per-node connections pipeline just as well.
-            return futures::future::join_all(checks.iter().map(|c| self.decide(*c))).await;
-        };
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
         let mut out: Vec<Option<Result<Decision, StoreError>>> = Vec::with_capacity(checks.len());
-        for c in checks {
+        let mut groups: Vec<(batch::Group, Vec<(usize, batch::Part)>)> = Vec::new();
+        for (i, c) in checks.iter().enumerate() {
             match validate(c) {
                 Ok(()) => {
-                    let sha = self.script_for(c.spec).1;
-                    pipe.add_command(self.command("EVALSHA", sha, c, self.config.time));
+                    let part = self.part(c, self.config.time);
+                    match groups.iter_mut().find(|(g, _)| *g == part.group) {
+                        Some((_, v)) => v.push((i, part)),
+                        None => groups.push((part.group, vec![(i, part)])),
+                    }
                     out.push(None);
                 }
                 Err(e) => out.push(Some(Err(e))),
             }
         }
-        if pipe.is_empty() {
-            return out.into_iter().flatten().collect();
-        }
-        let replies: Vec<redis::RedisResult<Value>> =
-            match pipe.query_async(&mut conn.clone()).await {
-                Ok(r) => r,
-                Err(e) => {
-                    let e = self.with_timeout(backend(e));
-                    return out
-                        .into_iter()
-                        .map(|o| o.unwrap_or_else(|| Err(e.clone())))
-                        .collect();
+        let max = self.config.batch_max.max(1);
+        let answers = futures::future::join_all(groups.iter().map(|(_, parts)| async move {
+            let mut answers = Vec::with_capacity(parts.len());
+            for chunk in parts.chunks(max) {
+                match self.shared.call(chunk.iter().map(|(_, p)| p)).await {
+                    Ok(replies) => answers.extend(
+                        chunk
+                            .iter()
+                            .zip(replies)
+                            .map(|((i, _), r)| (*i, Ok(r))),
+                    ),
+                    Err(e) => answers.extend(chunk.iter().map(|(i, _)| (*i, Err(e.clone())))),
                 }
-            };
-        let mut replies = replies.into_iter();
-        let mut done = Vec::with_capacity(checks.len());
-        for (c, o) in checks.iter().zip(out) {
-            if let Some(invalid) = o {
-                done.push(invalid);
-                continue;
             }
-            done.push(match replies.next() {
-                Some(Ok(v)) => Self::finish(c, &v),
-                // Not executed on a server that lost the script: run it now.
-                Some(Err(e)) if is_noscript(&e) => self.decide(*c).await,
-                Some(Err(e)) => Err(self.with_timeout(backend(e))),
-                None => Err(StoreError::Backend(
-                    "pipeline answered too few replies".into(),
-                )),
-            });
+            answers
+        }))
+        .await;
+        for (i, r) in answers.into_iter().flatten() {
+            let c = &checks[i];
+            out[i] = Some(r.and_then(|r| script::finish(c.spec, r.items(), c.cost)));
         }
-        done
+        out.into_iter()
+            .map(|o| o.unwrap_or_else(|| Err(StoreError::Backend("no answer".into()))))
+            .collect()
     }
 }

@@ -12,8 +12,8 @@
 use std::collections::VecDeque;
 
 use drl_core::algo;
-use drl_core::{Algorithm, Decision, Limiter, Nanos, State};
-use redis::Value;
+use drl_core::{Algorithm, Decision, Limiter, MultiLimiter, Nanos, Quota, State};
+use redis::{Cmd, Value};
 
 use crate::{LimitSpec, StoreError};
 
@@ -77,7 +77,7 @@ pub(crate) fn kind(spec: &LimitSpec) -> Kind {
     }
 }
 
-/// The Redis keys of `key` under `spec`, one per quota.
+/// Writes the Redis key of `key` under `spec`'s quota `q` into `buf`.
 ///
 /// Layout: `PREFIX{LEN:NAME:KEY}:ALGO:LIMIT/WINDOW/BURST`. The braces are a
 /// Redis Cluster hash tag: only the part between the first `{` and the first
@@ -86,93 +86,105 @@ pub(crate) fn kind(spec: &LimitSpec) -> Kind {
 /// equally for all of them), all of a request's keys share one slot. The
 /// name's length keeps `a` + `b:c` apart from `a:b` + `c`. The quota is part
 /// of the key, so a changed limit starts from fresh state.
+fn write_key(buf: &mut Vec<u8>, prefix: &str, spec: &LimitSpec, key: &str, q: &Quota) {
+    let mut n = itoa::Buffer::new();
+    buf.extend_from_slice(prefix.as_bytes());
+    buf.push(b'{');
+    buf.extend_from_slice(n.format(spec.name.len()).as_bytes());
+    buf.push(b':');
+    buf.extend_from_slice(spec.name.as_bytes());
+    buf.push(b':');
+    buf.extend_from_slice(key.as_bytes());
+    buf.extend_from_slice(b"}:");
+    buf.extend_from_slice(spec.algorithm.name().as_bytes());
+    buf.push(b':');
+    buf.extend_from_slice(n.format(q.limit()).as_bytes());
+    buf.push(b'/');
+    buf.extend_from_slice(n.format(q.window()).as_bytes());
+    buf.push(b'/');
+    buf.extend_from_slice(n.format(q.burst()).as_bytes());
+}
+
+/// The Redis keys of `key` under `spec`, one per quota (see [`write_key`]).
 pub(crate) fn keys(prefix: &str, spec: &LimitSpec, key: &str) -> Vec<String> {
+    let mut buf = Vec::new();
     spec.quotas
         .iter()
         .map(|q| {
-            format!(
-                "{prefix}{{{}:{}:{key}}}:{}:{}/{}/{}",
-                spec.name.len(),
-                spec.name,
-                spec.algorithm,
-                q.limit(),
-                q.window(),
-                q.burst()
-            )
+            buf.clear();
+            write_key(&mut buf, prefix, spec, key, q);
+            String::from_utf8_lossy(&buf).into_owned()
         })
         .collect()
 }
 
-/// The script's ARGV for one decision (see `lua/main.lua`).
-pub(crate) fn args(spec: &LimitSpec, now: Option<Nanos>, cost: u64, grace_ms: u64) -> Vec<String> {
-    let mut out = Vec::with_capacity(4 + 5 * spec.quotas.len());
-    out.push(now.map_or_else(|| "t".to_string(), |n| n.to_string()));
-    out.push(spec.algorithm.name().to_string());
-    out.push(cost.to_string());
-    out.push(grace_ms.to_string());
+/// Appends the Redis keys of `key` under `spec` (one per quota) to `cmd`,
+/// using `buf` as scratch space.
+pub(crate) fn push_keys(
+    cmd: &mut Cmd,
+    buf: &mut Vec<u8>,
+    prefix: &str,
+    spec: &LimitSpec,
+    key: &str,
+) {
     for q in &spec.quotas {
-        let capacity = if spec.algorithm.is_windowed() {
-            q.limit()
-        } else {
-            q.burst()
-        };
-        out.push(q.limit().to_string());
-        out.push(q.window().to_string());
-        out.push(q.capacity_ns().to_string());
-        if cost > capacity {
-            out.push("x".to_string());
-        } else {
-            out.push((cost as u128 * q.emission_interval() as u128).to_string());
-        }
-        out.push((q.limit() as u128 * q.window() as u128).to_string());
+        buf.clear();
+        write_key(buf, prefix, spec, key, q);
+        cmd.arg(&buf[..]);
     }
-    out
 }
 
-/// ARGV of [`FAST_BUCKET`]: now, algorithm, cost, grace, then per quota
-/// cap and need.
-pub(crate) fn fast_args(
+/// Appends one decision's ARGV record for the script of `kind` to `cmd`:
+/// now (`t`: Redis `TIME`), algorithm, cost, number of quotas, then per
+/// quota what that script needs (see the top of each `lua/*.lua`).
+pub(crate) fn push_args(
+    cmd: &mut Cmd,
+    kind: Kind,
     spec: &LimitSpec,
     now: Option<Nanos>,
     cost: u64,
-    grace_ms: u64,
-) -> Vec<String> {
-    let mut out = Vec::with_capacity(4 + 2 * spec.quotas.len());
-    out.push(now.map_or_else(|| "t".to_string(), |n| n.to_string()));
-    out.push(spec.algorithm.name().to_string());
-    out.push(cost.to_string());
-    out.push(grace_ms.to_string());
+) {
+    match now {
+        Some(n) => cmd.arg(n),
+        None => cmd.arg(b"t".as_slice()),
+    };
+    cmd.arg(spec.algorithm.name())
+        .arg(cost)
+        .arg(spec.quotas.len());
+    let x = b"x".as_slice();
     for q in &spec.quotas {
-        out.push(q.capacity_ns().to_string());
-        if cost > q.burst() {
-            out.push("x".to_string());
-        } else {
-            // cost <= burst, so cost * T <= burst * T < 2^53.
-            out.push((cost * q.emission_interval()).to_string());
+        match kind {
+            // cap (burst*T), need (cost*T; cost <= burst, so < 2^53).
+            Kind::FastBucket => {
+                cmd.arg(q.capacity_ns());
+                if cost > q.burst() {
+                    cmd.arg(x);
+                } else {
+                    cmd.arg(cost * q.emission_interval());
+                }
+            }
+            // limit, window, need.
+            Kind::FastWindow => {
+                cmd.arg(q.limit()).arg(q.window());
+                cmd.arg(if cost > q.limit() { x } else { b"1".as_slice() });
+            }
+            // limit, window, cap, need, limit*window.
+            Kind::General => {
+                let capacity = if spec.algorithm.is_windowed() {
+                    q.limit()
+                } else {
+                    q.burst()
+                };
+                cmd.arg(q.limit()).arg(q.window()).arg(q.capacity_ns());
+                if cost > capacity {
+                    cmd.arg(x);
+                } else {
+                    cmd.arg(cost as u128 * q.emission_interval() as u128);
+                }
+                cmd.arg(q.limit() as u128 * q.window() as u128);
+            }
         }
     }
-    out
-}
-
-/// ARGV of [`FAST_WINDOW`]: now, algorithm, cost, grace, then per quota
-/// limit, window and need ("x" when cost > limit).
-pub(crate) fn fast_window_args(
-    spec: &LimitSpec,
-    now: Option<Nanos>,
-    cost: u64,
-    grace_ms: u64,
-) -> Vec<String> {
-    let mut out = Vec::with_capacity(4 + 3 * spec.quotas.len());
-    out.push(now.map_or_else(|| "t".to_string(), |n| n.to_string()));
-    out.push(spec.algorithm.name().to_string());
-    out.push(cost.to_string());
-    out.push(grace_ms.to_string());
-    for q in &spec.quotas {
-        out.push(q.limit().to_string());
-        out.push(q.window().to_string());
-        out.push(if cost > q.limit() { "x" } else { "1" }.to_string());
-    }
-    out
 }
 
 fn bad(why: impl std::fmt::Display) -> StoreError {
@@ -188,12 +200,15 @@ fn text(v: &Value) -> Result<&[u8], StoreError> {
 }
 
 fn fields(raw: &[u8]) -> Result<Vec<u64>, StoreError> {
-    std::str::from_utf8(raw)
-        .map_err(bad)?
-        .split_ascii_whitespace()
+    raw.split(|&b| b == b' ')
+        .filter(|f| !f.is_empty())
         .map(|f| {
-            f.parse::<u64>()
-                .map_err(|e| bad(format!("state field {f:?}: {e}")))
+            parse_u64(f).ok_or_else(|| {
+                bad(format!(
+                    "state field {:?} is not a u64",
+                    String::from_utf8_lossy(f)
+                ))
+            })
         })
         .collect()
 }
@@ -271,7 +286,7 @@ pub(crate) fn parse_state(limiter: &Limiter, raw: &[u8]) -> Result<State, StoreE
     })
 }
 
-/// What one script call answered.
+/// What one script call answered for one decision.
 #[derive(Debug)]
 pub(crate) struct Answer {
     /// The script admitted (and, for cost > 0, committed) the request.
@@ -282,16 +297,38 @@ pub(crate) struct Answer {
     pub states: Vec<State>,
 }
 
-/// Decodes the script's reply.
-pub(crate) fn decode(spec: &LimitSpec, v: &Value) -> Result<Answer, StoreError> {
-    let Value::Array(items) = v else {
-        return Err(bad(format!("expected an array, got {v:?}")));
-    };
-    if items.len() != 2 + spec.quotas.len() {
+/// How many reply items one decision of `spec` takes: verdict, now, one
+/// state per quota.
+pub(crate) fn reply_len(spec: &LimitSpec) -> usize {
+    2 + spec.quotas.len()
+}
+
+fn parse_u64(raw: &[u8]) -> Option<u64> {
+    if raw.is_empty() || raw.len() > 20 {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &b in raw {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(d as u64)?;
+    }
+    Some(n)
+}
+
+/// Decodes one decision's part of the script's reply (`items` is exactly
+/// [`reply_len`] long).
+pub(crate) fn decode(
+    limiter: &MultiLimiter,
+    items: &[Value],
+) -> Result<Answer, StoreError> {
+    if items.len() != 2 + limiter.parts().len() {
         return Err(bad(format!(
             "{} items for {} quotas",
             items.len(),
-            spec.quotas.len()
+            limiter.parts().len()
         )));
     }
     let admitted = match &items[0] {
@@ -299,11 +336,9 @@ pub(crate) fn decode(spec: &LimitSpec, v: &Value) -> Result<Answer, StoreError> 
         Value::Int(0) => false,
         other => return Err(bad(format!("verdict {other:?}"))),
     };
-    let now = std::str::from_utf8(text(&items[1])?)
-        .map_err(bad)?
-        .parse::<u64>()
-        .map_err(|e| bad(format!("now: {e}")))?;
-    let limiter = spec.limiter();
+    let raw_now = text(&items[1])?;
+    let now = parse_u64(raw_now)
+        .ok_or_else(|| bad(format!("now {:?}", String::from_utf8_lossy(raw_now))))?;
     let states = limiter
         .parts()
         .iter()
@@ -317,16 +352,15 @@ pub(crate) fn decode(spec: &LimitSpec, v: &Value) -> Result<Answer, StoreError> 
     })
 }
 
-/// The decision drl-core makes on the script's pre-decision states; an error
-/// if the script's verdict differs (it never should: both implement
+/// The decision for one decision's part of the reply: drl-core decides on
+/// the script's pre-decision states at the script's `now`; an error if the
+/// script's verdict differs (it never should: both implement
 /// `SEMANTICS.md`, and the differential tests check it).
-pub(crate) fn decision(
-    spec: &LimitSpec,
-    answer: Answer,
-    cost: u64,
-) -> Result<Decision, StoreError> {
+pub(crate) fn finish(spec: &LimitSpec, items: &[Value], cost: u64) -> Result<Decision, StoreError> {
+    let limiter = spec.limiter();
+    let answer = decode(&limiter, items)?;
     let mut states = answer.states;
-    let d = spec.limiter().decide(&mut states, answer.now, cost);
+    let d = limiter.decide(&mut states, answer.now, cost);
     if d.allowed != answer.admitted {
         metrics::counter!("drl_store_redis_verdict_mismatch_total").increment(1);
         return Err(StoreError::Backend(format!(
@@ -347,7 +381,6 @@ pub(crate) fn decision(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use drl_core::Quota;
 
     #[test]
     fn keys_share_a_hash_tag_and_differ_per_quota() {
@@ -378,10 +411,20 @@ mod tests {
             Algorithm::TokenBucket,
             vec![Quota::new(3, 10).unwrap()],
         );
-        let a = args(&spec, Some(5), 4, 0);
-        assert_eq!(a[..4], ["5", "token-bucket", "4", "0"]);
+        let args = |now, cost| {
+            let mut cmd = Cmd::new();
+            push_args(&mut cmd, Kind::General, &spec, now, cost);
+            cmd.args_iter()
+                .map(|a| match a {
+                    redis::Arg::Simple(b) => String::from_utf8(b.to_vec()).unwrap(),
+                    redis::Arg::Cursor => unreachable!(),
+                })
+                .collect::<Vec<_>>()
+        };
+        let a = args(Some(5), 4);
+        assert_eq!(a[..4], ["5", "token-bucket", "4", "1"]);
         assert_eq!(a[4..], ["3", "10", "12", "x", "30"]);
-        let a = args(&spec, None, 2, 7);
+        let a = args(None, 2);
         assert_eq!(a[0], "t");
         assert_eq!(a[7], "8");
     }

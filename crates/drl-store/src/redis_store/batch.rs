@@ -1,0 +1,268 @@
+//! Coalescing: decisions in flight to the same Redis at the same time go as
+//! one script call that decides them in order.
+//!
+//! A decision is encoded once, by its caller, as a [`Part`]: its keys and
+//! its ARGV record. [`build_call`] concatenates parts into one `EVALSHA`
+//! (KEYS = every part's keys, ARGV = grace then every part's record); the
+//! reply holds [`script::reply_len`] items per part, in order.
+//!
+//! Concurrent [`RedisStore::decide`](super::RedisStore) calls go through a
+//! [`Batcher`]: an unbounded channel to one task per store that takes
+//! whatever is queued (up to `batch_max` decisions), groups it by script
+//! and, on a cluster, by hash slot, and sends one call per group while no
+//! more than `batch_in_flight` calls are in flight. It never waits for a
+//! batch to fill: an idle store sends a lone decision at once; under load,
+//! decisions queue while the in-flight calls run and the next call carries
+//! all of them. A caller that gave up (its deadline passed, its future was
+//! dropped) before its decision was sent is skipped, so a stalled Redis
+//! does not accumulate stale work.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use redis::cluster_routing::Slot;
+use redis::{Arg, Cmd, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use super::script::{self, Kind};
+use super::{Conn, backend, is_noscript};
+use crate::StoreError;
+
+/// Which calls a decision may share: the same script and, on a cluster,
+/// the same hash slot (a script's keys must live in one slot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Group {
+    pub kind: Kind,
+    pub slot: Option<Slot>,
+}
+
+/// One decision, encoded: `nkeys` keys, then its ARGV record.
+pub(crate) struct Part {
+    pub group: Group,
+    pub nkeys: usize,
+    pub args: Cmd,
+    /// Items of the reply that belong to this decision.
+    pub reply_len: usize,
+}
+
+/// The reply items of one call and where one decision's part starts.
+#[derive(Debug, Clone)]
+pub(crate) struct Reply {
+    items: Arc<Vec<Value>>,
+    start: usize,
+    len: usize,
+}
+
+impl Reply {
+    /// This decision's items.
+    pub fn items(&self) -> &[Value] {
+        &self.items[self.start..self.start + self.len]
+    }
+}
+
+/// What the connection and the calls need, shared by the store's clones
+/// and its batcher task.
+pub(crate) struct Shared {
+    pub conn: Conn,
+    /// SHA1s of [`script::SCRIPTS`].
+    pub shas: [String; 3],
+    pub grace_ms: u64,
+    pub response_timeout_ms: u64,
+}
+
+fn push_arg(cmd: &mut Cmd, a: Arg<&[u8]>) {
+    if let Arg::Simple(b) = a {
+        cmd.arg(b);
+    }
+}
+
+/// One script call deciding `parts` in order (all of one [`Group`]):
+/// `EVALSHA sha` (or `EVAL source` when `eval`).
+pub(crate) fn build_call<'a>(
+    shared: &Shared,
+    kind: Kind,
+    eval: bool,
+    parts: impl Iterator<Item = &'a Part> + Clone,
+) -> Cmd {
+    let nkeys: usize = parts.clone().map(|p| p.nkeys).sum();
+    let mut cmd = if eval {
+        let mut c = redis::cmd("EVAL");
+        c.arg(script::SCRIPTS[kind as usize]);
+        c
+    } else {
+        let mut c = redis::cmd("EVALSHA");
+        c.arg(&shared.shas[kind as usize]);
+        c
+    };
+    cmd.arg(nkeys);
+    for p in parts.clone() {
+        for a in p.args.args_iter().take(p.nkeys) {
+            push_arg(&mut cmd, a);
+        }
+    }
+    cmd.arg(shared.grace_ms);
+    for p in parts {
+        for a in p.args.args_iter().skip(p.nkeys) {
+            push_arg(&mut cmd, a);
+        }
+    }
+    cmd
+}
+
+impl Shared {
+    fn with_timeout(&self, e: StoreError) -> StoreError {
+        match e {
+            StoreError::Timeout(0) => StoreError::Timeout(self.response_timeout_ms),
+            other => other,
+        }
+    }
+
+    /// Sends one call deciding `parts` (one group) and splits the reply; a
+    /// server that lost the script (`NOSCRIPT`: nothing ran) gets the same
+    /// call once more as `EVAL`, which caches the script there again.
+    pub async fn call<'a>(
+        &self,
+        parts: impl Iterator<Item = &'a Part> + Clone,
+    ) -> Result<Vec<Reply>, StoreError> {
+        let Some(first) = parts.clone().next() else {
+            return Ok(Vec::new());
+        };
+        let kind = first.group.kind;
+        let v = match self
+            .conn
+            .query(&build_call(self, kind, false, parts.clone()))
+            .await
+        {
+            Err(e) if is_noscript(&e) => {
+                metrics::counter!("drl_store_redis_noscript_total").increment(1);
+                self.conn
+                    .query(&build_call(self, kind, true, parts.clone()))
+                    .await
+            }
+            other => other,
+        };
+        let v = v.map_err(|e| self.with_timeout(backend(e)))?;
+        split(v, parts.map(|p| p.reply_len))
+    }
+}
+
+/// Splits a call's reply into per-decision [`Reply`]s of the given lengths.
+pub(crate) fn split(
+    v: Value,
+    lens: impl Iterator<Item = usize> + Clone,
+) -> Result<Vec<Reply>, StoreError> {
+    let total: usize = lens.clone().sum();
+    let Value::Array(items) = v else {
+        return Err(StoreError::Backend(format!(
+            "unexpected answer from the decision script: expected an array, got {v:?}"
+        )));
+    };
+    if items.len() != total {
+        return Err(StoreError::Backend(format!(
+            "unexpected answer from the decision script: {} items, expected {total}",
+            items.len()
+        )));
+    }
+    let items = Arc::new(items);
+    let mut start = 0;
+    Ok(lens
+        .map(|len| {
+            let r = Reply {
+                items: items.clone(),
+                start,
+                len,
+            };
+            start += len;
+            r
+        })
+        .collect())
+}
+
+/// A queued decision and where its answer goes.
+pub(crate) struct Job {
+    pub part: Part,
+    pub tx: oneshot::Sender<Result<Reply, StoreError>>,
+}
+
+/// The sending side of a store's coalescing task.
+#[derive(Clone)]
+pub(crate) struct Batcher {
+    tx: mpsc::UnboundedSender<Job>,
+}
+
+impl Batcher {
+    /// Starts the task (on the current Tokio runtime). It ends when every
+    /// clone of the returned [`Batcher`] is dropped and its calls are done.
+    pub fn start(shared: Arc<Shared>, max_batch: usize, max_in_flight: usize) -> Batcher {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(shared, rx, max_batch.max(1), max_in_flight.max(1)));
+        Batcher { tx }
+    }
+
+    /// Queues `part`; the answer arrives on the returned receiver.
+    pub fn submit(&self, part: Part) -> oneshot::Receiver<Result<Reply, StoreError>> {
+        let (tx, rx) = oneshot::channel();
+        // A send error means the task is gone; dropping `tx` tells the
+        // caller (its receiver errs).
+        let _ = self.tx.send(Job { part, tx });
+        rx
+    }
+}
+
+async fn send_group(shared: Arc<Shared>, jobs: Vec<Job>) {
+    match shared.call(jobs.iter().map(|j| &j.part)).await {
+        Ok(replies) => {
+            for (j, r) in jobs.into_iter().zip(replies) {
+                let _ = j.tx.send(Ok(r));
+            }
+        }
+        Err(e) => {
+            for j in jobs {
+                let _ = j.tx.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+async fn run(
+    shared: Arc<Shared>,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+    max_batch: usize,
+    max_in_flight: usize,
+) {
+    let mut in_flight = FuturesUnordered::new();
+    let mut open = true;
+    loop {
+        tokio::select! {
+            biased;
+            Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+            job = rx.recv(), if open && in_flight.len() < max_in_flight => {
+                let Some(job) = job else {
+                    open = false;
+                    continue;
+                };
+                let mut groups: Vec<(Group, Vec<Job>)> = Vec::new();
+                let mut taken = 0;
+                let mut next = Some(job);
+                while let Some(job) = next.take() {
+                    taken += 1;
+                    // The caller gave up: do not send its decision.
+                    if !job.tx.is_closed() {
+                        match groups.iter_mut().find(|(g, _)| *g == job.part.group) {
+                            Some((_, v)) => v.push(job),
+                            None => groups.push((job.part.group, vec![job])),
+                        }
+                    }
+                    if taken < max_batch {
+                        next = rx.try_recv().ok();
+                    }
+                }
+                for (_, jobs) in groups {
+                    in_flight.push(send_group(shared.clone(), jobs));
+                }
+            }
+            else => break,
+        }
+    }
+}

@@ -2,12 +2,20 @@
 //!
 //! `cargo bench -p drl-store --bench redis -- --url redis://127.0.0.1:6379
 //! --clients 50 --pipeline 16 --seconds 5 [--algorithm gcra] [--keys 10000]
-//! [--time redis|caller]`
+//! [--time redis|caller] [--mode many|single]`
 //!
-//! Like `redis-benchmark -c CLIENTS -P PIPELINE`: CLIENTS connections, each
-//! keeping PIPELINE decisions in flight as one pipeline (`decide_many`).
-//! Prints one line: `decisions_per_sec=N admitted=N errors=N`.
-//! Used by `scripts/bench-redis`.
+//! Like `redis-benchmark -c CLIENTS -P PIPELINE`: CLIENTS connections (one
+//! `RedisStore` each), each keeping PIPELINE decisions in flight:
+//!
+//! - `--mode many` (default): one task per client sends `decide_many` of
+//!   PIPELINE decisions, i.e. one script call carrying PIPELINE decisions;
+//! - `--mode single`: PIPELINE tasks per client, each calling `decide` in a
+//!   loop (the service's shape); the store's batcher coalesces whatever is
+//!   queued into shared calls.
+//!
+//! Prints one line: `decisions_per_sec=N calls_per_sec=N
+//! decisions_per_call=X admitted=N errors=N` (calls counted by Redis:
+//! `INFO commandstats`, `EVALSHA` calls). Used by `scripts/bench-redis`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,6 +32,18 @@ fn arg(args: &[String], name: &str, default: &str) -> String {
         .unwrap_or_else(|| default.to_string())
 }
 
+/// `EVALSHA` calls Redis has executed so far (`INFO commandstats`).
+fn evalsha_calls(admin: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(admin)
+        .expect("INFO commandstats");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("calls"))
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if !args.iter().any(|a| a == "--url") {
@@ -38,6 +58,11 @@ fn main() {
     let algorithm: Algorithm = arg(&args, "--algorithm", "gcra")
         .parse()
         .expect("--algorithm");
+    let single = match arg(&args, "--mode", "many").as_str() {
+        "many" => false,
+        "single" => true,
+        other => panic!("--mode {other:?}: expected many or single"),
+    };
     let time = match arg(&args, "--time", "redis").as_str() {
         "caller" => TimeSource::Caller,
         _ => TimeSource::Redis,
@@ -48,7 +73,7 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let mut cfg = RedisConfig::single(url);
+        let mut cfg = RedisConfig::single(url.clone());
         cfg.time = time;
         let spec = Arc::new(LimitSpec::new(
             "bench",
@@ -63,6 +88,39 @@ fn main() {
         for c in 0..clients {
             let store = RedisStore::connect(&cfg).await.expect("connect");
             store.load_script().await.expect("SCRIPT LOAD");
+            let names: Vec<String> = (0..pipeline)
+                .map(|i| format!("key-{}", (c * pipeline + i) as u64 % keys))
+                .collect();
+            if single {
+                for name in names {
+                    let (store, spec, stop, done, admitted, errors) = (
+                        store.clone(),
+                        spec.clone(),
+                        stop.clone(),
+                        done.clone(),
+                        admitted.clone(),
+                        errors.clone(),
+                    );
+                    tasks.push(tokio::spawn(async move {
+                        let start = Instant::now();
+                        while !stop.load(Ordering::Relaxed) {
+                            let now = start.elapsed().as_nanos() as u64 + 1;
+                            let check = Check {
+                                spec: &spec,
+                                key: &name,
+                                cost: 1,
+                                now,
+                            };
+                            match store.decide(check).await {
+                                Ok(d) => admitted.fetch_add(d.allowed as u64, Ordering::Relaxed),
+                                Err(_) => errors.fetch_add(1, Ordering::Relaxed),
+                            };
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }));
+                }
+                continue;
+            }
             let (spec, stop, done, admitted, errors) = (
                 spec.clone(),
                 stop.clone(),
@@ -71,11 +129,7 @@ fn main() {
                 errors.clone(),
             );
             tasks.push(tokio::spawn(async move {
-                let names: Vec<String> = (0..pipeline)
-                    .map(|i| format!("key-{}", (c * pipeline + i) as u64 % keys))
-                    .collect();
                 let start = Instant::now();
-                let mut round = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     let now = start.elapsed().as_nanos() as u64 + 1;
                     let checks: Vec<Check<'_>> = names
@@ -98,25 +152,30 @@ fn main() {
                         }
                     }
                     done.fetch_add(pipeline as u64, Ordering::Relaxed);
-                    round += 1;
                 }
-                round
             }));
         }
+        let mut admin = redis::Client::open(url.as_str())
+            .and_then(|c| c.get_connection())
+            .expect("admin connection");
         // Warm up, then measure.
         tokio::time::sleep(Duration::from_millis(500)).await;
+        let c0 = evalsha_calls(&mut admin);
         let d0 = done.load(Ordering::Relaxed);
         let t0 = Instant::now();
         tokio::time::sleep(Duration::from_secs(seconds)).await;
         let d1 = done.load(Ordering::Relaxed);
         let el = t0.elapsed().as_secs_f64();
+        let c1 = evalsha_calls(&mut admin);
         stop.store(true, Ordering::Relaxed);
         for t in tasks {
             let _ = t.await;
         }
         println!(
-            "decisions_per_sec={:.0} admitted={} errors={}",
+            "decisions_per_sec={:.0} calls_per_sec={:.0} decisions_per_call={:.2} admitted={} errors={}",
             (d1 - d0) as f64 / el,
+            (c1 - c0) as f64 / el,
+            (d1 - d0) as f64 / (c1 - c0).max(1) as f64,
             admitted.load(Ordering::Relaxed),
             errors.load(Ordering::Relaxed)
         );

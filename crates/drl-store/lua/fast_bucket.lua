@@ -18,7 +18,7 @@
 -- capacity gives the exact result. Credits, levels and `ahead` never exceed
 -- the capacity, so they are exact doubles. Written for speed: few tables,
 -- few string operations.
-local sub, fmt, tonum, find = string.sub, string.format, tonumber, string.find
+local sub, fmt, tonum, find, fmod = string.sub, string.format, tonumber, string.find, math.fmod
 local grace = tonum(ARGV[1])
 local vals = redis.call('MGET', unpack(KEYS))
 local cur, px, order = {}, {}, {}
@@ -26,10 +26,32 @@ for i = 1, #KEYS do
   local k = KEYS[i]
   if cur[k] == nil then cur[k] = vals[i] end
 end
+-- tonumber of ARGV strings, memoized: a batch repeats the same few.
+local nums = {}
+local function num(x)
+  local v = nums[x]
+  if not v then
+    v = tonum(x)
+    nums[x] = v
+  end
+  return v
+end
+-- An integral double as decimal: concatenation (Lua's "%.14g") is exact
+-- and cheaper than string.format below 10^14.
+local function dec(x)
+  if x < 1e14 then return '' .. x end
+  return fmt('%d', x)
+end
+-- Expiry strings, memoized by value: formatting a number is the most
+-- expensive thing a script does here, and a batch repeats the same few.
+local pxs = {}
 local t_s, t_ns, t_dec -- Redis TIME, read on first use
+local p_dec, p_s, p_ns -- the previous caller time, parsed
 local out, o = {}, 0
 local a, ki = 2, 0 -- next ARGV index, last KEYS index used
-while a <= #ARGV do
+local nargv = #ARGV
+local ws, wp = {}, {} -- one decision's new states and expiries (scratch)
+while a <= nargv do
   local a1 = ARGV[a]
   local now_s, now_ns, now_dec
   if a1 == 't' then
@@ -40,34 +62,37 @@ while a <= #ARGV do
     end
     now_s, now_ns, now_dec = t_s, t_ns, t_dec
   else
-    local n = #a1
-    if n <= 9 then
-      now_s, now_ns = 0, tonum(a1)
-    else
-      now_s, now_ns = tonum(sub(a1, 1, n - 9)), tonum(sub(a1, n - 8))
+    if a1 ~= p_dec then
+      local n = #a1
+      if n <= 9 then
+        p_s, p_ns = 0, tonum(a1)
+      else
+        p_s, p_ns = tonum(sub(a1, 1, n - 9)), tonum(sub(a1, n - 8))
+      end
+      p_dec = a1
     end
-    now_dec = a1
+    now_s, now_ns, now_dec = p_s, p_ns, a1
   end
   local alg = ARGV[a + 1]
   local kind = 0 -- gcra, leaky-queue
   if alg == 'token-bucket' then kind = 1 elseif alg == 'leaky-bucket' then kind = 2 end
   local write = ARGV[a + 2] ~= '0'
-  local nq = tonum(ARGV[a + 3])
+  local nq = num(ARGV[a + 3])
   local base = o
   out[o + 2] = now_dec
   local admit = true
-  local ws, wp = {}, {}
   for i = 1, nq do
     local raw = cur[KEYS[ki + i]]
     out[o + 2 + i] = raw or ''
     if admit then
-      local need = ARGV[a + 3 + 2 * i]
-      if need == 'x' then
+      local need_dec = ARGV[a + 3 + 2 * i]
+      if need_dec == 'x' then
         admit = false
       else
-        need = tonum(need)
-        local cap = tonum(ARGV[a + 2 + 2 * i])
+        local need = num(need_dec)
+        local cap = num(ARGV[a + 2 + 2 * i])
         local s, ns, x = now_s, now_ns, 0
+        local last = now_dec -- decimal of max(now, stored last)
         if kind == 1 then x = cap end
         local d = 9007199254740992 -- 2^53: "long ago" for a missing state
         if raw then
@@ -81,7 +106,10 @@ while a <= #ARGV do
           end
           x = tonum(sub(raw, sp + 1))
           -- Clock clamp: now = max(now, last).
-          if s < ls or (s == ls and ns < lns) then s, ns = ls, lns end
+          if s < ls or (s == ls and ns < lns) then
+            s, ns = ls, lns
+            last = sub(raw, 1, n)
+          end
           local ds = s - ls
           if ds < 9000000 then d = ds * 1000000000 + (ns - lns) end
         end
@@ -100,12 +128,22 @@ while a <= #ARGV do
           fresh = after
         end
         if admit and write then
-          if s == 0 then ws[i] = fmt('%d %d', ns, after) else ws[i] = fmt('%d%09d %d', s, ns, after) end
-          local rest = math.fmod(fresh, 1000000)
+          -- A drained meter or queue (the common case) holds just `need`.
+          if after == need then
+            ws[i] = last .. ' ' .. need_dec
+          else
+            ws[i] = last .. ' ' .. dec(after)
+          end
+          local rest = fmod(fresh, 1000000)
           local p = (fresh - rest) / 1000000 + grace
           if rest > 0 then p = p + 1 end
           if p < 1 then p = 1 end
-          wp[i] = p
+          local ps = pxs[p]
+          if not ps then
+            ps = dec(p)
+            pxs[p] = ps
+          end
+          wp[i] = ps
         end
       end
     end
@@ -129,6 +167,6 @@ while a <= #ARGV do
 end
 for i = 1, #order do
   local k = order[i]
-  redis.call('SET', k, cur[k], 'PX', fmt('%d', px[k]))
+  redis.call('SET', k, cur[k], 'PX', px[k])
 end
 return out

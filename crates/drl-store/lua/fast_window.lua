@@ -32,6 +32,19 @@ local function join(s, ns)
   return fmt('%d%09d', s, ns)
 end
 
+-- Decimal strings of integral doubles, memoized: formatting a number is the
+-- most expensive thing a script does here, and a batch repeats the same
+-- few (window indexes, counts, expiries).
+local decs = {}
+local function dec(x)
+  local d = decs[x]
+  if not d then
+    d = fmt('%d', x)
+    decs[x] = d
+  end
+  return d
+end
+
 local grace = tonum(ARGV[1])
 local vals = redis.call('MGET', unpack(KEYS))
 local cur, px, order = {}, {}, {}
@@ -63,7 +76,7 @@ while a <= #ARGV do
   local base = o
   out[o + 2] = now_dec
   local admit = true
-  local ws, wp = {}, {}
+  local ws, wp = {}, {} -- this decision's new states and expiries
   for i = 1, nq do
     local raw = cur[KEYS[ki + i]]
     out[o + 2 + i] = raw or ''
@@ -107,10 +120,14 @@ while a <= #ARGV do
         end
       else
         local index, c1, c2 = -2, 0, 0
+        local last = now_dec -- decimal of max(now, stored last)
         if raw then
           local f1, f2, f3, f4 = string.match(raw, '^(%d+) (%d+) (%d+) ?(%d*)$')
           local ls, lns = split(f1)
-          if s < ls or (s == ls and ns < lns) then s, ns = ls, lns end
+          if s < ls or (s == ls and ns < lns) then
+            s, ns = ls, lns
+            last = f1
+          end
           index, c1, c2 = tonum(f2), tonum(f3), tonum(f4)
         end
         local W = w / E9
@@ -124,7 +141,7 @@ while a <= #ARGV do
           if after > limit then
             admit = false
           else
-            state = join(s, ns) .. fmt(' %d %d', idx, after)
+            state = last .. ' ' .. dec(idx) .. ' ' .. dec(after)
             fresh = w - elapsed
           end
         else
@@ -138,7 +155,7 @@ while a <= #ARGV do
           if prev * to_end + after * w > limit * w then
             admit = false
           else
-            state = join(s, ns) .. fmt(' %d %d %d', idx, prev, after)
+            state = last .. ' ' .. dec(idx) .. ' ' .. dec(prev) .. ' ' .. dec(after)
             fresh = to_end + w
           end
         end
@@ -149,7 +166,7 @@ while a <= #ARGV do
         if rest > 0 then p = p + 1 end
         if p < 1 then p = 1 end
         ws[i] = state
-        wp[i] = p
+        wp[i] = dec(p)
       end
     end
   end
@@ -172,6 +189,6 @@ while a <= #ARGV do
 end
 for i = 1, #order do
   local k = order[i]
-  redis.call('SET', k, cur[k], 'PX', fmt('%d', px[k]))
+  redis.call('SET', k, cur[k], 'PX', px[k])
 end
 return out

@@ -2,7 +2,7 @@
 //!
 //! `cargo bench -p drl-store --bench redis -- --url redis://127.0.0.1:6379
 //! --clients 50 --pipeline 16 --seconds 5 [--algorithm gcra] [--keys 10000]
-//! [--time redis|caller] [--mode many|single]`
+//! [--time redis|caller] [--mode many|single] [--in-flight N] [--shared]`
 //!
 //! Like `redis-benchmark -c CLIENTS -P PIPELINE`: CLIENTS connections (one
 //! `RedisStore` each), each keeping PIPELINE decisions in flight:
@@ -11,7 +11,10 @@
 //!   PIPELINE decisions, i.e. one script call carrying PIPELINE decisions;
 //! - `--mode single`: PIPELINE tasks per client, each calling `decide` in a
 //!   loop (the service's shape); the store's batcher coalesces whatever is
-//!   queued into shared calls.
+//!   queued into shared calls (`--in-flight`: its `batch_in_flight`).
+//!
+//! `--shared`: all clients use one `RedisStore` (one connection, one
+//! coalescing task), as the service does.
 //!
 //! Prints one line: `decisions_per_sec=N calls_per_sec=N
 //! decisions_per_call=X admitted=N errors=N` (calls counted by Redis:
@@ -63,6 +66,7 @@ fn main() {
         "single" => true,
         other => panic!("--mode {other:?}: expected many or single"),
     };
+    let shared = args.iter().any(|a| a == "--shared");
     let time = match arg(&args, "--time", "redis").as_str() {
         "caller" => TimeSource::Caller,
         _ => TimeSource::Redis,
@@ -75,6 +79,9 @@ fn main() {
     rt.block_on(async move {
         let mut cfg = RedisConfig::single(url.clone());
         cfg.time = time;
+        if let Some(n) = args.iter().position(|a| a == "--in-flight") {
+            cfg.batch_in_flight = args[n + 1].parse().expect("--in-flight");
+        }
         let spec = Arc::new(LimitSpec::new(
             "bench",
             algorithm,
@@ -85,9 +92,22 @@ fn main() {
         let admitted = Arc::new(AtomicU64::new(0));
         let errors = Arc::new(AtomicU64::new(0));
         let mut tasks = Vec::new();
-        for c in 0..clients {
+        let shared_store = if shared {
             let store = RedisStore::connect(&cfg).await.expect("connect");
             store.load_script().await.expect("SCRIPT LOAD");
+            Some(store)
+        } else {
+            None
+        };
+        for c in 0..clients {
+            let store = match &shared_store {
+                Some(s) => s.clone(),
+                None => {
+                    let store = RedisStore::connect(&cfg).await.expect("connect");
+                    store.load_script().await.expect("SCRIPT LOAD");
+                    store
+                }
+            };
             let names: Vec<String> = (0..pipeline)
                 .map(|i| format!("key-{}", (c * pipeline + i) as u64 % keys))
                 .collect();

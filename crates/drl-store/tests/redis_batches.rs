@@ -78,10 +78,14 @@ fn quota() -> impl Strategy<Value = Quota> {
         (1u64 << 60)..u64::MAX,
     ];
     let limit = prop_oneof![4 => 1u64..8, 1 => 1u64..u64::MAX];
-    (window, limit, prop_oneof![Just(None), (1u64..10).prop_map(Some)]).prop_filter_map(
-        "valid quota",
-        |(w, l, b)| Quota::with_burst(l, w, b.unwrap_or(l)).ok(),
+    (
+        window,
+        limit,
+        prop_oneof![Just(None), (1u64..10).prop_map(Some)],
     )
+        .prop_filter_map("valid quota", |(w, l, b)| {
+            Quota::with_burst(l, w, b.unwrap_or(l)).ok()
+        })
 }
 
 /// One step: which of 3 keys, time step (sometimes backwards), cost.
@@ -230,7 +234,7 @@ fn concurrent_decisions_share_calls_and_admit_exactly_the_quota() {
         .build()
         .unwrap();
     rt.block_on(async {
-        // The default: Redis TIME, up to 4 calls in flight.
+        // The default: Redis TIME, up to 2 calls in flight.
         let store = RedisStore::connect(&RedisConfig::single(server.url()))
             .await
             .unwrap();
@@ -301,10 +305,7 @@ fn multi_quota_is_all_or_nothing_within_one_call() {
             assert_eq!(got, want);
             let verdicts: Vec<bool> = got.iter().map(|d| d.allowed).collect();
             if spec.algorithm == Algorithm::FixedWindow {
-                assert_eq!(
-                    verdicts,
-                    [true, true, false, true, true, false, true, true]
-                );
+                assert_eq!(verdicts, [true, true, false, true, true, false, true, true]);
             } else {
                 // The sliding window still counts the previous window.
                 assert_eq!(
@@ -421,7 +422,10 @@ fn a_batch_that_times_out_fails_over_per_decision() {
         );
         for d in got {
             let d = d.unwrap();
-            assert!(!d.allowed && d.reason == Some(DenyReason::OverLimit), "{d:?}");
+            assert!(
+                !d.allowed && d.reason == Some(DenyReason::OverLimit),
+                "{d:?}"
+            );
         }
         // Back to Redis: fresh keys get the quota.
         let fresh = fixed(Algorithm::Gcra, &["3/h"]);

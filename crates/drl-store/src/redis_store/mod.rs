@@ -80,7 +80,7 @@ pub struct RedisConfig {
     /// decisions are coalesced up to this, and `decide_many` is cut into
     /// calls of at most this many.
     pub batch_max: usize,
-    /// Most coalesced calls in flight per store (default 4); decisions
+    /// Most coalesced calls in flight per store (default 2); decisions
     /// arriving meanwhile queue and go together in the next call.
     pub batch_in_flight: usize,
 }
@@ -97,7 +97,7 @@ impl Default for RedisConfig {
             expiry_grace_ms: 1000,
             fast_path: true,
             batch_max: 64,
-            batch_in_flight: 4,
+            batch_in_flight: 2,
         }
     }
 }
@@ -404,12 +404,9 @@ impl Store for RedisStore {
             let mut answers = Vec::with_capacity(parts.len());
             for chunk in parts.chunks(max) {
                 match self.shared.call(chunk.iter().map(|(_, p)| p)).await {
-                    Ok(replies) => answers.extend(
-                        chunk
-                            .iter()
-                            .zip(replies)
-                            .map(|((i, _), r)| (*i, Ok(r))),
-                    ),
+                    Ok(replies) => {
+                        answers.extend(chunk.iter().zip(replies).map(|((i, _), r)| (*i, Ok(r))))
+                    }
                     Err(e) => answers.extend(chunk.iter().map(|(i, _)| (*i, Err(e.clone())))),
                 }
             }

@@ -320,10 +320,7 @@ fn parse_u64(raw: &[u8]) -> Option<u64> {
 
 /// Decodes one decision's part of the script's reply (`items` is exactly
 /// [`reply_len`] long).
-pub(crate) fn decode(
-    limiter: &MultiLimiter,
-    items: &[Value],
-) -> Result<Answer, StoreError> {
+pub(crate) fn decode(limiter: &MultiLimiter, items: &[Value]) -> Result<Answer, StoreError> {
     if items.len() != 2 + limiter.parts().len() {
         return Err(bad(format!(
             "{} items for {} quotas",
@@ -417,7 +414,7 @@ mod tests {
             cmd.args_iter()
                 .map(|a| match a {
                     redis::Arg::Simple(b) => String::from_utf8(b.to_vec()).unwrap(),
-                    redis::Arg::Cursor => unreachable!(),
+                    _ => unreachable!("no cursor arguments"),
                 })
                 .collect::<Vec<_>>()
         };

@@ -279,10 +279,12 @@ async fn paused_redis_costs_a_timeout_then_microseconds() {
     );
     server.resume();
     wait_recovered(&store, "paused").await;
-    // State written before the pause is still there: "a" had 3 of 10. The
-    // 3 requests that timed out had already been sent: Redis ran them when
-    // it woke up, so they count (the caller got the policy's answer).
-    assert_eq!(admitted(&store, &s, "a", 10).await, 4);
+    // State written before the pause is still there: "a" had 3 of 10. Of
+    // the 3 requests that timed out, the first 2 had been sent (the
+    // store's `batch_in_flight` is 2): Redis ran them when it woke up, so
+    // they count (the caller got the policy's answer). The third was still
+    // queued behind them when its caller gave up, so it was never sent.
+    assert_eq!(admitted(&store, &s, "a", 10).await, 5);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -331,3 +331,57 @@ fn bind(kind: Kind, addr: SocketAddr) -> anyhow::Result<TcpListener> {
 async fn stopped(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(http: Option<SocketAddr>, grpc: Option<SocketAddr>) -> Config {
+        let mut c =
+            crate::config::parse("limits:\n  - name: a\n    quota: 1/s\n", "<test>").unwrap();
+        c.listen.http = http;
+        c.listen.grpc = grpc;
+        c
+    }
+
+    fn listeners(flags: (Option<SocketAddr>, Option<SocketAddr>)) -> Arc<Listeners> {
+        let c = cfg(None, None);
+        let engine = Arc::new(Engine::new(&c, None).unwrap());
+        Listeners::new(engine, crate::metrics::install(), flags.0, flags.1).0
+    }
+
+    fn any_port() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    }
+
+    #[tokio::test]
+    async fn a_config_without_any_listener_is_refused() {
+        let l = listeners((None, None));
+        let e = l.prepare(&cfg(None, None)).err().unwrap();
+        assert!(e.to_string().contains("nothing to serve"), "{e}");
+        // A flag counts as a listener.
+        let l = listeners((Some(any_port()), None));
+        assert!(l.prepare(&cfg(None, None)).is_ok());
+    }
+
+    #[tokio::test]
+    async fn unchanged_addresses_keep_their_listener_and_null_stops_one() {
+        let l = listeners((None, None));
+        let c = cfg(Some(any_port()), Some(any_port()));
+        let p = l.prepare(&c).unwrap();
+        l.commit(p, c.server);
+        let (http, grpc) = (l.local(Kind::Http).unwrap(), l.local(Kind::Grpc).unwrap());
+        // Same requested addresses: nothing moves (port 0 is not re-bound).
+        let p = l.prepare(&c).unwrap();
+        assert!(l.commit(p, c.server).is_empty());
+        assert_eq!(l.local(Kind::Http), Some(http));
+        // `http: null` stops the HTTP listener.
+        let c2 = cfg(None, Some(any_port()));
+        let p = l.prepare(&c2).unwrap();
+        let changes = l.commit(p, c2.server);
+        assert_eq!(changes, [format!("http listener on {http} stopped")]);
+        assert_eq!(l.local(Kind::Http), None);
+        assert_eq!(l.local(Kind::Grpc), Some(grpc));
+        assert!(l.shutdown(Duration::from_secs(30)).await);
+    }
+}

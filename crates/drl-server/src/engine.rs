@@ -249,9 +249,24 @@ impl Engine {
         limits: &Limits,
         reqs: &[CheckRequest<'_>],
     ) -> Result<Vec<Decision>, CheckError> {
+        let mut out = Vec::with_capacity(reqs.len());
+        self.check_each(limits, reqs, |d| out.push(d)).await?;
+        Ok(out)
+    }
+
+    /// Like [`Engine::check`], handing each decision to `emit` in order
+    /// instead of collecting them (the APIs write their responses
+    /// directly, with no intermediate vector). On a store error, `emit`
+    /// has seen the decisions before the failing check; callers discard
+    /// them.
+    pub async fn check_each(
+        &self,
+        limits: &Limits,
+        reqs: &[CheckRequest<'_>],
+        mut emit: impl FnMut(Decision),
+    ) -> Result<(), CheckError> {
         let resolved = resolve(limits, reqs)?;
         let now = self.now();
-        let mut out = Vec::with_capacity(reqs.len());
         // Decisions are counted per run of checks on the same limit: one
         // counter update per run instead of one per check.
         let mut tally = Tally::default();
@@ -264,10 +279,10 @@ impl Engine {
                 }
             };
             tally.add(l, d.allowed);
-            out.push(apply_shadow(l, d));
+            emit(apply_shadow(l, d));
         }
         tally.flush();
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -290,9 +305,16 @@ pub fn resolve<'l>(
             max: s.max_batch,
         });
     }
-    let mut out = Vec::with_capacity(reqs.len());
+    let mut out: Vec<&'l Arc<Limit>> = Vec::with_capacity(reqs.len());
+    let mut prev: Option<(&str, &'l Arc<Limit>)> = None;
     for (index, r) in reqs.iter().enumerate() {
-        let Some(l) = limits.get(r.limit) else {
+        // Batches usually repeat a limit: compare with the previous name
+        // before hashing.
+        let found = match prev {
+            Some((name, l)) if name == r.limit => Some(l),
+            _ => limits.get(r.limit),
+        };
+        let Some(l) = found else {
             return Err(CheckError::UnknownLimit {
                 index,
                 name: r.limit.to_string(),
@@ -312,6 +334,7 @@ pub fn resolve<'l>(
                 len: r.key.len(),
             });
         }
+        prev = Some((r.limit, l));
         out.push(l);
     }
     Ok(out)

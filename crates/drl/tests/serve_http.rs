@@ -213,6 +213,16 @@ fn bad_requests_get_clear_errors_and_decide_nothing() {
         );
     };
     expect("{not json", 400, "invalid request body");
+    // A body that is not UTF-8 (a key with a stray 0xff byte).
+    let (s, _, b) = common::http_request(
+        "POST",
+        &url,
+        &[("content-type", "application/json")],
+        b"{\"requests\":[{\"limit\":\"hourly\",\"key\":\"\xff\"}]}",
+    )
+    .unwrap();
+    assert_eq!(s, 400, "{b}");
+    assert!(b.contains("not UTF-8"), "{b}");
     expect(
         r#"{"requests":[{"limit":"hourly"}]}"#,
         400,

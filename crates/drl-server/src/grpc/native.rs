@@ -48,26 +48,28 @@ impl RateLimiter for NativeService {
             })
             .collect();
         let limits = self.engine.limits();
-        let decisions = self.engine.check(&limits, &reqs).await.map_err(|e| {
-            rejected(Api::GrpcCheck, e.kind());
-            status_of(&e)
-        })?;
-        let results = decisions
-            .iter()
-            .map(|d| CheckResult {
-                allowed: d.allowed,
-                limit: d.limit,
-                remaining: d.remaining,
-                retry_after_ms: if d.allowed {
-                    None
-                } else {
-                    d.retry_after.map(ceil_ms)
-                },
-                reset_after_ms: ceil_ms(d.reset_after),
-                delay_ms: ceil_ms(d.delay),
-                reason: d.reason.map(|r| r.as_str().to_string()).unwrap_or_default(),
+        let mut results = Vec::with_capacity(reqs.len());
+        self.engine
+            .check_each(&limits, &reqs, |d| {
+                results.push(CheckResult {
+                    allowed: d.allowed,
+                    limit: d.limit,
+                    remaining: d.remaining,
+                    retry_after_ms: if d.allowed {
+                        None
+                    } else {
+                        d.retry_after.map(ceil_ms)
+                    },
+                    reset_after_ms: ceil_ms(d.reset_after),
+                    delay_ms: ceil_ms(d.delay),
+                    reason: d.reason.map(|r| r.as_str().to_string()).unwrap_or_default(),
+                })
             })
-            .collect();
+            .await
+            .map_err(|e| {
+                rejected(Api::GrpcCheck, e.kind());
+                status_of(&e)
+            })?;
         self.engine.api_metrics.observe(Api::GrpcCheck, started);
         Ok(Response::new(CheckResponse { results }))
     }

@@ -7,7 +7,7 @@
 -- layout). ARGV: grace (ms), then per decision: now ("t": Redis TIME, read
 -- once per call), algorithm, cost, nq, then per quota: cap (burst*T), need
 -- (cost*T, or "x" when cost > burst). KEYS: every decision's nq keys in
--- order. All keys are read with one MGET; a key decided twice in one call
+-- order. All keys are read with one MGET (GET for one); a key decided twice in one call
 -- sees the first decision's state (a table of current values); each
 -- written key is SET once at the end, with its last state.
 --
@@ -20,21 +20,26 @@
 -- few string operations.
 local sub, fmt, tonum, find, fmod = string.sub, string.format, tonumber, string.find, math.fmod
 local grace = tonum(ARGV[1])
-local vals = redis.call('MGET', unpack(KEYS))
+local vals
+if #KEYS == 1 then vals = {redis.call('GET', KEYS[1])} else vals = redis.call('MGET', unpack(KEYS)) end
 local cur, px, order = {}, {}, {}
 for i = 1, #KEYS do
   local k = KEYS[i]
   if cur[k] == nil then cur[k] = vals[i] end
 end
 -- tonumber of ARGV strings, memoized: a batch repeats the same few.
-local nums = {}
-local function num(x)
-  local v = nums[x]
-  if not v then
-    v = tonum(x)
-    nums[x] = v
+-- (A lone decision parses each argument once: plain tonumber.)
+local num = tonum
+if #KEYS > 1 then
+  local nums = {}
+  num = function(x)
+    local v = nums[x]
+    if not v then
+      v = tonum(x)
+      nums[x] = v
+    end
+    return v
   end
-  return v
 end
 -- An integral double as decimal: concatenation (Lua's "%.14g") is exact
 -- and cheaper than string.format below 10^14.

@@ -46,7 +46,8 @@ local function dec(x)
 end
 
 local grace = tonum(ARGV[1])
-local vals = redis.call('MGET', unpack(KEYS))
+local vals
+if #KEYS == 1 then vals = {redis.call('GET', KEYS[1])} else vals = redis.call('MGET', unpack(KEYS)) end
 local cur, px, order = {}, {}, {}
 for i = 1, #KEYS do
   local k = KEYS[i]

@@ -16,7 +16,8 @@
 -- decision left (decisions are sequential); all keys are read with one MGET
 -- and each written key is SET once at the end with its last state.
 local grace = tonumber(ARGV[1])
-local vals = redis.call('MGET', unpack(KEYS))
+local vals
+if #KEYS == 1 then vals = {redis.call('GET', KEYS[1])} else vals = redis.call('MGET', unpack(KEYS)) end
 local cur, px, order = {}, {}, {}
 for i = 1, #KEYS do
   local k = KEYS[i]

@@ -259,6 +259,14 @@ impl Engine {
     /// directly, with no intermediate vector). On a store error, `emit`
     /// has seen the decisions before the failing check; callers discard
     /// them.
+    ///
+    /// In-memory (`local`) checks are decided inline. From the first check
+    /// that needs a store (Redis, gossip, Orbit) on, the rest of the batch
+    /// is decided concurrently, so that a batch of Redis checks is coalesced
+    /// into as few script calls as the store's batcher allows instead of
+    /// one round trip per check; the store still decides them in request
+    /// order. On a store error every check of the batch has been decided;
+    /// the first error is returned.
     pub async fn check_each(
         &self,
         limits: &Limits,
@@ -270,16 +278,38 @@ impl Engine {
         // Decisions are counted per run of checks on the same limit: one
         // counter update per run instead of one per check.
         let mut tally = Tally::default();
-        for (r, l) in reqs.iter().zip(resolved) {
-            let d = match decide_raw(l, r.key, r.cost, now).await {
-                Ok(d) => d,
-                Err(e) => {
-                    tally.flush();
-                    return Err(e);
+        let mut pairs = reqs.iter().zip(resolved);
+        let mut pending = None;
+        for (r, l) in pairs.by_ref() {
+            match l.backend.decide_now(r.key, r.cost, now) {
+                Some(d) => {
+                    tally.add(l, d.allowed);
+                    emit(apply_shadow(l, d));
                 }
-            };
-            tally.add(l, d.allowed);
-            emit(apply_shadow(l, d));
+                None => {
+                    pending = Some((r, l));
+                    break;
+                }
+            }
+        }
+        if let Some(first) = pending {
+            let rest: Vec<_> = std::iter::once(first).chain(pairs).collect();
+            let decided = futures::future::join_all(
+                rest.iter().map(|(r, l)| decide_raw(l, r.key, r.cost, now)),
+            )
+            .await;
+            for (&(_, l), d) in rest.iter().zip(decided) {
+                match d {
+                    Ok(d) => {
+                        tally.add(l, d.allowed);
+                        emit(apply_shadow(l, d));
+                    }
+                    Err(e) => {
+                        tally.flush();
+                        return Err(e);
+                    }
+                }
+            }
         }
         tally.flush();
         Ok(())

@@ -44,3 +44,86 @@ limits:
         .sum();
     assert_eq!(local, 10);
 }
+
+/// Script calls (`EVALSHA` + `EVAL`) the Redis at `port` has served.
+fn script_calls(port: u16) -> u64 {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "INFO", "commandstats"])
+        .output()
+        .expect("redis-cli (apt-get install -y redis-tools)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// One HTTP batch of redis-scoped checks is decided concurrently, so the
+/// store coalesces it into a few script calls instead of one round trip per
+/// check, and still decides in request order (the first `quota` checks of
+/// one key are the admitted ones).
+#[test]
+fn a_batch_of_redis_checks_shares_script_calls_and_keeps_order() {
+    let redis = common::Redis::start();
+    let port = redis.port;
+    let config = format!(
+        r#"
+redis:
+  url: redis://127.0.0.1:{port}
+limits:
+  - name: global
+    algorithm: gcra
+    quota: 30/h
+    burst: 30
+    scope: redis
+  - name: local
+    algorithm: gcra
+    quota: 1000/s
+"#
+    );
+    let d = Drl::start(&config);
+    // Warm the connection and the script cache with one check.
+    let one = json!({"requests":[{"limit": "global", "key": "warm"}]}).to_string();
+    assert_eq!(post_json(&d.url("/v1/check"), &one).0, 200);
+    let before = script_calls(port);
+    // A local check first, then 60 redis checks on one key, a local one in
+    // the middle.
+    let mut reqs = vec![json!({"limit": "local", "key": "a"})];
+    for i in 0..60 {
+        reqs.push(json!({"limit": "global", "key": "tenant", "cost": 1}));
+        if i == 30 {
+            reqs.push(json!({"limit": "local", "key": "b"}));
+        }
+    }
+    let body = json!({ "requests": reqs }).to_string();
+    let (s, _, v) = post_json(&d.url("/v1/check"), &body);
+    assert_eq!(s, 200, "{v}");
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 62);
+    let global: Vec<bool> = results
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 0 && *i != 32)
+        .map(|(_, r)| r["allowed"].as_bool().unwrap())
+        .collect();
+    assert_eq!(global.len(), 60);
+    assert!(
+        global[..30].iter().all(|a| *a),
+        "first 30 admitted: {global:?}"
+    );
+    assert!(global[30..].iter().all(|a| !*a), "then denied: {global:?}");
+    assert_eq!(results[0]["allowed"], true);
+    assert_eq!(results[32]["allowed"], true);
+    let calls = script_calls(port) - before;
+    assert!(
+        (1..=10).contains(&calls),
+        "60 checks in one batch took {calls} script calls (expected coalescing)"
+    );
+}

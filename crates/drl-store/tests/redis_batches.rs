@@ -9,11 +9,10 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::{RedisCluster, RedisServer};
+use common::{RedisCluster, RedisServer, StoreEnv, unique};
 use drl_core::{Algorithm, Decision, DenyReason, Quota, State};
 use drl_store::{
     BreakerConfig, Check, FailurePolicy, LimitSpec, OnStoreError, RedisConfig, RedisStore,
@@ -22,16 +21,8 @@ use drl_store::{
 use futures::future::join_all;
 use proptest::prelude::*;
 
-struct Env {
-    rt: tokio::runtime::Runtime,
-    /// Fast scripts where exact; coalescing with one call in flight, so
-    /// concurrent decisions queue and share calls.
-    store: RedisStore,
-    /// The general exact-integer script for everything.
-    general: RedisStore,
-    _server: RedisServer,
-}
-
+/// Caller time; coalescing with one call in flight, so concurrent
+/// decisions queue and share calls.
 fn caller_config(url: String) -> RedisConfig {
     let mut cfg = RedisConfig::single(url);
     cfg.time = TimeSource::Caller;
@@ -41,31 +32,9 @@ fn caller_config(url: String) -> RedisConfig {
     cfg
 }
 
-fn env() -> &'static Env {
-    static ENV: OnceLock<Env> = OnceLock::new();
-    ENV.get_or_init(|| {
-        let server = RedisServer::start();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut cfg = caller_config(server.url());
-        let store = rt.block_on(RedisStore::connect(&cfg)).unwrap();
-        cfg.fast_path = false;
-        let general = rt.block_on(RedisStore::connect(&cfg)).unwrap();
-        Env {
-            rt,
-            store,
-            general,
-            _server: server,
-        }
-    })
-}
-
-fn unique(prefix: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    format!("{prefix}-{}", N.fetch_add(1, Ordering::Relaxed))
+fn env() -> &'static StoreEnv {
+    static ENV: OnceLock<StoreEnv> = OnceLock::new();
+    ENV.get_or_init(|| StoreEnv::start(caller_config))
 }
 
 /// Quotas that take the fast scripts (whole-second windows, small

@@ -6,54 +6,27 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use common::RedisServer;
+use common::{RedisServer, StoreEnv, unique};
 use drl_core::time::SECOND;
 use drl_core::{Algorithm, Decision, MultiLimiter, Quota, State};
 use drl_store::{Check, LimitSpec, RedisConfig, RedisStore, Store, TimeSource};
 use proptest::prelude::*;
 
-struct Env {
-    rt: tokio::runtime::Runtime,
-    /// The default configuration (fast script for bucket algorithms).
-    store: RedisStore,
-    /// The general exact-integer script for everything.
-    general: RedisStore,
-    _server: RedisServer,
-}
-
 /// One server and one runtime for the whole differential suite.
-fn env() -> &'static Env {
-    static ENV: OnceLock<Env> = OnceLock::new();
+fn env() -> &'static StoreEnv {
+    static ENV: OnceLock<StoreEnv> = OnceLock::new();
     ENV.get_or_init(|| {
-        let server = RedisServer::start();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut cfg = RedisConfig::single(server.url());
-        cfg.time = TimeSource::Caller;
-        // Synthetic time runs far ahead of real time: keep keys for the test.
-        cfg.expiry_grace_ms = 3_600_000;
-        let store = rt.block_on(RedisStore::connect(&cfg)).unwrap();
-        cfg.fast_path = false;
-        let general = rt.block_on(RedisStore::connect(&cfg)).unwrap();
-        Env {
-            rt,
-            store,
-            general,
-            _server: server,
-        }
+        StoreEnv::start(|url| {
+            let mut cfg = RedisConfig::single(url);
+            cfg.time = TimeSource::Caller;
+            // Synthetic time runs far ahead of real time: keep keys for the test.
+            cfg.expiry_grace_ms = 3_600_000;
+            cfg
+        })
     })
-}
-
-fn unique(prefix: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    format!("{prefix}-{}", N.fetch_add(1, Ordering::Relaxed))
 }
 
 /// Runs `trace` through Redis (with both scripts) and through drl-core;

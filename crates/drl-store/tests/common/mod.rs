@@ -472,3 +472,47 @@ fn serves(node_line: &str, slot: u16) -> bool {
 pub fn scratch() -> PathBuf {
     std::env::temp_dir()
 }
+
+/// One real `redis-server`, a runtime and two stores on it, shared by a
+/// whole suite: `store` as configured, `general` the same with the fast
+/// scripts off (the general exact-integer script for everything).
+pub struct StoreEnv {
+    /// Runs the stores' futures.
+    pub rt: tokio::runtime::Runtime,
+    /// The store as `config` made it.
+    pub store: drl_store::RedisStore,
+    /// The same configuration with `fast_path = false`.
+    pub general: drl_store::RedisStore,
+    _server: RedisServer,
+}
+
+impl StoreEnv {
+    /// Starts the server and connects both stores with `config(url)`.
+    pub fn start(config: impl FnOnce(String) -> drl_store::RedisConfig) -> Self {
+        let server = RedisServer::start();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut cfg = config(server.url());
+        let store = rt.block_on(drl_store::RedisStore::connect(&cfg)).unwrap();
+        cfg.fast_path = false;
+        let general = rt.block_on(drl_store::RedisStore::connect(&cfg)).unwrap();
+        Self {
+            rt,
+            store,
+            general,
+            _server: server,
+        }
+    }
+}
+
+/// A name no other call of this process returns: `prefix-N`.
+pub fn unique(prefix: &str) -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    format!(
+        "{prefix}-{}",
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}

@@ -10,6 +10,7 @@ pub mod keyed;
 pub mod limiter;
 pub mod multi;
 pub mod quota;
+pub mod state_text;
 pub mod time;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};

@@ -9,9 +9,6 @@
 //! bit; the script's verdict must agree with drl-core's, and a disagreement
 //! is reported as an error rather than silently trusted.
 
-use std::collections::VecDeque;
-
-use drl_core::algo;
 use drl_core::{Algorithm, Decision, Limiter, MultiLimiter, Nanos, Quota, State};
 use redis::{Cmd, Value};
 
@@ -199,91 +196,10 @@ fn text(v: &Value) -> Result<&[u8], StoreError> {
     }
 }
 
-fn fields(raw: &[u8]) -> Result<Vec<u64>, StoreError> {
-    raw.split(|&b| b == b' ')
-        .filter(|f| !f.is_empty())
-        .map(|f| {
-            parse_u64(f).ok_or_else(|| {
-                bad(format!(
-                    "state field {:?} is not a u64",
-                    String::from_utf8_lossy(f)
-                ))
-            })
-        })
-        .collect()
-}
-
-/// Parses a stored state string (empty: fresh) into drl-core's state.
+/// Parses a stored state string (empty: fresh) into drl-core's state (the
+/// text form is `drl_core::state_text`, shared with the native module).
 pub(crate) fn parse_state(limiter: &Limiter, raw: &[u8]) -> Result<State, StoreError> {
-    if raw.is_empty() {
-        return Ok(limiter.new_state());
-    }
-    let f = fields(raw)?;
-    let need = |n: usize| {
-        if f.len() == n {
-            Ok(())
-        } else {
-            Err(bad(format!(
-                "{} state with {} fields",
-                limiter.algorithm(),
-                f.len()
-            )))
-        }
-    };
-    Ok(match limiter.algorithm() {
-        Algorithm::TokenBucket => {
-            need(2)?;
-            State::TokenBucket(algo::token_bucket::State {
-                last: f[0],
-                credit: f[1],
-            })
-        }
-        Algorithm::LeakyBucket => {
-            need(2)?;
-            State::LeakyBucket(algo::leaky_bucket::State {
-                last: f[0],
-                level: f[1],
-            })
-        }
-        Algorithm::Gcra => {
-            need(2)?;
-            State::Gcra(algo::gcra::State {
-                last: f[0],
-                ahead: f[1],
-            })
-        }
-        Algorithm::LeakyQueue => {
-            need(2)?;
-            State::LeakyQueue(algo::gcra::State {
-                last: f[0],
-                ahead: f[1],
-            })
-        }
-        Algorithm::FixedWindow => {
-            need(3)?;
-            State::FixedWindow(algo::fixed_window::State {
-                last: f[0],
-                index: f[1],
-                count: f[2],
-            })
-        }
-        Algorithm::SlidingLog => {
-            if f.is_empty() || f.len() % 2 == 0 {
-                return Err(bad(format!("sliding-log state with {} fields", f.len())));
-            }
-            let log: VecDeque<(Nanos, u64)> = f[1..].chunks(2).map(|c| (c[0], c[1])).collect();
-            State::SlidingLog(algo::sliding_log::State { last: f[0], log })
-        }
-        Algorithm::SlidingWindow => {
-            need(4)?;
-            State::SlidingWindow(algo::sliding_window::State {
-                last: f[0],
-                index: f[1],
-                prev: f[2],
-                curr: f[3],
-            })
-        }
-    })
+    drl_core::state_text::parse(limiter, raw).map_err(bad)
 }
 
 /// What one script call answered for one decision.

@@ -1,0 +1,305 @@
+//! DRL.DECIDE's errors (and that an erroring call writes nothing), expiry,
+//! COMMAND GETKEYS, replication to a replica without the module, and
+//! DRL.VERSION, on a real redis-server.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Redis, at, items, wait_until};
+use drl_core::{Algorithm, Quota};
+use drl_redis_module::spec::{self, Clock, Decision, MAGIC};
+use redis::Value;
+
+fn q(limit: u64, window: u64) -> Quota {
+    Quota::new(limit, window).unwrap()
+}
+
+fn raw_decide(c: &mut redis::Connection, keys: &[&str], spec: &[u8]) -> redis::RedisResult<Value> {
+    let mut cmd = redis::cmd("DRL.DECIDE");
+    for k in keys {
+        cmd.arg(*k);
+    }
+    cmd.arg(spec).query(c)
+}
+
+/// Every key and value of the database (with TTLs), for "nothing written".
+fn dump(c: &mut redis::Connection) -> Vec<(String, Option<Vec<u8>>, i64)> {
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(c).unwrap();
+    keys.sort();
+    keys.into_iter()
+        .map(|k| {
+            let v: Option<Vec<u8>> = redis::cmd("GET").arg(&k).query(c).unwrap_or(None);
+            let t: i64 = redis::cmd("TTL").arg(&k).query(c).unwrap();
+            (k, v, t)
+        })
+        .collect()
+}
+
+#[test]
+fn errors_write_nothing() {
+    let r = Redis::with_module();
+    let mut c = r.conn();
+    let _: () = redis::cmd("SET")
+        .arg("good")
+        .arg("5 0")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("corrupt")
+        .arg("5 x")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("RPUSH")
+        .arg("list")
+        .arg("x")
+        .query(&mut c)
+        .unwrap();
+    let before = dump(&mut c);
+    let ok = |n| at(n, Algorithm::Gcra, 1, &[q(10, 1_000_000_000)]);
+    // The first decision would admit and write "fresh"; the second fails.
+    let two = |second: Decision| spec::encode(0, &[ok(1_000), second]);
+    let word = |spec: &mut Vec<u8>, i: usize, w: u64| {
+        spec[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes())
+    };
+    let cases: Vec<(Vec<&str>, Vec<u8>, &str)> = vec![
+        (
+            vec!["fresh", "good"],
+            two(ok(2_000))[..141].to_vec(),
+            "ERR drl: malformed spec",
+        ),
+        (
+            vec!["fresh", "good"],
+            two(ok(2_000))[..136].to_vec(),
+            "ERR drl: truncated spec",
+        ),
+        (
+            vec!["fresh"],
+            MAGIC.to_le_bytes().to_vec(),
+            "ERR drl: truncated spec",
+        ),
+        (
+            vec!["fresh"],
+            {
+                let mut s = spec::encode(0, &[ok(1)]);
+                word(&mut s, 0, MAGIC + (1 << 32));
+                s
+            },
+            "ERR drl: bad spec magic",
+        ),
+        (
+            vec!["fresh", "good", "x"],
+            two(ok(2_000)),
+            "ERR drl: key count mismatch: 3 keys given, the spec uses 2",
+        ),
+        (vec!["fresh"], two(ok(2_000)), "ERR drl: key count mismatch"),
+        (
+            vec!["fresh", "good"],
+            {
+                let mut s = two(ok(2_000));
+                word(&mut s, 2 + 8 + 5, 0);
+                s
+            },
+            "ERR drl: decision 1 quota 0: limit must be at least 1",
+        ),
+        (
+            vec!["fresh", "good"],
+            {
+                let mut s = two(ok(2_000));
+                word(&mut s, 2 + 8 + 5 + 1, 0);
+                s
+            },
+            "ERR drl: decision 1 quota 0: window must be longer than 0",
+        ),
+        (
+            vec!["fresh", "good"],
+            {
+                let mut s = two(ok(2_000));
+                word(&mut s, 2 + 8 + 5 + 2, 0);
+                s
+            },
+            "ERR drl: decision 1 quota 0: burst must be at least 1",
+        ),
+        (
+            vec!["fresh", "good"],
+            {
+                let mut s = two(ok(2_000));
+                word(&mut s, 2 + 8 + 5 + 2, u64::MAX);
+                s
+            },
+            "ERR drl: decision 1 quota 0: quota too large",
+        ),
+        (
+            vec!["fresh", "good"],
+            {
+                let mut s = two(ok(2_000));
+                word(&mut s, 2 + 8 + 2, 7);
+                s
+            },
+            "ERR drl: decision 1: unknown algorithm 7",
+        ),
+        (
+            vec!["fresh", "good"],
+            {
+                let mut s = two(ok(2_000));
+                word(&mut s, 2 + 8 + 4, 0);
+                s
+            },
+            "ERR drl: decision 1: no quotas",
+        ),
+        (vec!["fresh", "list"], two(ok(2_000)), "WRONGTYPE"),
+        (
+            vec!["fresh", "corrupt"],
+            two(ok(2_000)),
+            "ERR drl: corrupt state at key \"corrupt\": state field \"x\" is not a u64",
+        ),
+        (
+            vec!["fresh", "good"],
+            two(at(2, Algorithm::FixedWindow, 1, &[q(1, 1)])),
+            "ERR drl: corrupt state at key \"good\": fixed-window state with 2 fields",
+        ),
+    ];
+    for (keys, spec, want) in cases {
+        let err = raw_decide(&mut c, &keys, &spec).expect_err(want);
+        let text = format!("{}", err);
+        let code = err.code().unwrap_or("").to_string();
+        let full = format!("{code} {}", err.detail().unwrap_or(""));
+        assert!(
+            full.starts_with(want) || text.contains(want.trim_start_matches("ERR ")),
+            "keys {keys:?}: expected {want:?}, got {text:?}"
+        );
+        assert_eq!(
+            dump(&mut c),
+            before,
+            "an erroring call ({want}) wrote something"
+        );
+    }
+    // Wrong arity: only a spec, or nothing.
+    assert!(raw_decide(&mut c, &[], &spec::encode(0, &[ok(1)])).is_err());
+    assert!(redis::cmd("DRL.DECIDE").query::<Value>(&mut c).is_err());
+    assert_eq!(dump(&mut c), before);
+    // The same call with good inputs does write.
+    raw_decide(&mut c, &["fresh", "good"], &two(ok(2_000))).unwrap();
+    assert_ne!(dump(&mut c), before);
+}
+
+#[test]
+fn keys_expire_once_fresh() {
+    let r = Redis::with_module();
+    let mut c = r.conn();
+    // gcra 1 per 200 ms: after one admission the state is fresh in 200 ms;
+    // PX = 200 + grace 50.
+    let d = [Decision {
+        clock: Clock::Server,
+        algorithm: Algorithm::Gcra,
+        cost: 1,
+        quotas: vec![q(1, 200_000_000), q(10, 2_000_000_000)],
+    }];
+    let keys = ["ttl:a".to_string(), "ttl:b".to_string()];
+    let got = items(&common::decide(&mut c, &keys, 50, &d).unwrap(), &[2]);
+    assert_eq!(got[0].0, 1);
+    let pttl =
+        |c: &mut redis::Connection, k: &str| -> i64 { redis::cmd("PTTL").arg(k).query(c).unwrap() };
+    let a = pttl(&mut c, "ttl:a");
+    let b = pttl(&mut c, "ttl:b");
+    assert!((200..=250).contains(&a), "PTTL {a}, expected <= 250");
+    assert!(
+        (200..=250).contains(&b),
+        "PTTL {b}: 10 per 2 s, one used: fresh in 200 ms"
+    );
+    // Cost 0 and denials write nothing (the key keeps its expiry).
+    let probe = [Decision {
+        cost: 0,
+        ..d[0].clone()
+    }];
+    common::decide(&mut c, &keys, 50, &probe).unwrap();
+    let denied = items(&common::decide(&mut c, &keys, 50, &d).unwrap(), &[2]);
+    assert_eq!(denied[0].0, 0);
+    assert!(pttl(&mut c, "ttl:a") <= a);
+    wait_until(Duration::from_secs(5), "the keys to expire", || {
+        let n: i64 = redis::cmd("EXISTS")
+            .arg(&keys[0])
+            .arg(&keys[1])
+            .query(&mut c)
+            .unwrap();
+        n == 0
+    });
+    // Fresh again: admitted.
+    let again = items(&common::decide(&mut c, &keys, 50, &d).unwrap(), &[2]);
+    assert_eq!(again[0].0, 1);
+    assert_eq!(again[0].2, [b"".to_vec(), b"".to_vec()]);
+}
+
+#[test]
+fn getkeys_version_and_replication() {
+    let master = Redis::with_module();
+    let mut c = master.conn();
+    let v: i64 = redis::cmd("DRL.VERSION").query(&mut c).unwrap();
+    assert_eq!(v, 1);
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg("DRL.DECIDE")
+        .arg("k1")
+        .arg("k2")
+        .arg("k3")
+        .arg("spec")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(keys, ["k1", "k2", "k3"]);
+    // A replica WITHOUT the module follows the SETs the module replicates.
+    let port = master.port.to_string();
+    let replica = Redis::start(&["--replicaof", "127.0.0.1", &port]);
+    let mut rc = replica.conn();
+    wait_until(Duration::from_secs(10), "the replica to sync", || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut rc)
+            .unwrap();
+        info.contains("master_link_status:up")
+    });
+    let d = [
+        at(
+            5_000_000_000,
+            Algorithm::TokenBucket,
+            1,
+            &[q(5, 1_000_000_000)],
+        ),
+        at(
+            6_000_000_000,
+            Algorithm::SlidingLog,
+            2,
+            &[q(5, 60_000_000_000)],
+        ),
+    ];
+    let keys = ["rep:tb".to_string(), "rep:log".to_string()];
+    let got = items(&common::decide(&mut c, &keys, 1_000, &d).unwrap(), &[1, 1]);
+    assert_eq!((got[0].0, got[1].0), (1, 1));
+    let want: Vec<Option<String>> = redis::cmd("MGET").arg(&keys[..]).query(&mut c).unwrap();
+    assert_eq!(
+        want,
+        [
+            Some("5000000000 800000000".to_string()),
+            Some("6000000000 6000000000 2".to_string())
+        ]
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "the replica to receive the keys",
+        || {
+            let got: Vec<Option<String>> =
+                redis::cmd("MGET").arg(&keys[..]).query(&mut rc).unwrap();
+            got == want
+        },
+    );
+    let ttl: i64 = redis::cmd("PTTL").arg(&keys[1]).query(&mut rc).unwrap();
+    assert!(ttl > 60_000 && ttl <= 61_000, "replica PTTL {ttl}");
+    // The replica refuses DRL.DECIDE (it has no module), the master's
+    // keyspace is unaffected by reads.
+    assert!(
+        redis::cmd("DRL.DECIDE")
+            .arg("x")
+            .arg("y")
+            .query::<Value>(&mut rc)
+            .is_err()
+    );
+}

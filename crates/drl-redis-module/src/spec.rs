@@ -230,7 +230,12 @@ mod tests {
                 cost: 1,
                 quotas: vec![Quota::new(1, 1).unwrap()],
             };
-            assert_eq!(parse(&encode(0, std::slice::from_ref(&d)), 1).unwrap().decisions, [d]);
+            assert_eq!(
+                parse(&encode(0, std::slice::from_ref(&d)), 1)
+                    .unwrap()
+                    .decisions,
+                [d]
+            );
         }
     }
 

@@ -58,17 +58,31 @@ pub fn parse_u64(raw: &[u8]) -> Option<u64> {
     Some(n)
 }
 
+/// "00" to "99": two digits per division when formatting.
+const PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
 /// Appends `n` in decimal to `out`.
 pub fn push_u64(out: &mut Vec<u8>, mut n: u64) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
-    loop {
+    while n >= 100 {
+        let r = (n % 100) as usize * 2;
+        n /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[r..r + 2]);
+    }
+    if n >= 10 {
+        let r = n as usize * 2;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[r..r + 2]);
+    } else {
         i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+        buf[i] = b'0' + n as u8;
     }
     out.extend_from_slice(&buf[i..]);
 }
@@ -231,6 +245,25 @@ mod tests {
             curr: 10,
         });
         assert_eq!(to_text(&s), b"18446744073709551615 7 0 10");
+    }
+
+    #[test]
+    fn formats_every_width() {
+        let mut n = 0u64;
+        loop {
+            let mut out = Vec::new();
+            push_u64(&mut out, n);
+            assert_eq!(out, n.to_string().as_bytes());
+            for m in [n.saturating_sub(1), n.saturating_add(1)] {
+                out.clear();
+                push_u64(&mut out, m);
+                assert_eq!(out, m.to_string().as_bytes());
+            }
+            if n == u64::MAX {
+                break;
+            }
+            n = n.checked_mul(10).map_or(u64::MAX, |x| x + 7);
+        }
     }
 
     #[test]

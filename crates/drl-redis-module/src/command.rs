@@ -8,7 +8,9 @@ use std::ffi::{CString, c_char, c_int, c_longlong};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::decide::{self, Reply};
+use std::cell::RefCell;
+
+use crate::decide::{Call, Reply};
 use crate::ffi::{self, Ctx, Key, RString};
 
 /// Replies `ERR drl: <why>`.
@@ -86,21 +88,39 @@ unsafe fn decide_inner(ctx: *mut Ctx, argv: *mut *mut RString, argc: c_int) -> c
     let keys: Vec<&[u8]> = key_args.iter().map(|&k| unsafe { bytes(k) }).collect();
     // SAFETY: as above.
     let raw_spec = unsafe { bytes(args[args.len() - 1]) };
-    let spec = match crate::spec::parse(raw_spec, keys.len()) {
-        Ok(s) => s,
+    thread_local! {
+        static CALL: RefCell<Call> = RefCell::new(Call::default());
+    }
+    CALL.with(|call| {
+        // The borrow ends when the closure returns or unwinds: never held
+        // across calls. `begin`/`decide` reset every buffer they use.
+        let mut call = call.borrow_mut();
+        // SAFETY: same ctx, argv entries and keys as above.
+        unsafe { run(ctx, &mut call, key_args, &keys, raw_spec) }
+    })
+}
+
+unsafe fn run(
+    ctx: *mut Ctx,
+    call: &mut Call,
+    key_args: &[*mut RString],
+    keys: &[&[u8]],
+    raw_spec: &[u8],
+) -> c_int {
+    let api = ffi::api();
+    if let Err(why) = crate::spec::parse_into(&mut call.spec, raw_spec, keys.len()) {
         // SAFETY: valid ctx.
-        Err(why) => return unsafe { error(ctx, &why) },
-    };
-    let first = decide::first_occurrences(&keys);
+        return unsafe { error(ctx, &why) };
+    }
+    call.begin(keys);
     let mut open = OpenKeys(vec![std::ptr::null_mut(); keys.len()]);
-    let mut values = vec![Vec::new(); keys.len()];
-    for i in 0..keys.len() {
-        if first[i] != i {
+    for (i, &key) in key_args.iter().enumerate() {
+        if call.first[i] != i {
             continue;
         }
         // SAFETY: valid ctx and key string; the handle is closed by `open`.
         unsafe {
-            let k = (api.open_key)(ctx, key_args[i], ffi::READ | ffi::WRITE);
+            let k = (api.open_key)(ctx, key, ffi::READ | ffi::WRITE);
             open.0[i] = k;
             match (api.key_type)(k) {
                 ffi::KEYTYPE_EMPTY => {}
@@ -108,7 +128,8 @@ unsafe fn decide_inner(ctx: *mut Ctx, argv: *mut *mut RString, argc: c_int) -> c
                     let mut len = 0usize;
                     let p = (api.string_dma)(k, &mut len, ffi::READ);
                     if !p.is_null() && len > 0 {
-                        values[i] = std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec();
+                        call.values[i]
+                            .extend_from_slice(std::slice::from_raw_parts(p.cast::<u8>(), len));
                     }
                 }
                 _ => {
@@ -118,34 +139,44 @@ unsafe fn decide_inner(ctx: *mut Ctx, argv: *mut *mut RString, argc: c_int) -> c
             }
         }
     }
-    let outcome = match decide::run(&spec, &keys, &first, values, server_now) {
-        Ok(o) => o,
+    if let Err(why) = call.decide(keys, server_now) {
         // SAFETY: valid ctx.
-        Err(why) => return unsafe { error(ctx, &why) },
-    };
+        return unsafe { error(ctx, &why) };
+    }
     // SAFETY: valid ctx and handles; buffers outlive each call.
     unsafe {
-        for w in &outcome.writes {
-            let k = open.0[w.key];
-            let s = (api.create_string)(ctx, w.value.as_ptr().cast::<c_char>(), w.value.len());
-            (api.string_set)(k, s);
-            (api.set_expire)(k, w.ttl_ms as c_longlong);
+        for (key, value, ttl_ms) in call.writes() {
+            let k = open.0[key];
+            // Resize the value in place (no delete + re-add of the key, as
+            // StringSet would do), then copy the new state into it.
+            let mut len = 0usize;
+            let p = if (api.string_truncate)(k, value.len()) == ffi::OK {
+                (api.string_dma)(k, &mut len, ffi::WRITE)
+            } else {
+                std::ptr::null_mut()
+            };
+            assert!(
+                !p.is_null() && len == value.len(),
+                "a string key opened for writing could not be resized"
+            );
+            std::ptr::copy_nonoverlapping(value.as_ptr(), p.cast::<u8>(), len);
+            (api.set_expire)(k, ttl_ms as c_longlong);
             (api.replicate)(
                 ctx,
                 c"SET".as_ptr(),
-                c"sscl".as_ptr(),
-                key_args[w.key],
-                s,
+                c"sbcl".as_ptr(),
+                key_args[key],
+                value.as_ptr().cast::<c_char>(),
+                value.len(),
                 c"PX".as_ptr(),
-                w.ttl_ms as c_longlong,
+                ttl_ms as c_longlong,
             );
-            (api.free_string)(ctx, s);
         }
         drop(open);
-        (api.reply_with_array)(ctx, outcome.reply.len() as _);
-        for item in &outcome.reply {
+        (api.reply_with_array)(ctx, call.reply_len() as _);
+        for item in call.reply() {
             match item {
-                Reply::Int(n) => (api.reply_with_long_long)(ctx, *n),
+                Reply::Int(n) => (api.reply_with_long_long)(ctx, n),
                 Reply::Bulk(b) => {
                     (api.reply_with_string_buffer)(ctx, b.as_ptr().cast::<c_char>(), b.len())
                 }

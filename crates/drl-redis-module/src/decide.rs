@@ -1,14 +1,16 @@
 //! The whole of `DRL.DECIDE` without Redis: given the keys, their stored
-//! values and a parsed [`Spec`], the reply and the writes. The FFI layer
-//! (`command.rs`) only reads the keys, calls [`run`] and applies the
-//! result, so everything here is testable without a server.
+//! values and a parsed spec, the reply and the writes. The FFI layer
+//! (`command.rs`) only reads the keys into a [`Call`], runs
+//! [`Call::decide`] and applies the result, so everything here is testable
+//! without a server. A [`Call`] keeps its buffers between calls, so a
+//! steady stream of calls allocates nothing per decision.
 
 use std::collections::HashMap;
 
 use drl_core::state_text::{self, push_u64};
-use drl_core::{Limiter, Nanos};
+use drl_core::{Limiter, Nanos, State};
 
-use crate::spec::{Clock, Spec};
+use crate::spec::{Clock, Parsed};
 
 /// Ceiling for a key's expiry in ms (about 35 700 years): far beyond any
 /// time-until-fresh (u64 ns is 584 years) yet small enough that Redis never
@@ -16,48 +18,39 @@ use crate::spec::{Clock, Spec};
 pub const MAX_TTL_MS: u64 = 1 << 50;
 
 /// One item of the reply array.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reply {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply<'a> {
     /// An integer (the verdict: 1 admitted, 0 denied).
     Int(i64),
     /// A bulk string (`now` in decimal, or a state text; empty: fresh).
-    Bulk(Vec<u8>),
+    Bulk(&'a [u8]),
 }
 
-/// One key to write: `SET key value PX ttl_ms`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Write {
-    /// The key's position among the command's keys (its first occurrence).
-    pub key: usize,
-    /// The new state text.
-    pub value: Vec<u8>,
-    /// The expiry in ms (>= 1).
-    pub ttl_ms: u64,
+#[derive(Debug, Clone, Copy)]
+enum Item {
+    Int(i64),
+    Bulk(usize, usize),
 }
 
-/// The result of one call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    /// The flat reply: per decision, verdict, now, each quota's state
-    /// before the decision.
-    pub reply: Vec<Reply>,
-    /// The keys to write, each once with its last state, in the order they
-    /// were first written.
-    pub writes: Vec<Write>,
-}
-
-/// For each key position, the position of the first key with the same
-/// name (a key named twice shares one state).
-pub fn first_occurrences(keys: &[&[u8]]) -> Vec<usize> {
-    if keys.len() <= 16 {
-        return (0..keys.len())
-            .map(|i| (0..=i).find(|&j| keys[j] == keys[i]).expect("i itself"))
-            .collect();
-    }
-    let mut seen: HashMap<&[u8], usize> = HashMap::with_capacity(keys.len());
-    (0..keys.len())
-        .map(|i| *seen.entry(keys[i]).or_insert(i))
-        .collect()
+/// The buffers of one `DRL.DECIDE` call, reusable for the next.
+#[derive(Debug, Default)]
+pub struct Call {
+    /// The parsed spec (fill with [`crate::spec::parse_into`]).
+    pub spec: Parsed,
+    /// For each key position, the position of the first key with the same
+    /// name (a key named twice shares one state).
+    pub first: Vec<usize>,
+    /// The stored value of each key (only first occurrences are read;
+    /// empty: missing). After [`Call::decide`], written keys hold their new
+    /// state.
+    pub values: Vec<Vec<u8>>,
+    n: usize,
+    ttl: Vec<u64>,
+    order: Vec<usize>,
+    items: Vec<Item>,
+    bytes: Vec<u8>,
+    states: Vec<State>,
+    resets: Vec<Nanos>,
 }
 
 /// The expiry of a key whose state is fresh again in `fresh_in` ns:
@@ -69,97 +62,153 @@ pub fn ttl_ms(fresh_in: Nanos, grace_ms: u64) -> u64 {
         .clamp(1, MAX_TTL_MS)
 }
 
-/// Decides `spec`. `keys` are the command's keys, `first` is
-/// [`first_occurrences`] of them, `values[i]` the stored value of key `i`
-/// (empty when missing; only first occurrences are read) and `server_now`
-/// reads the server clock (called at most once). Errors (the reason for
-/// `ERR drl: ...`) leave nothing to write.
-pub fn run(
-    spec: &Spec,
-    keys: &[&[u8]],
-    first: &[usize],
-    mut values: Vec<Vec<u8>>,
-    server_now: impl FnOnce() -> Nanos,
-) -> Result<Outcome, String> {
-    let mut server_now = Some(server_now);
-    let mut tnow: Option<Nanos> = None;
-    let mut reply = Vec::with_capacity(spec.decisions.len() * 3);
-    let mut ttl: Vec<Option<u64>> = vec![None; keys.len()];
-    let mut order = Vec::new();
-    let mut states = Vec::new();
-    let mut decisions = Vec::new();
-    let mut ki = 0;
-    for d in &spec.decisions {
-        let now = match d.clock {
-            Clock::Caller(now) => now,
-            Clock::Server => *tnow.get_or_insert_with(|| (server_now.take().expect("once"))()),
-        };
-        let nq = d.quotas.len();
-        reply.push(Reply::Int(0));
-        let verdict = reply.len() - 1;
-        let mut text = Vec::with_capacity(20);
-        push_u64(&mut text, now);
-        reply.push(Reply::Bulk(text));
-        states.clear();
-        decisions.clear();
-        let mut admitted = true;
-        for (i, q) in d.quotas.iter().enumerate() {
-            let slot = first[ki + i];
-            let raw = &values[slot];
-            let limiter = Limiter::new(d.algorithm, *q);
-            let state = state_text::parse(&limiter, raw).map_err(|e| {
-                format!(
-                    "corrupt state at key {:?}: {e}",
-                    String::from_utf8_lossy(keys[slot])
-                )
-            })?;
-            reply.push(Reply::Bulk(raw.clone()));
-            let decision = limiter.check(&state, now, d.cost);
-            admitted &= decision.allowed;
-            states.push(state);
-            decisions.push(decision);
+impl Call {
+    /// Starts a call on `keys`: computes [`Call::first`] and empties
+    /// [`Call::values`] (keeping their capacity).
+    pub fn begin(&mut self, keys: &[&[u8]]) {
+        let n = keys.len();
+        self.n = n;
+        self.first.clear();
+        if n <= 16 {
+            for i in 0..n {
+                let f = (0..=i).find(|&j| keys[j] == keys[i]).expect("i itself");
+                self.first.push(f);
+            }
+        } else {
+            let mut seen: HashMap<&[u8], usize> = HashMap::with_capacity(n);
+            self.first
+                .extend((0..n).map(|i| *seen.entry(keys[i]).or_insert(i)));
         }
-        if admitted {
-            reply[verdict] = Reply::Int(1);
-            if d.cost > 0 {
-                for (i, q) in d.quotas.iter().enumerate() {
-                    let slot = first[ki + i];
-                    let limiter = Limiter::new(d.algorithm, *q);
-                    limiter.commit(&mut states[i], now, d.cost);
-                    let v = &mut values[slot];
-                    v.clear();
-                    state_text::format(&states[i], v);
-                    if ttl[slot].is_none() {
-                        order.push(slot);
+        if self.values.len() < n {
+            self.values.resize_with(n, Vec::new);
+        }
+        for v in &mut self.values[..n] {
+            v.clear();
+        }
+    }
+
+    fn bulk(&mut self, b: &[u8]) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(b);
+        self.items.push(Item::Bulk(start, self.bytes.len()));
+    }
+
+    /// Decides [`Call::spec`] on `keys` (the same as given to
+    /// [`Call::begin`], with [`Call::values`] filled); `server_now` reads
+    /// the server clock (called at most once). An error (the reason for
+    /// `ERR drl: ...`) leaves nothing to write.
+    pub fn decide(
+        &mut self,
+        keys: &[&[u8]],
+        server_now: impl FnOnce() -> Nanos,
+    ) -> Result<(), String> {
+        assert_eq!(keys.len(), self.n, "begin() with the same keys");
+        let mut server_now = Some(server_now);
+        let mut tnow: Option<Nanos> = None;
+        self.items.clear();
+        self.bytes.clear();
+        self.order.clear();
+        self.ttl.clear();
+        self.ttl.resize(self.n, 0);
+        let grace_ms = self.spec.grace_ms;
+        let mut ki = 0;
+        let mut qi = 0;
+        for h in 0..self.spec.heads.len() {
+            let head = self.spec.heads[h];
+            let now = match head.clock {
+                Clock::Caller(now) => now,
+                Clock::Server => *tnow.get_or_insert_with(|| (server_now.take().expect("once"))()),
+            };
+            let verdict = self.items.len();
+            self.items.push(Item::Int(0));
+            let start = self.bytes.len();
+            push_u64(&mut self.bytes, now);
+            self.items.push(Item::Bulk(start, self.bytes.len()));
+            self.states.clear();
+            self.resets.clear();
+            let mut admitted = true;
+            for i in 0..head.nq {
+                let slot = self.first[ki + i];
+                let limiter = Limiter::new(head.algorithm, self.spec.quotas[qi + i]);
+                let state = state_text::parse(&limiter, &self.values[slot]).map_err(|e| {
+                    format!(
+                        "corrupt state at key {:?}: {e}",
+                        String::from_utf8_lossy(keys[slot])
+                    )
+                })?;
+                let raw = std::mem::take(&mut self.values[slot]);
+                self.bulk(&raw);
+                self.values[slot] = raw;
+                let decision = limiter.check(&state, now, head.cost);
+                admitted &= decision.allowed;
+                self.states.push(state);
+                self.resets.push(decision.reset_after);
+            }
+            if admitted {
+                self.items[verdict] = Item::Int(1);
+                if head.cost > 0 {
+                    for i in 0..head.nq {
+                        let slot = self.first[ki + i];
+                        let limiter = Limiter::new(head.algorithm, self.spec.quotas[qi + i]);
+                        limiter.commit(&mut self.states[i], now, head.cost);
+                        let v = &mut self.values[slot];
+                        v.clear();
+                        state_text::format(&self.states[i], v);
+                        if self.ttl[slot] == 0 {
+                            self.order.push(slot);
+                        }
+                        self.ttl[slot] = ttl_ms(self.resets[i], grace_ms);
                     }
-                    ttl[slot] = Some(ttl_ms(decisions[i].reset_after, spec.grace_ms));
                 }
             }
+            ki += head.nq;
+            qi += head.nq;
         }
-        ki += nq;
+        Ok(())
     }
-    let writes = order
-        .into_iter()
-        .map(|slot| Write {
-            key: slot,
-            value: std::mem::take(&mut values[slot]),
-            ttl_ms: ttl[slot].expect("written"),
+
+    /// The number of reply items.
+    pub fn reply_len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// The flat reply: per decision, verdict, now, each quota's state
+    /// before the decision.
+    pub fn reply(&self) -> impl Iterator<Item = Reply<'_>> {
+        self.items.iter().map(|i| match *i {
+            Item::Int(n) => Reply::Int(n),
+            Item::Bulk(a, b) => Reply::Bulk(&self.bytes[a..b]),
         })
-        .collect();
-    Ok(Outcome { reply, writes })
+    }
+
+    /// The keys to write, each once with its last state: (key position,
+    /// state text, expiry in ms >= 1), in the order first written.
+    pub fn writes(&self) -> impl Iterator<Item = (usize, &[u8], u64)> {
+        self.order
+            .iter()
+            .map(|&k| (k, &self.values[k][..], self.ttl[k]))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::Decision;
+    use crate::spec::{Decision, encode, parse_into};
     use drl_core::{Algorithm, Quota};
 
-    fn spec(decisions: Vec<Decision>) -> Spec {
-        Spec {
-            grace_ms: 5,
-            decisions,
+    fn call(
+        keys: &[&[u8]],
+        values: &[&[u8]],
+        decisions: &[Decision],
+    ) -> (Call, Result<(), String>) {
+        let mut c = Call::default();
+        parse_into(&mut c.spec, &encode(5, decisions), keys.len()).unwrap();
+        c.begin(keys);
+        for (v, x) in c.values.iter_mut().zip(values) {
+            v.extend_from_slice(x);
         }
+        let r = c.decide(keys, || 7);
+        (c, r)
     }
 
     #[test]
@@ -179,14 +228,13 @@ mod tests {
             cost: 1,
             quotas: vec![Quota::new(2, 1_000_000_000).unwrap()],
         };
-        let s = spec(vec![d.clone(), d.clone(), d]);
         let keys: Vec<&[u8]> = vec![b"k", b"k", b"k"];
-        let first = first_occurrences(&keys);
-        assert_eq!(first, [0, 0, 0]);
-        let out = run(&s, &keys, &first, vec![Vec::new(); 3], || unreachable!()).unwrap();
-        let b = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
+        let (c, r) = call(&keys, &[b"", b"", b""], &[d.clone(), d.clone(), d]);
+        r.unwrap();
+        assert_eq!(c.first, [0, 0, 0]);
+        let b = |s: &'static str| Reply::Bulk(s.as_bytes());
         assert_eq!(
-            out.reply,
+            c.reply().collect::<Vec<_>>(),
             [
                 Reply::Int(1),
                 b("1000000"),
@@ -200,13 +248,33 @@ mod tests {
             ]
         );
         assert_eq!(
-            out.writes,
-            [Write {
-                key: 0,
-                value: b"1000000 0 2".to_vec(),
-                ttl_ms: 999 + 5
-            }]
+            c.writes().collect::<Vec<_>>(),
+            [(0, &b"1000000 0 2"[..], 999 + 5)]
         );
+    }
+
+    #[test]
+    fn buffers_are_reused_without_leaking_state() {
+        let d = |cost| Decision {
+            clock: Clock::Server,
+            algorithm: Algorithm::SlidingLog,
+            cost,
+            quotas: vec![Quota::new(5, 1_000).unwrap()],
+        };
+        let keys: Vec<&[u8]> = vec![b"a", b"b"];
+        let (mut c, r) = call(&keys, &[b"", b"3 3 1"], &[d(2), d(0)]);
+        r.unwrap();
+        assert_eq!(c.writes().collect::<Vec<_>>(), [(0, &b"7 7 2"[..], 6)]);
+        // A second call on the same buffers.
+        let keys: Vec<&[u8]> = vec![b"c"];
+        parse_into(&mut c.spec, &encode(0, &[d(0)]), 1).unwrap();
+        c.begin(&keys);
+        c.decide(&keys, || 9).unwrap();
+        assert_eq!(
+            c.reply().collect::<Vec<_>>(),
+            [Reply::Int(1), Reply::Bulk(b"9"), Reply::Bulk(b"")]
+        );
+        assert_eq!(c.writes().count(), 0);
     }
 
     #[test]
@@ -217,10 +285,9 @@ mod tests {
             cost: 1,
             quotas: vec![Quota::new(2, 1_000).unwrap()],
         };
-        let keys: Vec<&[u8]> = vec![b"bad"];
-        let err = run(&spec(vec![d]), &keys, &[0], vec![b"1 x".to_vec()], || 7).unwrap_err();
+        let (_, r) = call(&[b"bad"], &[b"1 x"], &[d]);
         assert_eq!(
-            err,
+            r.unwrap_err(),
             "corrupt state at key \"bad\": state field \"x\" is not a u64"
         );
     }

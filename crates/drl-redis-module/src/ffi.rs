@@ -57,9 +57,7 @@ pub struct Api {
     pub close_key: unsafe extern "C" fn(*mut Key),
     pub key_type: unsafe extern "C" fn(*mut Key) -> c_int,
     pub string_dma: unsafe extern "C" fn(*mut Key, *mut usize, c_int) -> *mut c_char,
-    pub create_string: unsafe extern "C" fn(*mut Ctx, *const c_char, usize) -> *mut RString,
-    pub free_string: unsafe extern "C" fn(*mut Ctx, *mut RString),
-    pub string_set: unsafe extern "C" fn(*mut Key, *mut RString) -> c_int,
+    pub string_truncate: unsafe extern "C" fn(*mut Key, usize) -> c_int,
     pub set_expire: unsafe extern "C" fn(*mut Key, c_longlong) -> c_int,
     pub replicate: unsafe extern "C" fn(*mut Ctx, *const c_char, *const c_char, ...) -> c_int,
 }
@@ -122,9 +120,7 @@ unsafe fn load(ctx: *mut Ctx) -> Option<Api> {
         close_key: f!(c"RedisModule_CloseKey"),
         key_type: f!(c"RedisModule_KeyType"),
         string_dma: f!(c"RedisModule_StringDMA"),
-        create_string: f!(c"RedisModule_CreateString"),
-        free_string: f!(c"RedisModule_FreeString"),
-        string_set: f!(c"RedisModule_StringSet"),
+        string_truncate: f!(c"RedisModule_StringTruncate"),
         set_expire: f!(c"RedisModule_SetExpire"),
         replicate: f!(c"RedisModule_Replicate"),
     })

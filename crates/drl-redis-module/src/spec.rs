@@ -91,44 +91,80 @@ pub fn encode(grace_ms: u64, decisions: &[Decision]) -> Vec<u8> {
     out
 }
 
-/// Parses `raw` for a call with `keys` keys. The error is the reason, for
-/// `ERR drl: <reason>`.
-pub fn parse(raw: &[u8], keys: usize) -> Result<Spec, String> {
+/// The header of one parsed decision; its quotas are the next `nq` of
+/// [`Parsed::quotas`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    /// Where `now` comes from.
+    pub clock: Clock,
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// The cost.
+    pub cost: u64,
+    /// How many quotas (and keys) the decision has.
+    pub nq: usize,
+}
+
+/// A parsed spec in flat, reusable buffers (what `DRL.DECIDE` uses: no
+/// allocation per decision once the buffers have grown).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Parsed {
+    /// Added to every key's expiry, in ms.
+    pub grace_ms: u64,
+    /// The decisions, in order.
+    pub heads: Vec<Head>,
+    /// Every decision's quotas, in order.
+    pub quotas: Vec<Quota>,
+}
+
+impl Parsed {
+    /// The decisions with their quotas.
+    pub fn decisions(&self) -> impl Iterator<Item = (&Head, &[Quota])> {
+        let mut at = 0;
+        self.heads.iter().map(move |h| {
+            at += h.nq;
+            (h, &self.quotas[at - h.nq..at])
+        })
+    }
+}
+
+/// Parses `raw` for a call with `keys` keys into `out` (whose buffers are
+/// reused). The error is the reason, for `ERR drl: <reason>`.
+pub fn parse_into(out: &mut Parsed, raw: &[u8], keys: usize) -> Result<(), String> {
+    out.heads.clear();
+    out.quotas.clear();
     if raw.len() % 8 != 0 {
         return Err(format!(
             "malformed spec: {} bytes is not a whole number of 8-byte words",
             raw.len()
         ));
     }
-    let words: Vec<u64> = raw
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-        .collect();
-    if words.len() < 2 {
+    let len = raw.len() / 8;
+    let w = |i: usize| u64::from_le_bytes(raw[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    if len < 2 {
         return Err("truncated spec: missing the header (magic, grace)".into());
     }
-    if words[0] != MAGIC {
+    if w(0) != MAGIC {
         return Err(format!(
             "bad spec magic {:#018x} (expected {MAGIC:#018x}: protocol v1)",
-            words[0]
+            w(0)
         ));
     }
-    let grace_ms = words[1];
-    let mut decisions = Vec::new();
+    out.grace_ms = w(1);
     let mut at = 2;
     let mut used = 0usize;
-    while at < words.len() {
-        let n = decisions.len();
-        let left = words.len() - at;
+    while at < len {
+        let n = out.heads.len();
+        let left = len - at;
         if left < 5 {
             return Err(format!(
                 "truncated spec: decision {n} has {left} of 5 header words"
             ));
         }
-        let h = &words[at..at + 5];
+        let (clock, now, alg, cost, nq) = (w(at), w(at + 1), w(at + 2), w(at + 3), w(at + 4));
         at += 5;
-        let clock = match h[0] {
-            0 => Clock::Caller(h[1]),
+        let clock = match clock {
+            0 => Clock::Caller(now),
             1 => Clock::Server,
             c => {
                 return Err(format!(
@@ -136,21 +172,18 @@ pub fn parse(raw: &[u8], keys: usize) -> Result<Spec, String> {
                 ));
             }
         };
-        let algorithm = *usize::try_from(h[2])
+        let algorithm = *usize::try_from(alg)
             .ok()
             .and_then(|i| Algorithm::ALL.get(i))
             .ok_or_else(|| {
                 format!(
-                    "decision {n}: unknown algorithm {} (0 token-bucket .. 6 sliding-window)",
-                    h[2]
+                    "decision {n}: unknown algorithm {alg} (0 token-bucket .. 6 sliding-window)"
                 )
             })?;
-        let cost = h[3];
-        let nq = h[4];
         if nq == 0 {
             return Err(format!("decision {n}: no quotas (nq must be at least 1)"));
         }
-        let left = (words.len() - at) as u64;
+        let left = (len - at) as u64;
         if nq > left / 3 {
             return Err(format!(
                 "truncated spec: decision {n} has {nq} quotas but only {left} words follow"
@@ -163,22 +196,20 @@ pub fn parse(raw: &[u8], keys: usize) -> Result<Spec, String> {
                 "key count mismatch: the spec needs more than the {keys} keys given"
             ));
         }
-        let mut quotas = Vec::with_capacity(nq);
         for i in 0..nq {
-            let q = &words[at..at + 3];
-            at += 3;
-            let quota = Quota::with_burst(q[0], q[1], q[2])
+            let quota = Quota::with_burst(w(at), w(at + 1), w(at + 2))
                 .map_err(|e| format!("decision {n} quota {i}: {e}"))?;
-            quotas.push(quota);
+            at += 3;
+            out.quotas.push(quota);
         }
-        decisions.push(Decision {
+        out.heads.push(Head {
             clock,
             algorithm,
             cost,
-            quotas,
+            nq,
         });
     }
-    if decisions.is_empty() {
+    if out.heads.is_empty() {
         return Err("truncated spec: no decisions".into());
     }
     if used != keys {
@@ -186,9 +217,24 @@ pub fn parse(raw: &[u8], keys: usize) -> Result<Spec, String> {
             "key count mismatch: {keys} keys given, the spec uses {used}"
         ));
     }
+    Ok(())
+}
+
+/// Parses `raw` for a call with `keys` keys (see [`parse_into`]).
+pub fn parse(raw: &[u8], keys: usize) -> Result<Spec, String> {
+    let mut p = Parsed::default();
+    parse_into(&mut p, raw, keys)?;
     Ok(Spec {
-        grace_ms,
-        decisions,
+        grace_ms: p.grace_ms,
+        decisions: p
+            .decisions()
+            .map(|(h, q)| Decision {
+                clock: h.clock,
+                algorithm: h.algorithm,
+                cost: h.cost,
+                quotas: q.to_vec(),
+            })
+            .collect(),
     })
 }
 

@@ -303,3 +303,72 @@ fn getkeys_version_and_replication() {
             .is_err()
     );
 }
+
+#[test]
+fn reads_integer_encoded_values() {
+    // Redis stores "5" as an integer object; the module must read it as text.
+    let r = Redis::with_module();
+    let mut c = r.conn();
+    let _: () = redis::cmd("SET").arg("log").arg(5).query(&mut c).unwrap();
+    let _: () = redis::cmd("SET").arg("num").arg(12).query(&mut c).unwrap();
+    let enc: String = redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg("log")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(enc, "int");
+    let keys = ["log".to_string()];
+    let d = [at(10, Algorithm::SlidingLog, 1, &[q(5, 100)])];
+    let got = items(&common::decide(&mut c, &keys, 0, &d).unwrap(), &[1]);
+    assert_eq!(got[0].0, 1);
+    assert_eq!(
+        got[0].2,
+        [b"5".to_vec()],
+        "sliding-log state: last=5, empty log"
+    );
+    let stored: String = redis::cmd("GET").arg("log").query(&mut c).unwrap();
+    assert_eq!(stored, "10 10 1");
+    let err = common::decide(
+        &mut c,
+        &["num".to_string()],
+        0,
+        &[at(10, Algorithm::Gcra, 1, &[q(5, 100)])],
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("corrupt state at key \"num\": gcra state with 1 fields"),
+        "{err}"
+    );
+}
+
+#[test]
+fn aof_replays_without_the_module() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let aof = ["--dir", d, "--appendonly", "yes", "--appendfsync", "always"];
+    let keys = ["aof:a".to_string(), "aof:b".to_string()];
+    let want: Vec<Option<String>> = {
+        let path = common::module_path();
+        let mut args = aof.to_vec();
+        args.extend(["--loadmodule", path.to_str().unwrap()]);
+        let master = Redis::start(&args);
+        let mut c = master.conn();
+        let d = [at(
+            7_000_000_000,
+            Algorithm::FixedWindow,
+            2,
+            &[q(5, 60_000_000_000), q(50, 3_600_000_000_000)],
+        )];
+        let got = items(&common::decide(&mut c, &keys, 0, &d).unwrap(), &[2]);
+        assert_eq!(got[0].0, 1);
+        redis::cmd("MGET").arg(&keys[..]).query(&mut c).unwrap()
+    }; // SIGKILLed here: only the AOF remains.
+    assert_eq!(want[0].as_deref(), Some("7000000000 0 2"));
+    let plain = Redis::start(&aof);
+    let mut c = plain.conn();
+    let got: Vec<Option<String>> = redis::cmd("MGET").arg(&keys[..]).query(&mut c).unwrap();
+    assert_eq!(got, want, "the AOF holds the module's writes as plain SETs");
+    let ttl: i64 = redis::cmd("PTTL").arg(&keys[1]).query(&mut c).unwrap();
+    assert!(ttl > 3_000_000, "expiry kept: {ttl}");
+}

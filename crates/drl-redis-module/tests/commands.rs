@@ -372,3 +372,33 @@ fn aof_replays_without_the_module() {
     let ttl: i64 = redis::cmd("PTTL").arg(&keys[1]).query(&mut c).unwrap();
     assert!(ttl > 3_000_000, "expiry kept: {ttl}");
 }
+
+#[test]
+fn cluster_checks_the_declared_keys() {
+    // A one-node cluster owning every slot: Redis itself enforces that one
+    // call's keys share a slot, from the key spec the module declares.
+    let path = common::module_path();
+    let r = Redis::start(&[
+        "--cluster-enabled",
+        "yes",
+        "--loadmodule",
+        path.to_str().unwrap(),
+    ]);
+    let mut c = r.conn();
+    let _: () = redis::cmd("CLUSTER")
+        .arg("ADDSLOTSRANGE")
+        .arg(0)
+        .arg(16383)
+        .query(&mut c)
+        .unwrap();
+    wait_until(Duration::from_secs(10), "the cluster to be ok", || {
+        let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c).unwrap();
+        info.contains("cluster_state:ok")
+    });
+    let d = [at(1, Algorithm::Gcra, 1, &[q(5, 1_000), q(50, 60_000)])];
+    let err = common::decide(&mut c, &["a".into(), "b".into()], 0, &d).unwrap_err();
+    assert_eq!(err.code(), Some("CROSSSLOT"), "{err}");
+    let keys = ["{t}:1".to_string(), "{t}:2".to_string()];
+    let got = items(&common::decide(&mut c, &keys, 0, &d).unwrap(), &[2]);
+    assert_eq!(got[0].0, 1);
+}

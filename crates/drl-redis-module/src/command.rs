@@ -161,6 +161,7 @@ unsafe fn run(
             );
             std::ptr::copy_nonoverlapping(value.as_ptr(), p.cast::<u8>(), len);
             (api.set_expire)(k, ttl_ms as c_longlong);
+            (api.signal_modified_key)(ctx, key_args[key]);
             (api.replicate)(
                 ctx,
                 c"SET".as_ptr(),

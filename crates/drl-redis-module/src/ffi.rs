@@ -29,6 +29,10 @@ pub const WRITE: c_int = 2;
 pub const KEYTYPE_EMPTY: c_int = 0;
 /// `REDISMODULE_KEYTYPE_STRING`.
 pub const KEYTYPE_STRING: c_int = 1;
+/// `REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED`: closing a key opened
+/// for writing does not count as modifying it (WATCH, client tracking); the
+/// module signals the keys it actually wrote.
+const OPTION_NO_IMPLICIT_SIGNAL_MODIFIED: c_int = 1 << 1;
 /// `REDISMODULE_ERRORMSG_WRONGTYPE`.
 pub const WRONGTYPE: &CStr = c"WRONGTYPE Operation against a key holding the wrong kind of value";
 
@@ -59,6 +63,8 @@ pub struct Api {
     pub string_dma: unsafe extern "C" fn(*mut Key, *mut usize, c_int) -> *mut c_char,
     pub string_truncate: unsafe extern "C" fn(*mut Key, usize) -> c_int,
     pub set_expire: unsafe extern "C" fn(*mut Key, c_longlong) -> c_int,
+    pub set_module_options: unsafe extern "C" fn(*mut Ctx, c_int),
+    pub signal_modified_key: unsafe extern "C" fn(*mut Ctx, *mut RString) -> c_int,
     pub replicate: unsafe extern "C" fn(*mut Ctx, *const c_char, *const c_char, ...) -> c_int,
 }
 
@@ -122,6 +128,8 @@ unsafe fn load(ctx: *mut Ctx) -> Option<Api> {
         string_dma: f!(c"RedisModule_StringDMA"),
         string_truncate: f!(c"RedisModule_StringTruncate"),
         set_expire: f!(c"RedisModule_SetExpire"),
+        set_module_options: f!(c"RedisModule_SetModuleOptions"),
+        signal_modified_key: f!(c"RedisModule_SignalModifiedKey"),
         replicate: f!(c"RedisModule_Replicate"),
     })
 }
@@ -145,6 +153,7 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
         // RedisModuleCmdFunc signature.
         unsafe {
             (api.set_module_attribs)(ctx, c"drl".as_ptr(), 1, APIVER_1);
+            (api.set_module_options)(ctx, OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
             let ok = (api.create_command)(
                 ctx,
                 c"drl.decide".as_ptr(),

@@ -402,3 +402,25 @@ fn cluster_checks_the_declared_keys() {
     let got = items(&common::decide(&mut c, &keys, 0, &d).unwrap(), &[2]);
     assert_eq!(got[0].0, 1);
 }
+
+#[test]
+fn only_written_keys_count_as_modified() {
+    // Like the Lua script, a call that only reads a key (a denial, a query)
+    // does not abort a transaction WATCHing it; a write does.
+    let r = Redis::with_module();
+    let mut c = r.conn();
+    let mut other = r.conn();
+    let keys = ["watched".to_string()];
+    let quota = [q(1, 60_000_000_000)];
+    let run = |c: &mut redis::Connection, other: &mut redis::Connection, cost| -> bool {
+        let _: () = redis::cmd("WATCH").arg("watched").query(c).unwrap();
+        common::decide(other, &keys, 0, &[at(5, Algorithm::Gcra, cost, &quota)]).unwrap();
+        let _: () = redis::cmd("MULTI").query(c).unwrap();
+        let _: () = redis::cmd("PING").query(c).unwrap();
+        let v: Value = redis::cmd("EXEC").query(c).unwrap();
+        !matches!(v, Value::Nil)
+    };
+    assert!(!run(&mut c, &mut other, 1), "an admission writes the key");
+    assert!(run(&mut c, &mut other, 0), "a query writes nothing");
+    assert!(run(&mut c, &mut other, 1), "a denial writes nothing");
+}

@@ -18,7 +18,6 @@ use common::trace::{self, Trace};
 use common::{Redis, items};
 use drl_core::state_text;
 use drl_core::{Limiter, MultiLimiter};
-use drl_redis_module::decide::ttl_ms;
 use drl_redis_module::spec::{Clock, Decision};
 use proptest::prelude::*;
 
@@ -118,7 +117,8 @@ fn check_trace(t: &Trace) -> Result<(), TestCaseError> {
                 for ((k, s), q) in dkeys.iter().zip(&states).zip(&d.quotas) {
                     let fresh_in = Limiter::new(d.algorithm, *q).check(s, at, 0).reset_after;
                     model.insert(k.clone(), state_text::to_text(s));
-                    ttl.insert(k.clone(), ttl_ms(fresh_in, GRACE_MS));
+                    // The protocol: ceil(time until fresh / 1 ms) + grace, at least 1.
+                    ttl.insert(k.clone(), (fresh_in.div_ceil(1_000_000) + GRACE_MS).max(1));
                 }
             }
         }

@@ -58,8 +58,12 @@ impl Drop for OpenKeys {
 
 /// `DRL.VERSION`.
 pub unsafe extern "C" fn version(ctx: *mut Ctx, _argv: *mut *mut RString, _argc: c_int) -> c_int {
+    let result = catch_unwind(|| {
+        // SAFETY: valid ctx.
+        unsafe { (ffi::api().reply_with_long_long)(ctx, crate::PROTOCOL_VERSION) }
+    });
     // SAFETY: valid ctx.
-    unsafe { (ffi::api().reply_with_long_long)(ctx, crate::PROTOCOL_VERSION) }
+    result.unwrap_or_else(|_| unsafe { error(ctx, "internal error") })
 }
 
 /// `DRL.DECIDE key_1 ... key_K spec`.

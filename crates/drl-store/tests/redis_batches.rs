@@ -4,7 +4,8 @@
 //! repeated keys within a call, multi-quota all-or-nothing), concurrent
 //! `decide` calls really share calls, `NOSCRIPT` after `SCRIPT FLUSH` is
 //! recovered for a whole batch, and a batch that times out fails over per
-//! decision (and callers that gave up are not sent later).
+//! decision (and callers that gave up are not sent later). The module
+//! engine (`DRL.DECIDE`) runs the same differential cases and batching.
 
 mod common;
 
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::{RedisCluster, RedisServer, StoreEnv, unique};
 use drl_core::{Algorithm, Decision, DenyReason, Quota, State};
 use drl_store::{
-    BreakerConfig, Check, FailurePolicy, LimitSpec, OnStoreError, RedisConfig, RedisStore,
+    BreakerConfig, Check, Engine, FailurePolicy, LimitSpec, OnStoreError, RedisConfig, RedisStore,
     ResilienceConfig, Resilient, Store, TimeSource,
 };
 use futures::future::join_all;
@@ -161,26 +162,31 @@ proptest! {
 
     /// Batches (with repeated keys) decide exactly as drl-core one by one,
     /// through `decide_many` and through coalesced concurrent `decide`s,
-    /// with the fast and the general scripts.
+    /// with the fast and the general scripts and with the module.
     #[test]
     fn batches_decide_like_drl_core((spec, start, trace, sizes) in case()) {
         let env = env();
         let rows = rows(start, &trace);
         let want = reference(&spec, &rows);
-        for (store, many) in [(&env.store, true), (&env.general, true), (&env.store, false), (&env.general, false)] {
+        for ((_, store), many) in env.engines().into_iter().flat_map(|e| [(e, true), (e, false)]) {
             let keys = [unique("x"), unique("y"), unique("z")];
             let got = env.rt.block_on(through(store, &spec, &keys, &rows, &sizes, many));
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                prop_assert_eq!(g, w, "row {} {:?} (many: {}, fast: {}) of {:?}", i, rows[i], many, store.config().fast_path, spec);
+                prop_assert_eq!(g, w, "row {} {:?} (many: {}, fast: {}, engine: {:?}) of {:?}", i, rows[i], many, store.config().fast_path, store.config().engine, spec);
             }
         }
     }
 }
 
-fn evalsha_calls(admin: &mut redis::Connection) -> u64 {
+/// Decision calls Redis has run for `engine`: `EVALSHA` or `DRL.DECIDE`.
+fn decision_calls(admin: &mut redis::Connection, engine: Engine) -> u64 {
+    let stat = match engine {
+        Engine::Lua => "cmdstat_evalsha:calls=",
+        Engine::Module => "cmdstat_drl.decide:calls=",
+    };
     let info: String = redis::cmd("INFO").arg("commandstats").query(admin).unwrap();
     info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .find_map(|l| l.strip_prefix(stat))
         .and_then(|rest| rest.split(',').next())
         .map_or(0, |n| n.parse().unwrap())
 }
@@ -195,7 +201,7 @@ fn fixed(alg: Algorithm, quotas: &[&str]) -> LimitSpec {
 
 #[test]
 fn concurrent_decisions_share_calls_and_admit_exactly_the_quota() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_module();
     let mut admin = server.admin();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -203,48 +209,52 @@ fn concurrent_decisions_share_calls_and_admit_exactly_the_quota() {
         .build()
         .unwrap();
     rt.block_on(async {
-        // The default: Redis TIME, up to 2 calls in flight.
-        let store = RedisStore::connect(&RedisConfig::single(server.url()))
-            .await
-            .unwrap();
-        store.load_script().await.unwrap();
-        let spec = Arc::new(fixed(Algorithm::Gcra, &["100/h"]));
-        // Idle: a lone decision is one call of its own, sent at once.
-        let before = evalsha_calls(&mut admin);
-        let c = Check {
-            spec: &spec,
-            key: "solo",
-            cost: 1,
-            now: 0,
-        };
-        assert!(store.decide(c).await.unwrap().allowed);
-        assert_eq!(evalsha_calls(&mut admin) - before, 1);
+        for engine in [Engine::Lua, Engine::Module] {
+            // The default: Redis TIME, up to 2 calls in flight.
+            let cfg = RedisConfig {
+                engine,
+                ..RedisConfig::single(server.url())
+            };
+            let store = RedisStore::connect(&cfg).await.unwrap();
+            store.load_script().await.unwrap();
+            let spec = Arc::new(fixed(Algorithm::Gcra, &["100/h"]));
+            // Idle: a lone decision is one call of its own, sent at once.
+            let before = decision_calls(&mut admin, engine);
+            let c = Check {
+                spec: &spec,
+                key: "solo",
+                cost: 1,
+                now: 0,
+            };
+            assert!(store.decide(c).await.unwrap().allowed);
+            assert_eq!(decision_calls(&mut admin, engine) - before, 1);
 
-        let before = evalsha_calls(&mut admin);
-        let tasks: Vec<_> = (0..400)
-            .map(|_| {
-                let (store, spec) = (store.clone(), spec.clone());
-                tokio::spawn(async move {
-                    let c = Check {
-                        spec: &spec,
-                        key: "hot",
-                        cost: 1,
-                        now: 0,
-                    };
-                    store.decide(c).await.unwrap().allowed
+            let before = decision_calls(&mut admin, engine);
+            let tasks: Vec<_> = (0..400)
+                .map(|_| {
+                    let (store, spec) = (store.clone(), spec.clone());
+                    tokio::spawn(async move {
+                        let c = Check {
+                            spec: &spec,
+                            key: "hot",
+                            cost: 1,
+                            now: 0,
+                        };
+                        store.decide(c).await.unwrap().allowed
+                    })
                 })
-            })
-            .collect();
-        let mut admitted = 0;
-        for t in tasks {
-            admitted += t.await.unwrap() as u64;
+                .collect();
+            let mut admitted = 0;
+            for t in tasks {
+                admitted += t.await.unwrap() as u64;
+            }
+            let calls = decision_calls(&mut admin, engine) - before;
+            assert_eq!(admitted, 100, "exactly the quota ({engine:?})");
+            assert!(
+                calls < 400 / 4,
+                "{engine:?}: 400 concurrent decisions took {calls} calls: not coalesced"
+            );
         }
-        let calls = evalsha_calls(&mut admin) - before;
-        assert_eq!(admitted, 100, "exactly the quota");
-        assert!(
-            calls < 400 / 4,
-            "400 concurrent decisions took {calls} calls: not coalesced"
-        );
     });
 }
 
@@ -256,7 +266,12 @@ fn multi_quota_is_all_or_nothing_within_one_call() {
         // denied decision must not consume the per-second one.
         let spec = fixed(Algorithm::FixedWindow, &["2/s", "3/h"]);
         let general = fixed(Algorithm::SlidingWindow, &["2/1500ms", "3/h"]);
-        for (store, spec) in [(&env.store, &spec), (&env.general, &general)] {
+        for (store, spec) in [
+            (&env.store, &spec),
+            (&env.general, &general),
+            (&env.module, &spec),
+            (&env.module, &general),
+        ] {
             let now = 1_763_000_000_000_000_000u64;
             let rows: Vec<(usize, u64, u64)> = vec![
                 (0, now, 1),
@@ -462,67 +477,70 @@ fn callers_that_gave_up_before_their_call_was_sent_are_not_sent() {
 
 #[test]
 fn cluster_batches_group_by_slot_and_decide_in_order() {
-    let cluster = RedisCluster::start(3);
+    let cluster = RedisCluster::start_module(3);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut cfg = RedisConfig::cluster(cluster.urls());
-        cfg.time = TimeSource::Caller;
-        cfg.expiry_grace_ms = 3_600_000;
-        cfg.batch_in_flight = 1;
-        let store = RedisStore::connect(&cfg).await.unwrap();
-        store.load_script().await.unwrap();
-        for (alg, quotas) in [
-            (Algorithm::Gcra, &["3/s", "5/h"][..]),
-            (Algorithm::SlidingWindow, &["3/1500ms"][..]),
-            (Algorithm::SlidingLog, &["4/s", "6/h"][..]),
-        ] {
-            let spec = fixed(alg, quotas);
-            let names: Vec<String> = (0..12).map(|i| format!("tenant-{i}")).collect();
-            let slots: std::collections::HashSet<u16> = names
-                .iter()
-                .map(|n| cluster.slot(&store.keys(&spec, n)[0]))
-                .collect();
-            assert!(slots.len() > 3, "keys spread over slots");
-            let now = 1_763_000_000_000_000_000u64;
-            let rows: Vec<(usize, u64, u64)> = (0..120u64)
-                .map(|i| ((i * 7 % 12) as usize, now + i * 20_000_000, 1 + i % 2))
-                .collect();
-            let want = {
-                let limiter = spec.limiter();
-                let mut states: HashMap<usize, Vec<State>> = HashMap::new();
-                rows.iter()
-                    .map(|&(k, now, cost)| {
-                        let s = states.entry(k).or_insert_with(|| limiter.new_states());
-                        limiter.decide(s, now, cost)
-                    })
-                    .collect::<Vec<_>>()
-            };
-            for many in [true, false] {
-                let prefix = unique("c");
-                let keys: Vec<String> = names.iter().map(|n| format!("{prefix}{n}")).collect();
-                let mut got = Vec::new();
-                for chunk in rows.chunks(30) {
-                    let checks: Vec<Check<'_>> = chunk
-                        .iter()
-                        .map(|&(k, now, cost)| Check {
-                            spec: &spec,
-                            key: &keys[k],
-                            cost,
-                            now,
+        for engine in [Engine::Lua, Engine::Module] {
+            let mut cfg = RedisConfig::cluster(cluster.urls());
+            cfg.time = TimeSource::Caller;
+            cfg.expiry_grace_ms = 3_600_000;
+            cfg.batch_in_flight = 1;
+            cfg.engine = engine;
+            let store = RedisStore::connect(&cfg).await.unwrap();
+            store.load_script().await.unwrap();
+            for (alg, quotas) in [
+                (Algorithm::Gcra, &["3/s", "5/h"][..]),
+                (Algorithm::SlidingWindow, &["3/1500ms"][..]),
+                (Algorithm::SlidingLog, &["4/s", "6/h"][..]),
+            ] {
+                let spec = fixed(alg, quotas);
+                let names: Vec<String> = (0..12).map(|i| format!("tenant-{i}")).collect();
+                let slots: std::collections::HashSet<u16> = names
+                    .iter()
+                    .map(|n| cluster.slot(&store.keys(&spec, n)[0]))
+                    .collect();
+                assert!(slots.len() > 3, "keys spread over slots");
+                let now = 1_763_000_000_000_000_000u64;
+                let rows: Vec<(usize, u64, u64)> = (0..120u64)
+                    .map(|i| ((i * 7 % 12) as usize, now + i * 20_000_000, 1 + i % 2))
+                    .collect();
+                let want = {
+                    let limiter = spec.limiter();
+                    let mut states: HashMap<usize, Vec<State>> = HashMap::new();
+                    rows.iter()
+                        .map(|&(k, now, cost)| {
+                            let s = states.entry(k).or_insert_with(|| limiter.new_states());
+                            limiter.decide(s, now, cost)
                         })
-                        .collect();
-                    let r = if many {
-                        store.decide_many(&checks).await
-                    } else {
-                        join_all(checks.iter().map(|c| store.decide(*c))).await
-                    };
-                    got.extend(r.into_iter().map(Result::unwrap));
+                        .collect::<Vec<_>>()
+                };
+                for many in [true, false] {
+                    let prefix = unique("c");
+                    let keys: Vec<String> = names.iter().map(|n| format!("{prefix}{n}")).collect();
+                    let mut got = Vec::new();
+                    for chunk in rows.chunks(30) {
+                        let checks: Vec<Check<'_>> = chunk
+                            .iter()
+                            .map(|&(k, now, cost)| Check {
+                                spec: &spec,
+                                key: &keys[k],
+                                cost,
+                                now,
+                            })
+                            .collect();
+                        let r = if many {
+                            store.decide_many(&checks).await
+                        } else {
+                            join_all(checks.iter().map(|c| store.decide(*c))).await
+                        };
+                        got.extend(r.into_iter().map(Result::unwrap));
+                    }
+                    assert_eq!(got, want, "{alg} many={many} {engine:?}");
                 }
-                assert_eq!(got, want, "{alg} many={many}");
             }
         }
     });

@@ -2,7 +2,7 @@
 //! keys spread over every node (hash tags keep one request in one slot),
 //! and decisions that carry on exactly through a slot migration (ASK while
 //! it runs, MOVED after) and through the failover of a killed master to its
-//! replica.
+//! replica. The multi-quota and migration case runs with both engines.
 
 mod common;
 
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::RedisCluster;
 use drl_core::{Algorithm, Quota, State};
-use drl_store::{Check, LimitSpec, RedisConfig, RedisStore, Store, TimeSource};
+use drl_store::{Check, Engine, LimitSpec, RedisConfig, RedisStore, Store, TimeSource};
 
 /// drl-core's decisions for one spec, one state per key.
 struct Reference {
@@ -48,9 +48,10 @@ impl Reference {
     }
 }
 
-async fn connect(cluster: &RedisCluster) -> RedisStore {
+async fn connect(cluster: &RedisCluster, engine: Engine) -> RedisStore {
     let mut cfg = RedisConfig::cluster(cluster.urls());
     cfg.time = TimeSource::Caller;
+    cfg.engine = engine;
     cfg.expiry_grace_ms = 600_000;
     let store = RedisStore::connect(&cfg).await.unwrap();
     store.load_script().await.unwrap();
@@ -65,8 +66,22 @@ fn dbsize(cluster: &RedisCluster, i: usize) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_multi_quota_and_slot_migration() {
-    let cluster = tokio::task::block_in_place(|| RedisCluster::start(3));
-    let store = connect(&cluster).await;
+    multi_quota_and_slot_migration(Engine::Lua).await;
+}
+
+/// The same with `engine: module` on 3 masters that each load the module:
+/// `DRL.DECIDE`'s key spec routes it, ASK and MOVED are followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_multi_quota_and_slot_migration_module() {
+    multi_quota_and_slot_migration(Engine::Module).await;
+}
+
+async fn multi_quota_and_slot_migration(engine: Engine) {
+    let cluster = tokio::task::block_in_place(|| match engine {
+        Engine::Lua => RedisCluster::start(3),
+        Engine::Module => RedisCluster::start_module(3),
+    });
+    let store = connect(&cluster, engine).await;
 
     // Multi-quota limits for many keys, over every algorithm.
     let mut refs = Vec::new();
@@ -151,7 +166,7 @@ async fn cluster_multi_quota_and_slot_migration() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_failover_to_a_replica() {
     let mut cluster = tokio::task::block_in_place(|| RedisCluster::start_with_replicas(3, 1));
-    let store = connect(&cluster).await;
+    let store = connect(&cluster, Engine::Lua).await;
     let spec = LimitSpec::new(
         "failover",
         Algorithm::Gcra,

@@ -2,7 +2,8 @@
 //! as drl-core (differential property tests on random traces, including
 //! timestamps near 2^64 and quotas whose products exceed 2^53), all-or-nothing
 //! multi-quota limits, key expiry, the Redis clock, NOSCRIPT recovery and
-//! pipelined batches.
+//! pipelined batches. Every engine: the Lua scripts (fast and general) and
+//! the native module (`engine: module`), alone and taking turns on one key.
 
 mod common;
 
@@ -12,7 +13,7 @@ use std::time::Duration;
 use common::{RedisServer, StoreEnv, unique};
 use drl_core::time::SECOND;
 use drl_core::{Algorithm, Decision, MultiLimiter, Quota, State};
-use drl_store::{Check, LimitSpec, RedisConfig, RedisStore, Store, TimeSource};
+use drl_store::{Check, Engine, LimitSpec, RedisConfig, RedisStore, Store, TimeSource};
 use proptest::prelude::*;
 
 /// One server and one runtime for the whole differential suite.
@@ -29,16 +30,22 @@ fn env() -> &'static StoreEnv {
     })
 }
 
-/// Runs `trace` through Redis (with both scripts) and through drl-core;
-/// asserts equal decisions.
+/// Runs `trace` through Redis with every engine (fast scripts, general
+/// script, module) and through drl-core; asserts equal decisions. Then once
+/// more on one key with the engines taking turns, so each engine reads the
+/// states the others wrote (they share the stored format).
 fn differential(spec: &LimitSpec, trace: &[(u64, u64)]) -> Result<(), TestCaseError> {
     let env = env();
-    differential_on(&env.store, spec, trace)?;
-    differential_on(&env.general, spec, trace)
+    let [lua, general, module] = env.engines();
+    for (_, store) in env.engines() {
+        differential_on(&[store], spec, trace)?;
+    }
+    differential_on(&[lua.1, module.1, general.1], spec, trace)
 }
 
+/// `trace` on one key, step `i` decided by `stores[i % stores.len()]`.
 fn differential_on(
-    store: &RedisStore,
+    stores: &[&RedisStore],
     spec: &LimitSpec,
     trace: &[(u64, u64)],
 ) -> Result<(), TestCaseError> {
@@ -48,6 +55,7 @@ fn differential_on(
     let mut states: Vec<State> = reference.new_states();
     for (i, &(now, cost)) in trace.iter().enumerate() {
         let want = reference.decide(&mut states, now, cost);
+        let store = stores[i % stores.len()];
         let got = env
             .rt
             .block_on(store.decide(Check {
@@ -60,10 +68,12 @@ fn differential_on(
         prop_assert_eq!(
             got,
             want,
-            "step {} (now {}, cost {}) of {:?}",
+            "step {} (now {}, cost {}, engine {:?}, fast {}) of {:?}",
             i,
             now,
             cost,
+            store.config().engine,
+            store.config().fast_path,
             spec
         );
     }
@@ -236,22 +246,30 @@ async fn decide(store: &RedisStore, spec: &LimitSpec, key: &str, now: u64, cost:
 fn every_algorithm_admits_its_quota_then_denies() {
     let env = env();
     env.rt.block_on(async {
-        for alg in Algorithm::ALL {
-            let s = spec(alg, &["3/s"]);
-            let now = 1_763_000_000_000_000_000u64; // a 2025 timestamp, > 2^53
-            for i in 0..3 {
-                let d = decide(&env.store, &s, "k", now + i, 1).await;
-                assert!(d.allowed, "{alg}: request {i} should pass: {d:?}");
+        for (engine, store) in [("lua", &env.store), ("module", &env.module)] {
+            for alg in Algorithm::ALL {
+                let s = spec(alg, &["3/s"]);
+                let now = 1_763_000_000_000_000_000u64; // a 2025 timestamp, > 2^53
+                for i in 0..3 {
+                    let d = decide(store, &s, "k", now + i, 1).await;
+                    assert!(d.allowed, "{engine} {alg}: request {i} should pass: {d:?}");
+                }
+                let d = decide(store, &s, "k", now + 3, 1).await;
+                if alg == Algorithm::LeakyQueue {
+                    // The shaper queues up to burst: the 4th waits for room.
+                    assert!(
+                        !d.allowed && d.retry_after.unwrap() > 0,
+                        "{engine} {alg}: {d:?}"
+                    );
+                } else {
+                    assert!(!d.allowed, "{engine} {alg}: the 4th must be denied: {d:?}");
+                }
+                let d = decide(store, &s, "k", now + 4, 4).await;
+                assert_eq!(
+                    d.retry_after, None,
+                    "{engine} {alg}: cost 4 > 3 can never pass"
+                );
             }
-            let d = decide(&env.store, &s, "k", now + 3, 1).await;
-            if alg == Algorithm::LeakyQueue {
-                // The shaper queues up to burst: the 4th waits for room.
-                assert!(!d.allowed && d.retry_after.unwrap() > 0, "{alg}: {d:?}");
-            } else {
-                assert!(!d.allowed, "{alg}: the 4th must be denied: {d:?}");
-            }
-            let d = decide(&env.store, &s, "k", now + 4, 4).await;
-            assert_eq!(d.retry_after, None, "{alg}: cost 4 > 3 can never pass");
         }
     });
 }
@@ -260,59 +278,64 @@ fn every_algorithm_admits_its_quota_then_denies() {
 fn multi_quota_is_all_or_nothing_in_one_call() {
     let env = env();
     env.rt.block_on(async {
-        let s = spec(Algorithm::FixedWindow, &["2/s", "3/min"]);
-        let t0 = 1_763_000_000_000_000_000u64 / 60_000_000_000 * 60_000_000_000;
-        assert!(decide(&env.store, &s, "k", t0, 1).await.allowed);
-        assert!(decide(&env.store, &s, "k", t0 + 1, 1).await.allowed);
-        // 2/s denies: 3/min must not consume.
-        assert!(!decide(&env.store, &s, "k", t0 + 2, 1).await.allowed);
-        let d = decide(&env.store, &s, "k", t0 + SECOND, 1).await;
-        assert!(d.allowed, "3/min had one left: {d:?}");
-        assert_eq!(d.remaining, 0);
-        let d = decide(&env.store, &s, "k", t0 + 2 * SECOND, 1).await;
-        assert!(!d.allowed);
-        assert!(
-            d.retry_after.unwrap() > 50 * SECOND,
-            "the minute quota decides: {d:?}"
-        );
+        for store in [&env.store, &env.module] {
+            let s = spec(Algorithm::FixedWindow, &["2/s", "3/min"]);
+            let t0 = 1_763_000_000_000_000_000u64 / 60_000_000_000 * 60_000_000_000;
+            assert!(decide(store, &s, "k", t0, 1).await.allowed);
+            assert!(decide(store, &s, "k", t0 + 1, 1).await.allowed);
+            // 2/s denies: 3/min must not consume.
+            assert!(!decide(store, &s, "k", t0 + 2, 1).await.allowed);
+            let d = decide(store, &s, "k", t0 + SECOND, 1).await;
+            assert!(d.allowed, "3/min had one left: {d:?}");
+            assert_eq!(d.remaining, 0);
+            let d = decide(store, &s, "k", t0 + 2 * SECOND, 1).await;
+            assert!(!d.allowed);
+            assert!(
+                d.retry_after.unwrap() > 50 * SECOND,
+                "the minute quota decides: {d:?}"
+            );
+        }
     });
 }
 
 #[test]
 fn keys_expire_when_fresh_and_denials_write_nothing() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_module();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let mut cfg = RedisConfig::single(server.url());
-        cfg.expiry_grace_ms = 0;
-        cfg.time = TimeSource::Caller;
-        let store = RedisStore::connect(&cfg).await.unwrap();
-        let s = spec(Algorithm::Gcra, &["2/200ms"]);
-        let keys = store.keys(&s, "k");
-        let mut admin = server.admin();
-        let now = 5_000_000_000_000u64;
-        assert!(decide(&store, &s, "k", now, 1).await.allowed);
-        let ttl: i64 = redis::cmd("PTTL").arg(&keys[0]).query(&mut admin).unwrap();
-        // fresh again after one emission interval (100 ms).
-        assert!((1..=100).contains(&ttl), "pttl {ttl}");
-        // A query (cost 0) writes nothing.
-        let before: String = redis::cmd("GET").arg(&keys[0]).query(&mut admin).unwrap();
-        decide(&store, &s, "k", now + 1, 0).await;
-        let after: String = redis::cmd("GET").arg(&keys[0]).query(&mut admin).unwrap();
-        assert_eq!(before, after);
-        common::wait_until(Duration::from_secs(3), "the key to expire", || {
-            redis::cmd("EXISTS")
-                .arg(&keys[0])
-                .query::<i64>(&mut server.admin())
-                .unwrap()
-                == 0
-        });
-        // A denial writes nothing either.
-        assert!(decide(&store, &s, "k", now, 2).await.allowed);
-        let before: String = redis::cmd("GET").arg(&keys[0]).query(&mut admin).unwrap();
-        assert!(!decide(&store, &s, "k", now + 1, 1).await.allowed);
-        let after: String = redis::cmd("GET").arg(&keys[0]).query(&mut admin).unwrap();
-        assert_eq!(before, after);
+        for engine in [Engine::Lua, Engine::Module] {
+            let mut cfg = RedisConfig::single(server.url());
+            cfg.expiry_grace_ms = 0;
+            cfg.time = TimeSource::Caller;
+            cfg.engine = engine;
+            let store = RedisStore::connect(&cfg).await.unwrap();
+            let s = spec(Algorithm::Gcra, &["2/200ms"]);
+            let keys = store.keys(&s, "k");
+            let mut admin = server.admin();
+            let now = 5_000_000_000_000u64;
+            assert!(decide(&store, &s, "k", now, 1).await.allowed);
+            let ttl: i64 = redis::cmd("PTTL").arg(&keys[0]).query(&mut admin).unwrap();
+            // fresh again after one emission interval (100 ms).
+            assert!((1..=100).contains(&ttl), "pttl {ttl}");
+            // A query (cost 0) writes nothing.
+            let before: String = redis::cmd("GET").arg(&keys[0]).query(&mut admin).unwrap();
+            decide(&store, &s, "k", now + 1, 0).await;
+            let after: String = redis::cmd("GET").arg(&keys[0]).query(&mut admin).unwrap();
+            assert_eq!(before, after);
+            common::wait_until(Duration::from_secs(3), "the key to expire", || {
+                redis::cmd("EXISTS")
+                    .arg(&keys[0])
+                    .query::<i64>(&mut server.admin())
+                    .unwrap()
+                    == 0
+            });
+            // A denial writes nothing either.
+            assert!(decide(&store, &s, "k", now, 2).await.allowed);
+            let before: String = redis::cmd("GET").arg(&keys[0]).query(&mut admin).unwrap();
+            assert!(!decide(&store, &s, "k", now + 1, 1).await.allowed);
+            let after: String = redis::cmd("GET").arg(&keys[0]).query(&mut admin).unwrap();
+            assert_eq!(before, after);
+        }
     });
 }
 
@@ -320,73 +343,76 @@ fn keys_expire_when_fresh_and_denials_write_nothing() {
 fn redis_clock_is_the_default_time_source() {
     let env = env();
     env.rt.block_on(async {
-        let cfg = RedisConfig::single(env.store.config().url.clone().unwrap());
-        assert_eq!(cfg.time, TimeSource::Redis);
-        let store = RedisStore::connect(&cfg).await.unwrap();
-        let s = spec(Algorithm::Gcra, &["2/h"]);
-        // The caller's `now` (0 here) is ignored: Redis TIME is used.
-        let d1 = decide(&store, &s, "k", 0, 1).await;
-        let d2 = decide(&store, &s, "k", 0, 1).await;
-        let d3 = decide(&store, &s, "k", 0, 1).await;
-        assert!(d1.allowed && d2.allowed && !d3.allowed);
-        let hour = 3600 * SECOND;
-        // Two permits taken within a few ms: the next frees in ~30 min.
-        let retry = d3.retry_after.unwrap();
-        assert!(
-            retry <= hour / 2 && retry > hour / 2 - 10 * SECOND,
-            "{retry}"
-        );
-        // reset_after is computed at Redis' now: ~1 h.
-        assert!(d3.reset_after <= hour && d3.reset_after > hour - 10 * SECOND);
-        // The window scripts read TIME too: whole seconds (fast) and not (general).
-        for q in ["2/h", "2/3600001ms"] {
-            let w = spec(Algorithm::FixedWindow, &[q]);
-            let d1 = decide(&store, &w, "k", 0, 1).await;
-            let d2 = decide(&store, &w, "k", 0, 1).await;
-            let d3 = decide(&store, &w, "k", 0, 1).await;
-            assert!(d1.allowed && d2.allowed && !d3.allowed, "{q}");
-            // Windows are aligned to the Unix epoch on Redis' clock.
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64;
-            let window = w.quotas[0].window();
-            let to_end = window - now % window;
+        for engine in [Engine::Lua, Engine::Module] {
+            let cfg = RedisConfig::single(env.store.config().url.clone().unwrap());
+            let cfg = RedisConfig { engine, ..cfg };
+            assert_eq!(cfg.time, TimeSource::Redis);
+            let store = RedisStore::connect(&cfg).await.unwrap();
+            let s = spec(Algorithm::Gcra, &["2/h"]);
+            // The caller's `now` (0 here) is ignored: Redis TIME is used.
+            let d1 = decide(&store, &s, "k", 0, 1).await;
+            let d2 = decide(&store, &s, "k", 0, 1).await;
+            let d3 = decide(&store, &s, "k", 0, 1).await;
+            assert!(d1.allowed && d2.allowed && !d3.allowed);
+            let hour = 3600 * SECOND;
+            // Two permits taken within a few ms: the next frees in ~30 min.
             let retry = d3.retry_after.unwrap();
             assert!(
-                retry.abs_diff(to_end) < 10 * SECOND,
-                "{q}: {retry} vs {to_end}"
+                retry <= hour / 2 && retry > hour / 2 - 10 * SECOND,
+                "{retry}"
+            );
+            // reset_after is computed at Redis' now: ~1 h.
+            assert!(d3.reset_after <= hour && d3.reset_after > hour - 10 * SECOND);
+            // The window scripts read TIME too: whole seconds (fast) and not (general).
+            for q in ["2/h", "2/3600001ms"] {
+                let w = spec(Algorithm::FixedWindow, &[q]);
+                let d1 = decide(&store, &w, "k", 0, 1).await;
+                let d2 = decide(&store, &w, "k", 0, 1).await;
+                let d3 = decide(&store, &w, "k", 0, 1).await;
+                assert!(d1.allowed && d2.allowed && !d3.allowed, "{q}");
+                // Windows are aligned to the Unix epoch on Redis' clock.
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64;
+                let window = w.quotas[0].window();
+                let to_end = window - now % window;
+                let retry = d3.retry_after.unwrap();
+                assert!(
+                    retry.abs_diff(to_end) < 10 * SECOND,
+                    "{q}: {retry} vs {to_end}"
+                );
+            }
+            // decide_with overrides the time source per call (what replay uses).
+            let s2 = spec(Algorithm::FixedWindow, &["1/s"]);
+            let c = |now| Check {
+                spec: &s2,
+                key: "r",
+                cost: 1,
+                now,
+            };
+            assert!(
+                store
+                    .decide_with(c(10), TimeSource::Caller)
+                    .await
+                    .unwrap()
+                    .allowed
+            );
+            assert!(
+                !store
+                    .decide_with(c(20), TimeSource::Caller)
+                    .await
+                    .unwrap()
+                    .allowed
+            );
+            assert!(
+                store
+                    .decide_with(c(SECOND), TimeSource::Caller)
+                    .await
+                    .unwrap()
+                    .allowed
             );
         }
-        // decide_with overrides the time source per call (what replay uses).
-        let s2 = spec(Algorithm::FixedWindow, &["1/s"]);
-        let c = |now| Check {
-            spec: &s2,
-            key: "r",
-            cost: 1,
-            now,
-        };
-        assert!(
-            store
-                .decide_with(c(10), TimeSource::Caller)
-                .await
-                .unwrap()
-                .allowed
-        );
-        assert!(
-            !store
-                .decide_with(c(20), TimeSource::Caller)
-                .await
-                .unwrap()
-                .allowed
-        );
-        assert!(
-            store
-                .decide_with(c(SECOND), TimeSource::Caller)
-                .await
-                .unwrap()
-                .allowed
-        );
     });
 }
 
@@ -437,70 +463,76 @@ fn noscript_after_script_flush_is_recovered() {
 fn decide_many_is_one_pipeline_with_sequential_semantics() {
     let env = env();
     env.rt.block_on(async {
-        let s = spec(Algorithm::SlidingLog, &["5/s"]);
-        let other = spec(Algorithm::Gcra, &["1/s"]);
-        let now = 1_763_000_000_123_456_789u64;
-        let mut checks = Vec::new();
-        for i in 0..8 {
+        for store in [&env.store, &env.module] {
+            let s = spec(Algorithm::SlidingLog, &["5/s"]);
+            let other = spec(Algorithm::Gcra, &["1/s"]);
+            let now = 1_763_000_000_123_456_789u64;
+            let mut checks = Vec::new();
+            for i in 0..8 {
+                checks.push(Check {
+                    spec: &s,
+                    key: "k",
+                    cost: 1,
+                    now: now + i,
+                });
+            }
             checks.push(Check {
-                spec: &s,
+                spec: &other,
                 key: "k",
                 cost: 1,
-                now: now + i,
+                now,
             });
+            let got = store.decide_many(&checks).await;
+            let reference = s.limiter();
+            let mut st = reference.new_states();
+            for (i, c) in checks[..8].iter().enumerate() {
+                let want = reference.decide(&mut st, c.now, c.cost);
+                assert_eq!(got[i].as_ref().unwrap(), &want, "item {i}");
+            }
+            assert!(got[8].as_ref().unwrap().allowed);
         }
-        checks.push(Check {
-            spec: &other,
-            key: "k",
-            cost: 1,
-            now,
-        });
-        let got = env.store.decide_many(&checks).await;
-        let reference = s.limiter();
-        let mut st = reference.new_states();
-        for (i, c) in checks[..8].iter().enumerate() {
-            let want = reference.decide(&mut st, c.now, c.cost);
-            assert_eq!(got[i].as_ref().unwrap(), &want, "item {i}");
-        }
-        assert!(got[8].as_ref().unwrap().allowed);
     });
 }
 
 #[test]
 fn concurrent_decisions_never_exceed_the_quota() {
     let env = env();
-    let s = Arc::new(spec(Algorithm::Gcra, &["100/h"]));
-    let admitted = env.rt.block_on(async {
-        let mut tasks = Vec::new();
-        for t in 0..16 {
-            let store = env.store.clone();
-            let s = s.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut n = 0;
-                for i in 0..20u64 {
-                    let c = Check {
-                        spec: &s,
-                        key: "hot",
-                        cost: 1,
-                        now: 1_000 + t * 20 + i,
-                    };
-                    if store.decide(c).await.unwrap().allowed {
-                        n += 1;
+    for store in [&env.store, &env.module] {
+        let s = Arc::new(spec(Algorithm::Gcra, &["100/h"]));
+        let admitted = env.rt.block_on(async {
+            let mut tasks = Vec::new();
+            for t in 0..16 {
+                let store = store.clone();
+                let s = s.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut n = 0;
+                    for i in 0..20u64 {
+                        let c = Check {
+                            spec: &s,
+                            key: "hot",
+                            cost: 1,
+                            now: 1_000 + t * 20 + i,
+                        };
+                        if store.decide(c).await.unwrap().allowed {
+                            n += 1;
+                        }
                     }
-                }
-                n
-            }));
-        }
-        let mut total = 0;
-        for t in tasks {
-            total += t.await.unwrap();
-        }
-        total
-    });
-    assert_eq!(
-        admitted, 100,
-        "exactly the quota out of 320 concurrent requests"
-    );
+                    n
+                }));
+            }
+            let mut total = 0;
+            for t in tasks {
+                total += t.await.unwrap();
+            }
+            total
+        });
+        assert_eq!(
+            admitted,
+            100,
+            "exactly the quota out of 320 concurrent requests ({:?})",
+            store.config().engine
+        );
+    }
 }
 
 #[test]
@@ -519,6 +551,13 @@ fn config_is_validated_and_deserializes_from_yaml() {
     bad.key_prefix = "x{".into();
     assert!(bad.validate().is_err());
     assert!(serde_norway::from_str::<RedisConfig>("urls: x\n").is_err());
+    assert_eq!(cfg.engine, Engine::Lua, "lua is the default engine");
+    let m: RedisConfig = serde_norway::from_str("url: redis://a\nengine: module\n").unwrap();
+    assert_eq!(m.engine, Engine::Module);
+    let e = serde_norway::from_str::<RedisConfig>("url: redis://a\nengine: native\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("lua") && e.contains("module"), "{e}");
     let _ = MultiLimiter::uniform(Algorithm::Gcra, &[Quota::new(1, 1).unwrap()]);
 }
 

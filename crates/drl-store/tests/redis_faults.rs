@@ -1,6 +1,7 @@
 //! Faults against a real `redis-server`: killed mid-load, paused (SIGSTOP),
 //! restarted. Each failure policy does what it says, latency stays bounded,
-//! nothing piles up, and decisions go back to Redis when it returns.
+//! nothing piles up, and decisions go back to Redis when it returns. A kill
+//! and a pause case also run with the module engine.
 
 mod common;
 
@@ -11,8 +12,8 @@ use std::time::{Duration, Instant};
 use common::RedisServer;
 use drl_core::{Algorithm, Quota};
 use drl_store::{
-    BreakerConfig, BreakerState, Check, FailurePolicy, LimitSpec, OnStoreError, RedisConfig,
-    RedisStore, ResilienceConfig, Resilient, Store, TimeSource,
+    BreakerConfig, BreakerState, Check, Engine, FailurePolicy, LimitSpec, OnStoreError,
+    RedisConfig, RedisStore, ResilienceConfig, Resilient, Store, TimeSource,
 };
 
 /// Generous for a debug build on a loaded 2-core CI box, still far below
@@ -28,9 +29,11 @@ async fn resilient(
     server: &RedisServer,
     policy: FailurePolicy,
     breaker: BreakerConfig,
+    engine: Engine,
 ) -> Resilient<RedisStore> {
     let mut cfg = RedisConfig::single(server.url());
     cfg.time = TimeSource::Caller;
+    cfg.engine = engine;
     let store = RedisStore::connect(&cfg).await.unwrap();
     store.ping().await.unwrap();
     Resilient::new(
@@ -133,9 +136,18 @@ fn load(
     })
 }
 
-async fn killed_mid_load(policy: FailurePolicy, expect_after_kill: u64) {
-    let mut server = RedisServer::start();
-    let store = Arc::new(resilient(&server, policy, breaker()).await);
+/// A server for `engine` (with the module loaded for `Engine::Module`; a
+/// restart loads it again).
+fn server_for(engine: Engine) -> RedisServer {
+    match engine {
+        Engine::Lua => RedisServer::start(),
+        Engine::Module => RedisServer::start_module(),
+    }
+}
+
+async fn killed_mid_load(policy: FailurePolicy, expect_after_kill: u64, engine: Engine) {
+    let mut server = server_for(engine);
+    let store = Arc::new(resilient(&server, policy, breaker(), engine).await);
     let tag = format!("{:?}", policy.on_store_error);
     let s = spec(&format!("before-{tag}"), "10/h");
     assert_eq!(
@@ -206,12 +218,17 @@ async fn killed_mid_load(policy: FailurePolicy, expect_after_kill: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_mid_load_deny_denies() {
-    killed_mid_load(FailurePolicy::on_error(OnStoreError::Deny), 0).await;
+    killed_mid_load(FailurePolicy::on_error(OnStoreError::Deny), 0, Engine::Lua).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_mid_load_allow_allows() {
-    killed_mid_load(FailurePolicy::on_error(OnStoreError::Allow), 12).await;
+    killed_mid_load(
+        FailurePolicy::on_error(OnStoreError::Allow),
+        12,
+        Engine::Lua,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,16 +237,37 @@ async fn killed_mid_load_local_enforces_quota_over_n() {
         local_divisor: 2,
         ..FailurePolicy::on_error(OnStoreError::Local)
     };
-    killed_mid_load(policy, 5).await;
+    killed_mid_load(policy, 5, Engine::Lua).await;
+}
+
+/// The module engine behind the same policy and breaker: identical.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_load_local_enforces_quota_over_n_module() {
+    let policy = FailurePolicy {
+        local_divisor: 2,
+        ..FailurePolicy::on_error(OnStoreError::Local)
+    };
+    killed_mid_load(policy, 5, Engine::Module).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_redis_costs_a_timeout_then_microseconds() {
-    let server = RedisServer::start();
+    paused_redis(Engine::Lua).await;
+}
+
+/// The module engine behind the same policy and breaker: identical.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_redis_costs_a_timeout_then_microseconds_module() {
+    paused_redis(Engine::Module).await;
+}
+
+async fn paused_redis(engine: Engine) {
+    let server = server_for(engine);
     let store = resilient(
         &server,
         FailurePolicy::on_error(OnStoreError::Deny),
         breaker(),
+        engine,
     )
     .await;
     let s = spec("paused", "10/h");

@@ -18,6 +18,7 @@
 //! does not accumulate stale work.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -26,7 +27,7 @@ use redis::{Arg, Cmd, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use super::script::{self, Kind};
-use super::{Conn, backend, is_noscript};
+use super::{Conn, Engine, backend, is_noscript, module};
 use crate::StoreError;
 
 /// Which calls a decision may share: the same script and, on a cluster,
@@ -69,6 +70,14 @@ pub(crate) struct Shared {
     pub shas: [String; 3],
     pub grace_ms: u64,
     pub response_timeout_ms: u64,
+    /// What decides: scripts or the module.
+    pub engine: Engine,
+    /// The server (or cluster) as named in errors, without passwords.
+    pub server: String,
+    /// `DRL.VERSION` answered the right version (module engine).
+    pub module_ok: AtomicBool,
+    /// A missing or mismatched module was logged already.
+    pub module_warned: AtomicBool,
 }
 
 fn push_arg(cmd: &mut Cmd, a: Arg<&[u8]>) {
@@ -118,9 +127,54 @@ impl Shared {
         }
     }
 
+    /// Logs a module error once per store (it repeats on every call).
+    fn module_error(&self, e: StoreError) -> StoreError {
+        if !self.module_warned.swap(true, Ordering::Relaxed) {
+            tracing::error!(error = %e, "the Redis store cannot decide with `engine: module`");
+        }
+        metrics::counter!("drl_store_redis_module_missing_total").increment(1);
+        e
+    }
+
+    /// Checks `DRL.VERSION` unless it was checked already (module engine).
+    pub async fn ensure_module(&self) -> Result<(), StoreError> {
+        if self.module_ok.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        match module::check_version(&self.conn, &self.server).await {
+            Ok(()) => {
+                self.module_ok.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e @ StoreError::Backend(_)) if e.to_string().contains("drl module") => {
+                Err(self.module_error(e))
+            }
+            Err(e) => Err(self.with_timeout(e)),
+        }
+    }
+
+    /// One `DRL.DECIDE` deciding `parts` (one slot) with the module.
+    async fn call_module<'a>(
+        &self,
+        parts: impl Iterator<Item = &'a Part> + Clone,
+    ) -> Result<Value, StoreError> {
+        self.ensure_module().await?;
+        let cmd = module::build_call(self.grace_ms, parts.map(|p| (p.nkeys, &p.args)));
+        match self.conn.query(&cmd).await {
+            Ok(v) => Ok(v),
+            // The module went away (a restarted server, a new cluster node).
+            Err(e) if module::is_unknown_command(&e) => {
+                self.module_ok.store(false, Ordering::Relaxed);
+                Err(self.module_error(module::missing(&self.server)))
+            }
+            Err(e) => Err(self.with_timeout(backend(e))),
+        }
+    }
+
     /// Sends one call deciding `parts` (one group) and splits the reply; a
     /// server that lost the script (`NOSCRIPT`: nothing ran) gets the same
-    /// call once more as `EVAL`, which caches the script there again.
+    /// call once more as `EVAL`, which caches the script there again. With
+    /// the module engine the call is one `DRL.DECIDE`.
     pub async fn call<'a>(
         &self,
         parts: impl Iterator<Item = &'a Part> + Clone,
@@ -128,6 +182,10 @@ impl Shared {
         let Some(first) = parts.clone().next() else {
             return Ok(Vec::new());
         };
+        if self.engine == Engine::Module {
+            let v = self.call_module(parts.clone()).await?;
+            return split(v, parts.map(|p| p.reply_len));
+        }
         let kind = first.group.kind;
         let v = match self
             .conn

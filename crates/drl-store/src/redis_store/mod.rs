@@ -14,12 +14,18 @@
 //! call per script kind (and, on a cluster, per hash slot) and per
 //! `batch_max` decisions.
 //!
+//! With `engine: module` every call is a `DRL.DECIDE` of drl's native
+//! Redis module instead (see [`module`]): same keys, batching, coalescing,
+//! slot grouping, timeouts and reply; no `NOSCRIPT` path.
+//!
 //! See `docs/redis.md` for the configuration and the arithmetic.
 
 pub(crate) mod batch;
+pub(crate) mod module;
 pub(crate) mod script;
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -45,6 +51,21 @@ pub enum TimeSource {
     Caller,
 }
 
+/// What decides in Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Engine {
+    /// drl's Lua scripts (`EVALSHA`): works on any Redis, including managed
+    /// services that refuse modules. The default.
+    #[default]
+    Lua,
+    /// drl's native module (`DRL.DECIDE`): several times the decisions per
+    /// second of the scripts, but every Redis server must run
+    /// `redis-server --loadmodule libdrl_redis_module.so`. A server without
+    /// it is a store error naming the server, never a silent fallback.
+    Module,
+}
+
 /// How to reach Redis, as written under `scope: redis` in the config.
 ///
 /// Exactly one of `url` and `cluster` must be given.
@@ -58,6 +79,8 @@ pub struct RedisConfig {
     pub cluster: Vec<String>,
     /// Where `now` comes from (default `redis`).
     pub time: TimeSource,
+    /// What decides: `lua` scripts (default) or the native `module`.
+    pub engine: Engine,
     /// Prefix of every key drl writes (default `drl:`). Must not contain `{`
     /// or `}` (the hash tag follows it).
     pub key_prefix: String,
@@ -91,6 +114,7 @@ impl Default for RedisConfig {
             url: None,
             cluster: Vec::new(),
             time: TimeSource::Redis,
+            engine: Engine::Lua,
             key_prefix: "drl:".to_string(),
             connect_timeout_ms: 1000,
             response_timeout_ms: 1000,
@@ -229,12 +253,34 @@ impl RedisStore {
             Conn::Cluster(conn)
         };
         let shas = script::SCRIPTS.map(|s| redis::Script::new(s).get_hash().to_string());
+        let server = match &config.url {
+            Some(url) => module::redact(url),
+            None => format!(
+                "the cluster of {}",
+                config
+                    .cluster
+                    .iter()
+                    .map(|u| module::redact(u))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
         let shared = Arc::new(batch::Shared {
             conn,
             shas,
             grace_ms: config.expiry_grace_ms,
             response_timeout_ms: config.response_timeout_ms,
+            engine: config.engine,
+            server,
+            module_ok: AtomicBool::new(false),
+            module_warned: AtomicBool::new(false),
         });
+        // A cluster is connected now, so its module is checked now (on every
+        // primary); a lazily connected single server is checked before its
+        // first decision.
+        if config.engine == Engine::Module && matches!(shared.conn, Conn::Cluster(_)) {
+            shared.ensure_module().await?;
+        }
         let batcher =
             batch::Batcher::start(shared.clone(), config.batch_max, config.batch_in_flight);
         Ok(RedisStore {
@@ -275,8 +321,12 @@ impl RedisStore {
     }
 
     /// Loads the decision script (`SCRIPT LOAD`; on a cluster, on every
-    /// primary). Optional: a missing script is loaded on first use.
+    /// primary). Optional: a missing script is loaded on first use. With
+    /// `engine: module` this checks the module (`DRL.VERSION`) instead.
     pub async fn load_script(&self) -> Result<(), StoreError> {
+        if self.config.engine == Engine::Module {
+            return self.shared.ensure_module().await;
+        }
         for source in script::SCRIPTS {
             self.load_one(source).await?;
         }
@@ -314,9 +364,13 @@ impl RedisStore {
         script::keys(&self.config.key_prefix, spec, key)
     }
 
-    /// One decision, encoded for a script call.
+    /// One decision, encoded for a script (or module) call.
     fn part(&self, check: &Check<'_>, time: TimeSource) -> batch::Part {
-        let kind = self.kind(check.spec);
+        // The module decides every algorithm in one call: one group per slot.
+        let kind = match self.config.engine {
+            Engine::Lua => self.kind(check.spec),
+            Engine::Module => script::Kind::General,
+        };
         let mut args = Cmd::new();
         let mut buf = Vec::with_capacity(64);
         script::push_keys(
@@ -336,7 +390,12 @@ impl RedisStore {
             TimeSource::Redis => None,
             TimeSource::Caller => Some(check.now),
         };
-        script::push_args(&mut args, kind, check.spec, now, check.cost);
+        match self.config.engine {
+            Engine::Lua => script::push_args(&mut args, kind, check.spec, now, check.cost),
+            Engine::Module => {
+                args.arg(module::record(check.spec, now, check.cost));
+            }
+        }
         batch::Part {
             group: batch::Group { kind, slot },
             nkeys: check.spec.quotas.len(),

@@ -103,6 +103,20 @@ impl RedisServer {
         Self::start_with(free_port(false), &[])
     }
 
+    /// A standalone server on a free port with extra arguments.
+    pub fn start_with_free_port(extra: &[&str]) -> Self {
+        Self::start_with(free_port(false), extra)
+    }
+
+    /// A standalone server on a free port with drl's module loaded.
+    pub fn start_module() -> Self {
+        let module = module_path();
+        Self::start_with(
+            free_port(false),
+            &["--loadmodule", module.to_str().expect("utf-8 path")],
+        )
+    }
+
     /// A server on `port` with extra arguments.
     pub fn start_with(port: u16, extra: &[&str]) -> Self {
         let mut s = RedisServer {
@@ -276,8 +290,22 @@ impl RedisCluster {
         Self::start_with_replicas(n, 0)
     }
 
+    /// `n` masters, each with drl's module loaded.
+    pub fn start_module(n: usize) -> Self {
+        Self::start_nodes(n, 0, true)
+    }
+
     /// `masters` masters with `replicas` replicas each.
     pub fn start_with_replicas(masters: usize, replicas: usize) -> Self {
+        Self::start_nodes(masters, replicas, false)
+    }
+
+    fn start_nodes(masters: usize, replicas: usize, with_module: bool) -> Self {
+        let module = if with_module {
+            Some(module_path().to_str().expect("utf-8 path").to_string())
+        } else {
+            None
+        };
         let n = masters * (1 + replicas);
         let mut nodes: Vec<RedisServer> = Vec::new();
         for _ in 0..n {
@@ -285,17 +313,18 @@ impl RedisCluster {
             while nodes.iter().any(|s| s.port == port) {
                 port = free_port(true);
             }
-            let s = RedisServer::start_with(
-                port,
-                &[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                ],
-            );
+            let mut args = vec![
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "2000",
+            ];
+            if let Some(m) = &module {
+                args.extend(["--loadmodule", m.as_str()]);
+            }
+            let s = RedisServer::start_with(port, &args);
             nodes.push(s);
         }
         let addrs: Vec<String> = nodes
@@ -473,9 +502,34 @@ pub fn scratch() -> PathBuf {
     std::env::temp_dir()
 }
 
-/// One real `redis-server`, a runtime and two stores on it, shared by a
-/// whole suite: `store` as configured, `general` the same with the fast
-/// scripts off (the general exact-integer script for everything).
+/// drl's Redis module (`libdrl_redis_module.so`), built on first use
+/// (`DRL_REDIS_MODULE` overrides the path).
+pub fn module_path() -> PathBuf {
+    static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(p) = std::env::var_os("DRL_REDIS_MODULE") {
+            return PathBuf::from(p);
+        }
+        // TEMP until drl_redis_module::artifact lands on main.
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "--release", "-p", "drl-redis-module"])
+            .status()
+            .expect("cargo");
+        assert!(st.success(), "cargo build -p drl-redis-module failed");
+        target.join("release/libdrl_redis_module.so")
+    })
+    .clone()
+}
+
+/// One real `redis-server` with drl's module loaded, a runtime and a store
+/// per engine on it, shared by a whole suite: `store` as configured (Lua
+/// scripts), `general` the same with the fast scripts off (the general
+/// exact-integer script for everything), `module` the same with
+/// `engine: module` (`DRL.DECIDE`). [`StoreEnv::engines`] lists them, so
+/// each differential test runs every engine.
 pub struct StoreEnv {
     /// Runs the stores' futures.
     pub rt: tokio::runtime::Runtime,
@@ -483,13 +537,16 @@ pub struct StoreEnv {
     pub store: drl_store::RedisStore,
     /// The same configuration with `fast_path = false`.
     pub general: drl_store::RedisStore,
-    _server: RedisServer,
+    /// The same configuration with `engine: module`.
+    pub module: drl_store::RedisStore,
+    /// The server (module loaded).
+    pub server: RedisServer,
 }
 
 impl StoreEnv {
-    /// Starts the server and connects both stores with `config(url)`.
+    /// Starts the server and connects the three stores with `config(url)`.
     pub fn start(config: impl FnOnce(String) -> drl_store::RedisConfig) -> Self {
-        let server = RedisServer::start();
+        let server = RedisServer::start_module();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -499,12 +556,26 @@ impl StoreEnv {
         let store = rt.block_on(drl_store::RedisStore::connect(&cfg)).unwrap();
         cfg.fast_path = false;
         let general = rt.block_on(drl_store::RedisStore::connect(&cfg)).unwrap();
+        cfg.fast_path = true;
+        cfg.engine = drl_store::Engine::Module;
+        let module = rt.block_on(drl_store::RedisStore::connect(&cfg)).unwrap();
         Self {
             rt,
             store,
             general,
-            _server: server,
+            module,
+            server,
         }
+    }
+
+    /// Every engine's store, named: Lua fast scripts, Lua general script,
+    /// the module.
+    pub fn engines(&self) -> [(&'static str, &drl_store::RedisStore); 3] {
+        [
+            ("lua", &self.store),
+            ("lua-general", &self.general),
+            ("module", &self.module),
+        ]
     }
 }
 

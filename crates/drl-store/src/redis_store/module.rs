@@ -1,0 +1,243 @@
+//! The `module` engine: decisions made by drl's native Redis module
+//! (`crates/drl-redis-module`, loaded with `redis-server --loadmodule
+//! libdrl_redis_module.so`) instead of the Lua scripts.
+//!
+//! One batch is one `DRL.DECIDE key_1 ... key_K spec` call: the keys are
+//! the same as the scripts' (every decision's keys in order), `spec` is one
+//! binary string of little-endian u64 words (the protocol, v1): the magic,
+//! the expiry grace in ms, then per decision `clock` (0 caller, 1 server),
+//! `now`, `algorithm`, `cost`, `nq` and `nq` x (`limit`, `window`, `burst`).
+//! The reply is exactly the scripts' reply, so [`super::script::finish`]
+//! decodes it. States are stored as the same text as the scripts write, so
+//! both engines can serve the same keys.
+//!
+//! A server without the module answers `unknown command`; that becomes a
+//! [`StoreError::Backend`] that names the server and says what to do, never
+//! a silent fallback to Lua. `DRL.VERSION` is checked before the first
+//! decision (on a cluster: on every primary, at connect).
+
+use drl_core::{Algorithm, Nanos};
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+use redis::{Cmd, RedisError, Value};
+
+use super::{Conn, backend};
+use crate::{LimitSpec, StoreError};
+
+/// Word 0 of every spec: "DRL1" and protocol version 1.
+pub(crate) const MAGIC: u64 = 0x0000_0001_4452_4C31;
+
+/// The protocol version `DRL.VERSION` must answer.
+pub(crate) const VERSION: i64 = 1;
+
+/// The module's algorithm code.
+fn algorithm_code(a: Algorithm) -> u64 {
+    match a {
+        Algorithm::TokenBucket => 0,
+        Algorithm::LeakyBucket => 1,
+        Algorithm::Gcra => 2,
+        Algorithm::LeakyQueue => 3,
+        Algorithm::FixedWindow => 4,
+        Algorithm::SlidingLog => 5,
+        Algorithm::SlidingWindow => 6,
+    }
+}
+
+fn word(buf: &mut Vec<u8>, w: u64) {
+    buf.extend_from_slice(&w.to_le_bytes());
+}
+
+/// One decision's record of the spec (everything after the two header
+/// words): `now` is `None` for the server's clock.
+pub(crate) fn record(spec: &LimitSpec, now: Option<Nanos>, cost: u64) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(8 * (5 + 3 * spec.quotas.len()));
+    match now {
+        Some(n) => {
+            word(&mut buf, 0);
+            word(&mut buf, n);
+        }
+        None => {
+            word(&mut buf, 1);
+            word(&mut buf, 0);
+        }
+    }
+    word(&mut buf, algorithm_code(spec.algorithm));
+    word(&mut buf, cost);
+    word(&mut buf, spec.quotas.len() as u64);
+    for q in &spec.quotas {
+        word(&mut buf, q.limit());
+        word(&mut buf, q.window());
+        word(&mut buf, q.burst());
+    }
+    buf
+}
+
+/// The header of a spec: magic and expiry grace.
+pub(crate) fn header(grace_ms: u64) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(16 + 64);
+    word(&mut buf, MAGIC);
+    word(&mut buf, grace_ms);
+    buf
+}
+
+/// Does `e` say the server does not know a `DRL.*` command?
+pub(crate) fn is_unknown_command(e: &RedisError) -> bool {
+    let text = e.to_string();
+    text.contains("unknown command") && text.to_ascii_lowercase().contains("drl.")
+}
+
+/// `url` without its password (for messages).
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}{}", &url[..s + 3], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+/// The error for a server that lacks the module.
+pub(crate) fn missing(server: &str) -> StoreError {
+    StoreError::Backend(format!(
+        "Redis at {server} has no drl module (DRL.* is an unknown command), but the redis \
+         config says `engine: module`: start redis-server with \
+         `--loadmodule /path/to/libdrl_redis_module.so` (built by \
+         `cargo build --release -p drl-redis-module`), or set `engine: lua`"
+    ))
+}
+
+/// The error for a module that speaks another protocol version.
+pub(crate) fn mismatch(server: &str, got: &Value) -> StoreError {
+    StoreError::Backend(format!(
+        "Redis at {server} runs a drl module of another protocol version (DRL.VERSION \
+         answered {got:?}, this drl needs {VERSION}): load the libdrl_redis_module.so built \
+         from this drl release, or set `engine: lua`"
+    ))
+}
+
+/// Checks one node's `DRL.VERSION` answer.
+fn check_answer(server: &str, answer: Result<Value, RedisError>) -> Result<(), StoreError> {
+    match answer {
+        Ok(Value::Int(VERSION)) => Ok(()),
+        Ok(Value::ServerError(e)) => {
+            let e: RedisError = e.into();
+            if is_unknown_command(&e) || e.to_string().contains("unknown command") {
+                Err(missing(server))
+            } else {
+                Err(backend(e))
+            }
+        }
+        Ok(other) => Err(mismatch(server, &other)),
+        Err(e) if e.to_string().contains("unknown command") => Err(missing(server)),
+        Err(e) => Err(backend(e)),
+    }
+}
+
+/// `DRL.VERSION` on the server (on a cluster: on every primary). `server`
+/// names a single server in errors.
+pub(crate) async fn check_version(conn: &Conn, server: &str) -> Result<(), StoreError> {
+    let cmd = redis::cmd("DRL.VERSION");
+    match conn {
+        Conn::Single(_) => check_answer(server, conn.query(&cmd).await),
+        Conn::Cluster(c) => {
+            let all = c
+                .clone()
+                .route_command(
+                    cmd,
+                    RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
+                )
+                .await
+                .map_err(backend)?;
+            match all {
+                Value::Map(nodes) => {
+                    for (addr, answer) in nodes {
+                        let addr = match &addr {
+                            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                            other => format!("{other:?}"),
+                        };
+                        check_answer(&addr, Ok(answer))?;
+                    }
+                    Ok(())
+                }
+                other => check_answer(server, Ok(other)),
+            }
+        }
+    }
+}
+
+/// One `DRL.DECIDE` call: every part's keys, then the spec (header and
+/// every part's record). `parts` yields (nkeys, args) where args holds
+/// `nkeys` keys then the record.
+pub(crate) fn build_call<'a>(grace_ms: u64, parts: impl Iterator<Item = (usize, &'a Cmd)>) -> Cmd {
+    let mut cmd = redis::cmd("DRL.DECIDE");
+    let mut spec = header(grace_ms);
+    for (n, p) in parts {
+        for (i, a) in p.args_iter().enumerate() {
+            if let redis::Arg::Simple(b) = a {
+                if i < n {
+                    cmd.arg(b);
+                } else {
+                    spec.extend_from_slice(b);
+                }
+            }
+        }
+    }
+    cmd.arg(spec);
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drl_core::Quota;
+
+    fn words(b: &[u8]) -> Vec<u64> {
+        b.chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn record_follows_the_protocol() {
+        let spec = LimitSpec::new(
+            "a",
+            Algorithm::SlidingWindow,
+            vec![
+                Quota::new(3, 10).unwrap(),
+                Quota::with_burst(5, 20, 7).unwrap(),
+            ],
+        );
+        assert_eq!(
+            words(&record(&spec, Some(42), 2)),
+            [0, 42, 6, 2, 2, 3, 10, 3, 5, 20, 7]
+        );
+        assert_eq!(words(&record(&spec, None, 0))[..5], [1, 0, 6, 0, 2]);
+        assert_eq!(words(&header(1000)), [MAGIC, 1000]);
+        assert_eq!(&MAGIC.to_le_bytes()[..4], b"1LRD");
+    }
+
+    #[test]
+    fn calls_put_keys_first_and_one_spec_last() {
+        let mut a = Cmd::new();
+        a.arg("k1").arg("k2").arg(vec![1u8; 8]);
+        let mut b = Cmd::new();
+        b.arg("k3").arg(vec![2u8; 8]);
+        let cmd = build_call(5, [(2, &a), (1, &b)].into_iter());
+        let args: Vec<Vec<u8>> = cmd
+            .args_iter()
+            .map(|x| match x {
+                redis::Arg::Simple(b) => b.to_vec(),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(args[0], b"DRL.DECIDE");
+        assert_eq!(args[1..4], [b"k1".to_vec(), b"k2".to_vec(), b"k3".to_vec()]);
+        let spec = words(&args[4]);
+        assert_eq!(spec.len(), 4);
+        assert_eq!(spec[..2], [MAGIC, 5]);
+        assert_eq!(args.len(), 5);
+    }
+
+    #[test]
+    fn urls_are_redacted() {
+        assert_eq!(redact("redis://u:pw@h:1/0"), "redis://h:1/0");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+    }
+}

@@ -1,6 +1,7 @@
-//! `drl replay --store redis://…` decides through the Redis scripts with
-//! the trace's timestamps: its CSV must equal the in-memory CSV byte for
-//! byte, for every algorithm. Needs `redis-server` (scripts/test installs it).
+//! `drl replay --store redis://…` decides through the Redis scripts (and,
+//! with `--redis-engine module`, through drl's Redis module) with the
+//! trace's timestamps: its CSV must equal the in-memory CSV byte for byte,
+//! for every algorithm. Needs `redis-server` (scripts/test installs it).
 
 mod common;
 
@@ -57,7 +58,7 @@ fn trace(seed: u64, rows: usize) -> String {
 
 #[test]
 fn redis_replay_equals_memory_replay_for_every_algorithm() {
-    let redis = common::Redis::start();
+    let redis = common::Redis::start_module();
     let url = redis.url();
     for (i, alg) in [
         "token-bucket",
@@ -76,22 +77,26 @@ fn redis_replay_equals_memory_replay_for_every_algorithm() {
             let mut base = vec!["-a", alg];
             base.extend_from_slice(quota);
             let memory = replay(&base, &input);
-            let mut with_store = base.clone();
-            with_store.extend_from_slice(&["--store", &url]);
-            let redis = replay(&with_store, &input);
             assert_eq!(memory.lines().count(), 1501);
             assert!(
                 memory.contains(",true,") && memory.contains(",false,"),
                 "{alg}: trace exercises both"
             );
-            if memory != redis {
-                let (n, (m, r)) = memory
-                    .lines()
-                    .zip(redis.lines())
-                    .enumerate()
-                    .find(|(_, (m, r))| m != r)
-                    .expect("same length");
-                panic!("{alg} {quota:?}: first difference at row {n}:\n memory {m}\n redis  {r}");
+            for engine in ["lua", "module"] {
+                let mut with_store = base.clone();
+                with_store.extend_from_slice(&["--store", &url, "--redis-engine", engine]);
+                let redis = replay(&with_store, &input);
+                if memory != redis {
+                    let (n, (m, r)) = memory
+                        .lines()
+                        .zip(redis.lines())
+                        .enumerate()
+                        .find(|(_, (m, r))| m != r)
+                        .expect("same length");
+                    panic!(
+                        "{alg} {quota:?} {engine}: first difference at row {n}:\n memory {m}\n redis  {r}"
+                    );
+                }
             }
         }
     }
@@ -118,6 +123,23 @@ fn unreachable_store_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("cannot reach Redis at redis://127.0.0.1:"),
+        "{err}"
+    );
+}
+
+#[test]
+fn module_engine_without_the_module_is_a_clear_error() {
+    let redis = common::Redis::start();
+    let out = Command::new(env!("CARGO_BIN_EXE_drl"))
+        .args(["replay", "-a", "gcra", "-q", "1/s", "--store", &redis.url()])
+        .args(["--redis-engine", "module", "-"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&redis.url()) && err.contains("--loadmodule") && err.contains("engine: lua"),
         "{err}"
     );
 }

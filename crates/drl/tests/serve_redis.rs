@@ -127,3 +127,71 @@ limits:
         "60 checks in one batch took {calls} script calls (expected coalescing)"
     );
 }
+
+/// `DRL.DECIDE` calls the Redis at `port` has served.
+fn module_calls(port: u16) -> u64 {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "INFO", "commandstats"])
+        .output()
+        .expect("redis-cli (apt-get install -y redis-tools)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_drl.decide:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `engine: module`: two nodes hammering one key concurrently through one
+/// Redis with drl's module admit exactly the global quota, decided by
+/// `DRL.DECIDE` (no script runs).
+#[test]
+fn two_nodes_share_one_limit_through_the_module() {
+    let redis = common::Redis::start_module();
+    let port = redis.port;
+    let config = format!(
+        r#"
+redis:
+  url: redis://127.0.0.1:{port}
+  engine: module
+limits:
+  - name: global
+    algorithm: sliding-window
+    quota: 25/h
+    scope: redis
+"#
+    );
+    let a = Drl::start(&config);
+    let b = Drl::start(&config);
+    let admitted: usize = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..6)
+            .map(|t| {
+                let node = if t % 2 == 0 { &a } else { &b };
+                s.spawn(move || {
+                    let body = json!({"requests": (0..5)
+                        .map(|_| json!({"limit": "global", "key": "tenant"}))
+                        .collect::<Vec<_>>()})
+                    .to_string();
+                    let mut n = 0;
+                    for _ in 0..2 {
+                        let (st, _, v) = post_json(&node.url("/v1/check"), &body);
+                        assert_eq!(st, 200, "{v}");
+                        n += v["results"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .filter(|r| r["allowed"] == true)
+                            .count();
+                    }
+                    n
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).sum()
+    });
+    assert_eq!(
+        admitted, 25,
+        "60 requests over two nodes: exactly the quota"
+    );
+    assert!(module_calls(port) > 0, "decided by the module");
+    assert_eq!(script_calls(port), 0, "no script ran");
+}

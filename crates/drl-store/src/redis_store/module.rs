@@ -96,10 +96,10 @@ pub(crate) fn redact(url: &str) -> String {
 /// The error for a server that lacks the module.
 pub(crate) fn missing(server: &str) -> StoreError {
     StoreError::Backend(format!(
-        "Redis at {server} has no drl module (DRL.* is an unknown command), but the redis \
-         config says `engine: module`: start redis-server with \
+        "Redis at {server} has no drl module (DRL.* is an unknown command), which the \
+         module engine needs: start redis-server with \
          `--loadmodule /path/to/libdrl_redis_module.so` (built by \
-         `cargo build --release -p drl-redis-module`), or set `engine: lua`"
+         `cargo build --release -p drl-redis-module`), or use the scripts (`engine: lua`)"
     ))
 }
 
@@ -108,7 +108,7 @@ pub(crate) fn mismatch(server: &str, got: &Value) -> StoreError {
     StoreError::Backend(format!(
         "Redis at {server} runs a drl module of another protocol version (DRL.VERSION \
          answered {got:?}, this drl needs {VERSION}): load the libdrl_redis_module.so built \
-         from this drl release, or set `engine: lua`"
+         from this drl release, or use the scripts (`engine: lua`)"
     ))
 }
 

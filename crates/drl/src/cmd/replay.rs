@@ -56,6 +56,11 @@ pub struct Args {
     /// its keys expire on their own).
     #[arg(long, requires = "store")]
     pub key_prefix: Option<String>,
+    /// With --store: what decides in Redis, `lua` (the scripts, default) or
+    /// `module` (drl's native module; every server must run
+    /// `redis-server --loadmodule libdrl_redis_module.so`).
+    #[arg(long, requires = "store", value_name = "ENGINE", value_parser = parse_engine)]
+    pub redis_engine: Option<drl_store::Engine>,
     /// The trace; `-` reads standard input.
     pub file: PathBuf,
 }
@@ -71,9 +76,11 @@ Examples:
   drl replay -a sliding-window -q 10/s -q 300/min - < trace.csv
   drl replay -a token-bucket -q 5/s --summary access.csv
   drl replay -a gcra -q 100/s --store redis://127.0.0.1:6379 access.csv > redis.csv
+  drl replay -a gcra -q 100/s --store redis://127.0.0.1:6379 --redis-engine module access.csv
 
-With --store the Redis scripts decide with the trace's timestamps; their
-output equals the in-memory output byte for byte (SEMANTICS.md).";
+With --store the Redis scripts (or, with --redis-engine module, drl's Redis
+module) decide with the trace's timestamps; their output equals the
+in-memory output byte for byte (SEMANTICS.md).";
 
 /// Rows decided per round trip with --store (one ordered pipeline).
 const CHUNK: usize = 512;
@@ -115,6 +122,7 @@ impl Backend {
             many => drl_store::RedisConfig::cluster(many.iter().copied()),
         };
         cfg.time = drl_store::TimeSource::Caller;
+        cfg.engine = args.redis_engine.unwrap_or_default();
         cfg.key_prefix = match &args.key_prefix {
             Some(p) => p.clone(),
             None => format!(
@@ -134,6 +142,10 @@ impl Backend {
                 Ok::<_, drl_store::StoreError>(s)
             })
             .with_context(|| format!("cannot reach Redis at {url}"))?;
+        // Lua: loads the scripts; module: checks DRL.VERSION, so a missing
+        // module is reported before the first row.
+        rt.block_on(store.load_script())
+            .with_context(|| format!("cannot decide with Redis at {url}"))?;
         let spec = drl_store::LimitSpec::new(
             "replay",
             args.algorithm,
@@ -189,6 +201,14 @@ impl Backend {
 fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
     s.parse()
         .map_err(|e: drl_core::UnknownAlgorithm| e.to_string())
+}
+
+fn parse_engine(s: &str) -> Result<drl_store::Engine, String> {
+    match s {
+        "lua" => Ok(drl_store::Engine::Lua),
+        "module" => Ok(drl_store::Engine::Module),
+        other => Err(format!("unknown engine {other:?}: expected lua or module")),
+    }
 }
 
 fn parse_quota(s: &str) -> Result<Quota, String> {

@@ -345,10 +345,22 @@ impl Redis {
     /// Panics with an install hint if `redis-server` is missing: tests that
     /// need Redis never skip.
     pub fn start() -> Redis {
+        Self::start_with(&[])
+    }
+
+    /// [`Redis::start`] with drl's module loaded (`engine: module`).
+    pub fn start_module() -> Redis {
+        let module = module_path();
+        Self::start_with(&["--loadmodule", module.to_str().expect("utf-8 path")])
+    }
+
+    /// [`Redis::start`] with extra `redis-server` arguments.
+    pub fn start_with(extra: &[&str]) -> Redis {
         for _ in 0..5 {
             let port = free_port();
             let child = Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+                .args(extra)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -380,4 +392,28 @@ impl Drop for Redis {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// drl's Redis module (`libdrl_redis_module.so`), built on first use
+/// (`DRL_REDIS_MODULE` overrides the path).
+pub fn module_path() -> std::path::PathBuf {
+    static PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(p) = std::env::var_os("DRL_REDIS_MODULE") {
+            return std::path::PathBuf::from(p);
+        }
+        // TEMP until drl_redis_module::artifact lands on main.
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target")
+            });
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "--release", "-p", "drl-redis-module"])
+            .status()
+            .expect("cargo");
+        assert!(st.success(), "cargo build -p drl-redis-module failed");
+        target.join("release/libdrl_redis_module.so")
+    })
+    .clone()
 }

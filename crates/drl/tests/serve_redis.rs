@@ -14,6 +14,10 @@ fn two_nodes_share_a_redis_scoped_limit() {
         r#"
 redis:
   url: redis://127.0.0.1:{port}
+# A debug build on a busy box: a generous deadline (the default 5 ms made
+# this flaky when tests ran in parallel), deny so that store errors show.
+redis_resilience:
+  default_policy: {{timeout_ms: 2000, on_store_error: deny}}
 limits:
   - name: global
     algorithm: fixed-window
@@ -77,6 +81,10 @@ fn a_batch_of_redis_checks_shares_script_calls_and_keeps_order() {
         r#"
 redis:
   url: redis://127.0.0.1:{port}
+# A debug build on a busy box: a generous deadline (the default 5 ms made
+# this flaky when tests ran in parallel), deny so that store errors show.
+redis_resilience:
+  default_policy: {{timeout_ms: 2000, on_store_error: deny}}
 limits:
   - name: global
     algorithm: gcra
@@ -153,6 +161,10 @@ fn two_nodes_share_one_limit_through_the_module() {
 redis:
   url: redis://127.0.0.1:{port}
   engine: module
+# A debug build on a busy box: a generous deadline, and deny on errors so
+# that a failing store shows (the default 5 ms / local would hide it).
+redis_resilience:
+  default_policy: {{timeout_ms: 2000, on_store_error: deny}}
 limits:
   - name: global
     algorithm: sliding-window
@@ -189,8 +201,11 @@ limits:
         workers.into_iter().map(|w| w.join().unwrap()).sum()
     });
     assert_eq!(
-        admitted, 25,
-        "60 requests over two nodes: exactly the quota"
+        admitted,
+        25,
+        "60 requests over two nodes: exactly the quota; logs:\n{}\n{}",
+        a.log.lock().unwrap().join("\n"),
+        b.log.lock().unwrap().join("\n")
     );
     assert!(module_calls(port) > 0, "decided by the module");
     assert_eq!(script_calls(port), 0, "no script ran");

@@ -2,7 +2,8 @@
 //!
 //! `cargo bench -p drl-store --bench redis -- --url redis://127.0.0.1:6379
 //! --clients 50 --pipeline 16 --seconds 5 [--algorithm gcra] [--keys 10000]
-//! [--time redis|caller] [--mode many|single] [--in-flight N] [--shared]`
+//! [--time redis|caller] [--mode many|single] [--in-flight N] [--shared]
+//! [--engine lua|module]`
 //!
 //! Like `redis-benchmark -c CLIENTS -P PIPELINE`: CLIENTS connections (one
 //! `RedisStore` each), each keeping PIPELINE decisions in flight:
@@ -16,16 +17,21 @@
 //! `--shared`: all clients use one `RedisStore` (one connection, one
 //! coalescing task), as the service does.
 //!
+//! `--engine module`: decide with drl's Redis module (`DRL.DECIDE`; the
+//! server must run it: `redis-server --loadmodule libdrl_redis_module.so`)
+//! instead of the Lua scripts.
+//!
 //! Prints one line: `decisions_per_sec=N calls_per_sec=N
 //! decisions_per_call=X admitted=N errors=N` (calls counted by Redis:
-//! `INFO commandstats`, `EVALSHA` calls). Used by `scripts/bench-redis`.
+//! `INFO commandstats`, `EVALSHA` or `DRL.DECIDE` calls). Used by
+//! `scripts/bench-redis`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use drl_core::{Algorithm, Quota};
-use drl_store::{Check, LimitSpec, RedisConfig, RedisStore, Store, TimeSource};
+use drl_store::{Check, Engine, LimitSpec, RedisConfig, RedisStore, Store, TimeSource};
 
 fn arg(args: &[String], name: &str, default: &str) -> String {
     args.iter()
@@ -35,14 +41,19 @@ fn arg(args: &[String], name: &str, default: &str) -> String {
         .unwrap_or_else(|| default.to_string())
 }
 
-/// `EVALSHA` calls Redis has executed so far (`INFO commandstats`).
-fn evalsha_calls(admin: &mut redis::Connection) -> u64 {
+/// Decision calls (`EVALSHA` or `DRL.DECIDE`) Redis has executed so far
+/// (`INFO commandstats`).
+fn decision_calls(admin: &mut redis::Connection, engine: Engine) -> u64 {
+    let stat = match engine {
+        Engine::Lua => "cmdstat_evalsha:calls=",
+        Engine::Module => "cmdstat_drl.decide:calls=",
+    };
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(admin)
         .expect("INFO commandstats");
     info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .find_map(|l| l.strip_prefix(stat))
         .and_then(|rest| rest.split(',').next())
         .map_or(0, |n| n.parse().expect("calls"))
 }
@@ -67,6 +78,11 @@ fn main() {
         other => panic!("--mode {other:?}: expected many or single"),
     };
     let shared = args.iter().any(|a| a == "--shared");
+    let engine = match arg(&args, "--engine", "lua").as_str() {
+        "lua" => Engine::Lua,
+        "module" => Engine::Module,
+        other => panic!("--engine {other:?}: expected lua or module"),
+    };
     let time = match arg(&args, "--time", "redis").as_str() {
         "caller" => TimeSource::Caller,
         _ => TimeSource::Redis,
@@ -79,6 +95,7 @@ fn main() {
     rt.block_on(async move {
         let mut cfg = RedisConfig::single(url.clone());
         cfg.time = time;
+        cfg.engine = engine;
         if let Some(n) = args.iter().position(|a| a == "--in-flight") {
             cfg.batch_in_flight = args[n + 1].parse().expect("--in-flight");
         }
@@ -94,7 +111,10 @@ fn main() {
         let mut tasks = Vec::new();
         let shared_store = if shared {
             let store = RedisStore::connect(&cfg).await.expect("connect");
-            store.load_script().await.expect("SCRIPT LOAD");
+            store
+                .load_script()
+                .await
+                .expect("SCRIPT LOAD / DRL.VERSION");
             Some(store)
         } else {
             None
@@ -104,7 +124,10 @@ fn main() {
                 Some(s) => s.clone(),
                 None => {
                     let store = RedisStore::connect(&cfg).await.expect("connect");
-                    store.load_script().await.expect("SCRIPT LOAD");
+                    store
+                .load_script()
+                .await
+                .expect("SCRIPT LOAD / DRL.VERSION");
                     store
                 }
             };
@@ -180,13 +203,13 @@ fn main() {
             .expect("admin connection");
         // Warm up, then measure.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let c0 = evalsha_calls(&mut admin);
+        let c0 = decision_calls(&mut admin, engine);
         let d0 = done.load(Ordering::Relaxed);
         let t0 = Instant::now();
         tokio::time::sleep(Duration::from_secs(seconds)).await;
         let d1 = done.load(Ordering::Relaxed);
         let el = t0.elapsed().as_secs_f64();
-        let c1 = evalsha_calls(&mut admin);
+        let c1 = decision_calls(&mut admin, engine);
         stop.store(true, Ordering::Relaxed);
         for t in tasks {
             let _ = t.await;

@@ -502,24 +502,17 @@ pub fn scratch() -> PathBuf {
     std::env::temp_dir()
 }
 
-/// drl's Redis module (`libdrl_redis_module.so`), built on first use
-/// (`DRL_REDIS_MODULE` overrides the path).
+/// drl's Redis module (`libdrl_redis_module.so`), built on first use by
+/// `drl_redis_module::artifact::path()` (`DRL_REDIS_MODULE` overrides the
+/// path).
 pub fn module_path() -> PathBuf {
     static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     PATH.get_or_init(|| {
         if let Some(p) = std::env::var_os("DRL_REDIS_MODULE") {
             return PathBuf::from(p);
         }
-        // TEMP until drl_redis_module::artifact lands on main.
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "--release", "-p", "drl-redis-module"])
-            .status()
-            .expect("cargo");
-        assert!(st.success(), "cargo build -p drl-redis-module failed");
-        target.join("release/libdrl_redis_module.so")
+        drl_redis_module::artifact::path()
+            .unwrap_or_else(|e| panic!("cannot build drl's Redis module: {e}"))
     })
     .clone()
 }

@@ -424,3 +424,33 @@ fn only_written_keys_count_as_modified() {
     assert!(run(&mut c, &mut other, 0), "a query writes nothing");
     assert!(run(&mut c, &mut other, 1), "a denial writes nothing");
 }
+
+#[test]
+fn a_panic_is_an_error_and_writes_nothing() {
+    // A sliding-log state with an entry after `last` is not one drl ever
+    // writes; with debug assertions drl-core's arithmetic panics on it. The
+    // module must answer an error, write nothing and keep serving.
+    let r = Redis::with_module();
+    let mut c = r.conn();
+    let _: () = redis::cmd("SET")
+        .arg("odd")
+        .arg("5 9 1")
+        .query(&mut c)
+        .unwrap();
+    let keys = ["fresh".to_string(), "odd".to_string()];
+    let d = [
+        at(0, Algorithm::Gcra, 1, &[q(5, 1_000)]),
+        at(0, Algorithm::SlidingLog, 1, &[q(5, 100)]),
+    ];
+    let result = common::decide(&mut c, &keys, 0, &d);
+    if cfg!(debug_assertions) {
+        let err = result.unwrap_err();
+        assert!(err.to_string().contains("drl: internal error"), "{err}");
+        let fresh: i64 = redis::cmd("EXISTS").arg("fresh").query(&mut c).unwrap();
+        assert_eq!(fresh, 0, "nothing written");
+        let odd: String = redis::cmd("GET").arg("odd").query(&mut c).unwrap();
+        assert_eq!(odd, "5 9 1");
+    }
+    let v: i64 = redis::cmd("DRL.VERSION").query(&mut c).unwrap();
+    assert_eq!(v, 1, "the server still serves");
+}

@@ -6,16 +6,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use drl_core::Decision;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
-use tower_http::timeout::TimeoutLayer;
 
+use crate::deadline::bounded;
 use crate::engine::{self, CheckError, CheckRequest, Engine};
 use crate::headers::{self, ceil_ms};
 use crate::metrics::{Api, rejected};
@@ -29,25 +29,53 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
 }
 
-/// The router, with body-size and timeout bounds from the live config.
+/// The router. Body-size and time bounds are applied by the handlers
+/// themselves, from the live config: a `DefaultBodyLimit` or timeout layer
+/// would cost every request a boxed future, an extension map and a timer,
+/// where [`bounded`] starts a timer only for a request that waits.
 pub fn router(state: AppState) -> Router {
-    let s = state.engine.limits().server;
-    let r = Router::new()
+    Router::new()
         .route("/v1/check", post(check))
         .route("/v1/auth/{limit}", any(forward_auth))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .layer(DefaultBodyLimit::max(s.max_body_bytes));
-    let r = if s.request_timeout_ms > 0 {
-        r.layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            Duration::from_millis(s.request_timeout_ms),
-        ))
-    } else {
-        r
-    };
-    r.with_state(state)
+        .with_state(state)
+}
+
+/// The answer to a request that ran out of `request_timeout_ms`.
+fn timed_out(api: Api, limit_ms: u64) -> Response {
+    rejected(api, "timeout");
+    problem(
+        StatusCode::REQUEST_TIMEOUT,
+        "timeout",
+        "Request Timeout",
+        &format!("the request took longer than request_timeout_ms ({limit_ms} ms)"),
+    )
+}
+
+/// Reads a whole body of at most `max` bytes: 413 above it, 400 if the
+/// client's stream fails.
+async fn read_body(api: Api, body: Body, max: usize) -> Result<Bytes, Response> {
+    axum::body::to_bytes(body, max).await.map_err(|e| {
+        let too_large = std::error::Error::source(&e)
+            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if too_large {
+            rejected(api, "body_too_large");
+            problem(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                "Payload Too Large",
+                &format!("the request body is larger than max_body_bytes ({max} bytes)"),
+            )
+        } else {
+            bad_request(
+                api,
+                "invalid_body",
+                &format!("could not read the request body: {e}"),
+            )
+        }
+    })
 }
 
 static PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
@@ -162,8 +190,29 @@ fn write_decision(out: &mut String, d: &Decision) {
     out.push('}');
 }
 
-async fn check(State(app): State<AppState>, body: Bytes) -> Response {
+async fn check(State(app): State<AppState>, body: Body) -> Response {
     let started = Instant::now();
+    let limits = app.engine.limits();
+    let limit_ms = limits.server.request_timeout_ms;
+    bounded(
+        started,
+        Duration::from_millis(limit_ms),
+        check_bounded(&app, &limits, body, started),
+    )
+    .await
+    .unwrap_or_else(|| timed_out(Api::HttpCheck, limit_ms))
+}
+
+async fn check_bounded(
+    app: &AppState,
+    limits: &crate::limits::Limits,
+    body: Body,
+    started: Instant,
+) -> Response {
+    let body = match read_body(Api::HttpCheck, body, limits.server.max_body_bytes).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
     // Validating UTF-8 once for the whole body is cheaper than serde_json
     // checking each string of each item (`from_slice`).
     let text = match std::str::from_utf8(&body) {
@@ -200,14 +249,13 @@ async fn check(State(app): State<AppState>, body: Bytes) -> Response {
             cost,
         });
     }
-    let limits = app.engine.limits();
     // The response is written while deciding (no vector of decisions).
     let mut out = String::with_capacity(16 + reqs.len() * 100);
     out.push_str("{\"results\":[");
     let mut first = true;
     let decided = app
         .engine
-        .check_each(&limits, &reqs, |d| {
+        .check_each(limits, &reqs, |d| {
             if !first {
                 out.push(',');
             }
@@ -241,8 +289,26 @@ async fn forward_auth(
     headers: HeaderMap,
 ) -> Response {
     let started = Instant::now();
-    let api = Api::ForwardAuth;
     let limits = app.engine.limits();
+    let limit_ms = limits.server.request_timeout_ms;
+    bounded(
+        started,
+        Duration::from_millis(limit_ms),
+        forward_auth_bounded(&app, &limits, name, query, &headers, started),
+    )
+    .await
+    .unwrap_or_else(|| timed_out(Api::ForwardAuth, limit_ms))
+}
+
+async fn forward_auth_bounded(
+    app: &AppState,
+    limits: &crate::limits::Limits,
+    name: String,
+    query: Option<String>,
+    headers: &HeaderMap,
+    started: Instant,
+) -> Response {
+    let api = Api::ForwardAuth;
     let Some(limit) = limits.get(&name) else {
         return check_error(
             api,

@@ -15,6 +15,7 @@
 //! - [`server`]: signals, hot reload, graceful drain.
 
 pub mod config;
+pub mod deadline;
 pub mod engine;
 pub mod envoy_override;
 pub mod grpc;

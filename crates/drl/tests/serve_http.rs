@@ -5,6 +5,7 @@ mod common;
 
 use common::{Drl, header, http_get, http_request, metric, post_json};
 use serde_json::json;
+use std::time::{Duration, Instant};
 
 const CONFIG: &str = r#"
 limits:
@@ -299,4 +300,76 @@ fn bad_requests_get_clear_errors_and_decide_nothing() {
             >= 2.0,
         "{text}"
     );
+}
+
+/// Sends `head` and `body` on a raw connection and reads the whole answer.
+fn raw_exchange(
+    drl: &Drl,
+    head: &str,
+    body: &[u8],
+) -> (u16, Vec<(String, String)>, String, Duration) {
+    use std::io::{Read, Write};
+    let addr = drl
+        .url("/")
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let t = Instant::now();
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let (status, headers, body) = common::parse_response(&raw).expect("an HTTP response");
+    (status, headers, body, t.elapsed())
+}
+
+#[test]
+fn slow_bodies_time_out_and_large_bodies_are_refused_as_problems() {
+    let drl = Drl::start(
+        r#"
+server:
+  request_timeout_ms: 300
+  max_body_bytes: 1000
+limits:
+  - name: api
+    algorithm: gcra
+    quota: 100/s
+"#,
+    );
+    // A body that never completes: 408 at the deadline, nothing decided.
+    let (status, headers, body, took) = raw_exchange(
+        &drl,
+        "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n",
+        br#"{"requests":"#,
+    );
+    assert_eq!(status, 408, "{body}");
+    assert!(body.contains("request_timeout_ms (300 ms)"), "{body}");
+    assert_eq!(
+        header(&headers, "content-type"),
+        Some("application/problem+json")
+    );
+    assert!(
+        took >= Duration::from_millis(300),
+        "answered after {took:?}"
+    );
+    // Over max_body_bytes without a Content-Length (chunked): 413.
+    let chunk = format!("{:x}\r\n{}\r\n", 800, "x".repeat(800));
+    let (status, _, body, _) = raw_exchange(
+        &drl,
+        "POST /v1/check HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n",
+        format!("{chunk}{chunk}0\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("max_body_bytes (1000 bytes)"), "{body}");
+    // A body just under the bound is read and decided.
+    let (s, v) = check(&drl, json!({"requests": [{"limit": "api", "key": "k"}]}));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["results"][0]["allowed"], true);
+    let (_, text) = http_get(&drl.url("/metrics")).unwrap();
+    for reason in ["timeout", "body_too_large"] {
+        let name = format!(r#"drl_requests_rejected_total{{api="http_check",reason="{reason}"}}"#);
+        assert_eq!(metric(&text, &name), Some(1.0), "{name}\n{text}");
+    }
 }

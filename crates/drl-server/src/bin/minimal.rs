@@ -116,6 +116,16 @@ fn main() -> anyhow::Result<()> {
         std::io::stdout().write_all(&encode_grpc(n, limit))?;
         return Ok(());
     }
+    // The same tracing setup as `drl serve`: without a subscriber, the
+    // spans of h2/tonic take tracing's slower `log` fallback, which cost
+    // this server ~10k instructions per gRPC call that drl does not pay.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
     let mut http: SocketAddr = "127.0.0.1:18080".parse()?;
     let mut grpc: SocketAddr = "127.0.0.1:18081".parse()?;
     let mut threads = None;

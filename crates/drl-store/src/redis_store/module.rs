@@ -236,6 +236,29 @@ mod tests {
     }
 
     #[test]
+    fn version_answers_are_checked() {
+        assert!(check_answer("s", Ok(Value::Int(VERSION))).is_ok());
+        let e = check_answer("redis://h:1", Ok(Value::Int(2))).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("redis://h:1") && text.contains("another protocol version"),
+            "{text}"
+        );
+        let unknown = RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "unknown command 'DRL.VERSION', with args beginning with: ".to_string(),
+        ));
+        let text = check_answer("redis://h:1", Err(unknown))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("has no drl module") && text.contains("--loadmodule"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn urls_are_redacted() {
         assert_eq!(redact("redis://u:pw@h:1/0"), "redis://h:1/0");
         assert_eq!(redact("redis://h:1"), "redis://h:1");

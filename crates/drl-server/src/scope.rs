@@ -158,6 +158,15 @@ impl Stores {
         let store = RedisStore::connect(&settings.0)
             .await
             .map_err(|e| format!("cannot connect to Redis: {e}"))?;
+        if settings.0.engine == drl_store::Engine::Module {
+            // A single server is connected lazily: check its module now, so
+            // a missing one is logged at startup rather than at the first
+            // request (decisions then fail over by the failure policy).
+            let probe = store.clone();
+            tokio::spawn(async move {
+                let _ = probe.load_script().await;
+            });
+        }
         let store: Arc<dyn Store> = Arc::new(Resilient::new(store, settings.1.clone()));
         *self.redis.lock() = Some((settings.clone(), store));
         Ok(())

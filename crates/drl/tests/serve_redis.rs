@@ -210,3 +210,39 @@ limits:
     assert!(module_calls(port) > 0, "decided by the module");
     assert_eq!(script_calls(port), 0, "no script ran");
 }
+
+/// `engine: module` on a Redis WITHOUT the module: `drl serve` starts, logs
+/// the clear error (naming the server, how to fix it) without waiting for a
+/// request, and the limit's `on_store_error` decides (deny here).
+#[test]
+fn a_missing_module_is_logged_at_startup_and_the_policy_applies() {
+    let redis = common::Redis::start();
+    let url = redis.url();
+    let config = format!(
+        r#"
+redis:
+  url: {url}
+  engine: module
+redis_resilience:
+  default_policy: {{timeout_ms: 2000, on_store_error: deny}}
+limits:
+  - name: global
+    algorithm: gcra
+    quota: 5/h
+    scope: redis
+"#
+    );
+    let d = Drl::start(&config);
+    let logged =
+        |d: &Drl| {
+            d.log.lock().unwrap().iter().any(|l| {
+                l.contains(&url) && l.contains("--loadmodule") && l.contains("engine: lua")
+            })
+        };
+    common::wait_for("the missing-module error in the log", || logged(&d));
+    let body = json!({"requests":[{"limit": "global", "key": "tenant"}]}).to_string();
+    let (s, _, v) = post_json(&d.url("/v1/check"), &body);
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["results"][0]["allowed"], false, "deny policy: {v}");
+    assert_eq!(script_calls(redis.port), 0, "no fallback to the scripts");
+}

@@ -97,7 +97,7 @@ fn main() {
         cfg.time = time;
         cfg.engine = engine;
         if let Some(n) = args.iter().position(|a| a == "--in-flight") {
-            cfg.batch_in_flight = args[n + 1].parse().expect("--in-flight");
+            cfg.batch_in_flight = Some(args[n + 1].parse().expect("--in-flight"));
         }
         let spec = Arc::new(LimitSpec::new(
             "bench",

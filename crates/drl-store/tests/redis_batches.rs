@@ -29,7 +29,7 @@ fn caller_config(url: String) -> RedisConfig {
     cfg.time = TimeSource::Caller;
     // Synthetic time runs far ahead of real time: keep keys for the test.
     cfg.expiry_grace_ms = 3_600_000;
-    cfg.batch_in_flight = 1;
+    cfg.batch_in_flight = Some(1);
     cfg
 }
 
@@ -445,7 +445,7 @@ fn callers_that_gave_up_before_their_call_was_sent_are_not_sent() {
     rt.block_on(async {
         let mut cfg = RedisConfig::single(server.url());
         cfg.time = TimeSource::Caller;
-        cfg.batch_in_flight = 1;
+        cfg.batch_in_flight = Some(1);
         let store = RedisStore::connect(&cfg).await.unwrap();
         store.load_script().await.unwrap();
         let spec = fixed(Algorithm::FixedWindow, &["100/h"]);
@@ -488,7 +488,7 @@ fn cluster_batches_group_by_slot_and_decide_in_order() {
             let mut cfg = RedisConfig::cluster(cluster.urls());
             cfg.time = TimeSource::Caller;
             cfg.expiry_grace_ms = 3_600_000;
-            cfg.batch_in_flight = 1;
+            cfg.batch_in_flight = Some(1);
             cfg.engine = engine;
             let store = RedisStore::connect(&cfg).await.unwrap();
             store.load_script().await.unwrap();

@@ -558,6 +558,14 @@ fn config_is_validated_and_deserializes_from_yaml() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("lua") && e.contains("module"), "{e}");
+    // Calls in flight: the engine's default unless configured.
+    assert_eq!(cfg.in_flight(), RedisConfig::DEFAULT_IN_FLIGHT_LUA);
+    assert_eq!(m.in_flight(), RedisConfig::DEFAULT_IN_FLIGHT_MODULE);
+    let set: RedisConfig =
+        serde_norway::from_str("url: redis://a\nengine: module\nbatch_in_flight: 3\n").unwrap();
+    assert_eq!(set.in_flight(), 3);
+    let zero: RedisConfig = serde_norway::from_str("url: redis://a\nbatch_in_flight: 0\n").unwrap();
+    assert!(zero.validate().is_err());
     let _ = MultiLimiter::uniform(Algorithm::Gcra, &[Quota::new(1, 1).unwrap()]);
 }
 

@@ -103,9 +103,14 @@ pub struct RedisConfig {
     /// decisions are coalesced up to this, and `decide_many` is cut into
     /// calls of at most this many.
     pub batch_max: usize,
-    /// Most coalesced calls in flight per store (default 2); decisions
-    /// arriving meanwhile queue and go together in the next call.
-    pub batch_in_flight: usize,
+    /// Most coalesced calls in flight per store; decisions arriving
+    /// meanwhile queue and go together in the next call. Default (`None`):
+    /// [`RedisConfig::DEFAULT_IN_FLIGHT_LUA`] with the Lua engine, whose
+    /// calls keep Redis busy on their own, and
+    /// [`RedisConfig::DEFAULT_IN_FLIGHT_MODULE`] with the module, whose
+    /// calls are short enough that 2 in flight left Redis half idle
+    /// (BENCHMARKS.md, "Redis scope").
+    pub batch_in_flight: Option<usize>,
 }
 
 impl Default for RedisConfig {
@@ -121,12 +126,26 @@ impl Default for RedisConfig {
             expiry_grace_ms: 1000,
             fast_path: true,
             batch_max: 64,
-            batch_in_flight: 2,
+            batch_in_flight: None,
         }
     }
 }
 
 impl RedisConfig {
+    /// Calls in flight per store with the Lua engine, unless configured.
+    pub const DEFAULT_IN_FLIGHT_LUA: usize = 2;
+    /// Calls in flight per store with the module engine, unless configured.
+    pub const DEFAULT_IN_FLIGHT_MODULE: usize = 4;
+
+    /// The calls in flight per store this config means: `batch_in_flight`,
+    /// or the engine's default.
+    pub fn in_flight(&self) -> usize {
+        self.batch_in_flight.unwrap_or(match self.engine {
+            Engine::Lua => Self::DEFAULT_IN_FLIGHT_LUA,
+            Engine::Module => Self::DEFAULT_IN_FLIGHT_MODULE,
+        })
+    }
+
     /// A config for one server at `url`, everything else default.
     pub fn single(url: impl Into<String>) -> Self {
         Self {
@@ -159,7 +178,7 @@ impl RedisConfig {
         if self.connect_timeout_ms == 0 || self.response_timeout_ms == 0 {
             return invalid("timeouts must be at least 1 ms");
         }
-        if self.batch_max == 0 || self.batch_in_flight == 0 {
+        if self.batch_max == 0 || self.batch_in_flight == Some(0) {
             return invalid("`batch_max` and `batch_in_flight` must be at least 1");
         }
         Ok(())
@@ -281,8 +300,7 @@ impl RedisStore {
         if config.engine == Engine::Module && matches!(shared.conn, Conn::Cluster(_)) {
             shared.ensure_module().await?;
         }
-        let batcher =
-            batch::Batcher::start(shared.clone(), config.batch_max, config.batch_in_flight);
+        let batcher = batch::Batcher::start(shared.clone(), config.batch_max, config.in_flight());
         Ok(RedisStore {
             shared,
             batcher,

@@ -219,21 +219,6 @@ pub(crate) fn reply_len(spec: &LimitSpec) -> usize {
     2 + spec.quotas.len()
 }
 
-fn parse_u64(raw: &[u8]) -> Option<u64> {
-    if raw.is_empty() || raw.len() > 20 {
-        return None;
-    }
-    let mut n: u64 = 0;
-    for &b in raw {
-        let d = b.wrapping_sub(b'0');
-        if d > 9 {
-            return None;
-        }
-        n = n.checked_mul(10)?.checked_add(d as u64)?;
-    }
-    Some(n)
-}
-
 /// Decodes one decision's part of the script's reply (`items` is exactly
 /// [`reply_len`] long).
 pub(crate) fn decode(limiter: &MultiLimiter, items: &[Value]) -> Result<Answer, StoreError> {
@@ -250,7 +235,7 @@ pub(crate) fn decode(limiter: &MultiLimiter, items: &[Value]) -> Result<Answer, 
         other => return Err(bad(format!("verdict {other:?}"))),
     };
     let raw_now = text(&items[1])?;
-    let now = parse_u64(raw_now)
+    let now = drl_core::state_text::parse_u64(raw_now)
         .ok_or_else(|| bad(format!("now {:?}", String::from_utf8_lossy(raw_now))))?;
     let states = limiter
         .parts()

@@ -165,8 +165,22 @@ async fn multi_quota_and_slot_migration(engine: Engine) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_failover_to_a_replica() {
-    let mut cluster = tokio::task::block_in_place(|| RedisCluster::start_with_replicas(3, 1));
-    let store = connect(&cluster, Engine::Lua).await;
+    failover_to_a_replica(Engine::Lua).await;
+}
+
+/// With the module engine, every node (replicas too) loads the module: a
+/// promoted replica must decide with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_failover_to_a_replica_module() {
+    failover_to_a_replica(Engine::Module).await;
+}
+
+async fn failover_to_a_replica(engine: Engine) {
+    let with_module = engine == Engine::Module;
+    let mut cluster = tokio::task::block_in_place(|| {
+        RedisCluster::start_with_replicas_and_module(3, 1, with_module)
+    });
+    let store = connect(&cluster, engine).await;
     let spec = LimitSpec::new(
         "failover",
         Algorithm::Gcra,

@@ -300,6 +300,16 @@ impl RedisCluster {
         Self::start_nodes(masters, replicas, false)
     }
 
+    /// Like [`RedisCluster::start_with_replicas`]; with `with_module`,
+    /// every node (masters and replicas) loads drl's module.
+    pub fn start_with_replicas_and_module(
+        masters: usize,
+        replicas: usize,
+        with_module: bool,
+    ) -> Self {
+        Self::start_nodes(masters, replicas, with_module)
+    }
+
     fn start_nodes(masters: usize, replicas: usize, with_module: bool) -> Self {
         let module = if with_module {
             Some(module_path().to_str().expect("utf-8 path").to_string())

@@ -27,13 +27,23 @@ fn spec() -> LimitSpec {
     )
 }
 
+/// One cluster under load at a time in this test binary. The accuracy
+/// tests measure admitted rates against real time; run side by side on a
+/// 2-core machine, CPU starvation delayed gossip and ticks enough for
+/// SWIM to suspect live peers (a CI run saw FPS under 10% loss admit 1,111
+/// against 1,000). They are about the algorithms and the network, not
+/// about starving the process.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 struct Cluster {
     nodes: Vec<Arc<parking_lot::Mutex<GossipStore>>>,
     addrs: Vec<SocketAddr>,
     _dir: tempfile::TempDir,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
 }
 
 async fn cluster(net: u8, n: usize, tweak: impl Fn(&mut GossipConfig)) -> Cluster {
+    let serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let key_file = dir.path().join("cluster.key");
     std::fs::write(&key_file, KEY).unwrap();
@@ -54,6 +64,7 @@ async fn cluster(net: u8, n: usize, tweak: impl Fn(&mut GossipConfig)) -> Cluste
         nodes,
         addrs,
         _dir: dir,
+        _serial: serial,
     };
     wait_until("all nodes see each other", Duration::from_secs(10), || {
         c.nodes.iter().all(|s| s.lock().live_nodes() == n as u32)
@@ -439,6 +450,7 @@ async fn shares_follow_moving_demand_within_a_second() {
 /// gracefully they see it go at once (no failure-detection wait).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn join_restores_the_limit_and_leave_is_seen_at_once() {
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let key_file = dir.path().join("cluster.key");
     std::fs::write(&key_file, KEY).unwrap();

@@ -9,16 +9,10 @@ use serde_json::json;
 #[test]
 fn two_nodes_share_a_redis_scoped_limit() {
     let redis = common::Redis::start();
-    let port = redis.port;
-    let config = format!(
+    let config = config(
+        &redis.url(),
+        "lua",
         r#"
-redis:
-  url: redis://127.0.0.1:{port}
-# A debug build on a busy box: a generous deadline (the default 5 ms made
-# this flaky when tests ran in parallel), deny so that store errors show.
-redis_resilience:
-  default_policy: {{timeout_ms: 2000, on_store_error: deny}}
-limits:
   - name: global
     algorithm: fixed-window
     quota: 5/h
@@ -26,7 +20,7 @@ limits:
   - name: per-node
     algorithm: fixed-window
     quota: 5/h
-"#
+"#,
     );
     let a = Drl::start(&config);
     let b = Drl::start(&config);
@@ -49,43 +43,47 @@ limits:
     assert_eq!(local, 10);
 }
 
-/// Script calls (`EVALSHA` + `EVAL`) the Redis at `port` has served.
-fn script_calls(port: u16) -> u64 {
+/// The `redis:` and `redis_resilience:` sections of every test here, then
+/// `limits` (the YAML list under `limits:`). A debug build on a busy box: a
+/// generous deadline (the default 5 ms made these tests flaky when they ran
+/// in parallel), and deny on store errors so that a failing store shows.
+fn config(url: &str, engine: &str, limits: &str) -> String {
+    format!(
+        "redis:\n  url: {url}\n  engine: {engine}\nredis_resilience:\n  \
+         default_policy: {{timeout_ms: 2000, on_store_error: deny}}\nlimits:{limits}"
+    )
+}
+
+/// Calls of `commands` (names as in `INFO commandstats`) the Redis at
+/// `port` has served.
+fn calls(port: u16, commands: &[&str]) -> u64 {
     let out = std::process::Command::new("redis-cli")
         .args(["-p", &port.to_string(), "INFO", "commandstats"])
         .output()
         .expect("redis-cli (apt-get install -y redis-tools)");
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
         .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            commands.contains(&name).then_some(())?;
+            rest.split(',').next()?.parse::<u64>().ok()
         })
         .sum()
 }
 
-/// One HTTP batch of redis-scoped checks is decided concurrently, so the
-/// store coalesces it into a few script calls instead of one round trip per
-/// check, and still decides in request order (the first `quota` checks of
-/// one key are the admitted ones).
+/// Script calls (`EVALSHA` + `EVAL`) the Redis at `port` has served.
+fn script_calls(port: u16) -> u64 {
+    calls(port, &["evalsha", "eval"])
+}
+
 #[test]
 fn a_batch_of_redis_checks_shares_script_calls_and_keeps_order() {
     let redis = common::Redis::start();
     let port = redis.port;
-    let config = format!(
+    let config = config(
+        &redis.url(),
+        "lua",
         r#"
-redis:
-  url: redis://127.0.0.1:{port}
-# A debug build on a busy box: a generous deadline (the default 5 ms made
-# this flaky when tests ran in parallel), deny so that store errors show.
-redis_resilience:
-  default_policy: {{timeout_ms: 2000, on_store_error: deny}}
-limits:
   - name: global
     algorithm: gcra
     quota: 30/h
@@ -94,7 +92,7 @@ limits:
   - name: local
     algorithm: gcra
     quota: 1000/s
-"#
+"#,
     );
     let d = Drl::start(&config);
     // Warm the connection and the script cache with one check.
@@ -138,15 +136,7 @@ limits:
 
 /// `DRL.DECIDE` calls the Redis at `port` has served.
 fn module_calls(port: u16) -> u64 {
-    let out = std::process::Command::new("redis-cli")
-        .args(["-p", &port.to_string(), "INFO", "commandstats"])
-        .output()
-        .expect("redis-cli (apt-get install -y redis-tools)");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_drl.decide:calls="))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
-        .unwrap_or(0)
+    calls(port, &["drl.decide"])
 }
 
 /// `engine: module`: two nodes hammering one key concurrently through one
@@ -156,21 +146,15 @@ fn module_calls(port: u16) -> u64 {
 fn two_nodes_share_one_limit_through_the_module() {
     let redis = common::Redis::start_module();
     let port = redis.port;
-    let config = format!(
+    let config = config(
+        &redis.url(),
+        "module",
         r#"
-redis:
-  url: redis://127.0.0.1:{port}
-  engine: module
-# A debug build on a busy box: a generous deadline, and deny on errors so
-# that a failing store shows (the default 5 ms / local would hide it).
-redis_resilience:
-  default_policy: {{timeout_ms: 2000, on_store_error: deny}}
-limits:
   - name: global
     algorithm: sliding-window
     quota: 25/h
     scope: redis
-"#
+"#,
     );
     let a = Drl::start(&config);
     let b = Drl::start(&config);
@@ -218,19 +202,15 @@ limits:
 fn a_missing_module_is_logged_at_startup_and_the_policy_applies() {
     let redis = common::Redis::start();
     let url = redis.url();
-    let config = format!(
+    let config = config(
+        &redis.url(),
+        "module",
         r#"
-redis:
-  url: {url}
-  engine: module
-redis_resilience:
-  default_policy: {{timeout_ms: 2000, on_store_error: deny}}
-limits:
   - name: global
     algorithm: gcra
     quota: 5/h
     scope: redis
-"#
+"#,
     );
     let d = Drl::start(&config);
     let logged =

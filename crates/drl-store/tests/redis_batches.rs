@@ -127,7 +127,7 @@ fn reference(spec: &LimitSpec, rows: &[(usize, u64, u64)]) -> Vec<Decision> {
 async fn through(
     store: &RedisStore,
     spec: &LimitSpec,
-    keys: &[String; 3],
+    keys: &[String],
     rows: &[(usize, u64, u64)],
     sizes: &[usize],
     many: bool,
@@ -508,37 +508,11 @@ fn cluster_batches_group_by_slot_and_decide_in_order() {
                 let rows: Vec<(usize, u64, u64)> = (0..120u64)
                     .map(|i| ((i * 7 % 12) as usize, now + i * 20_000_000, 1 + i % 2))
                     .collect();
-                let want = {
-                    let limiter = spec.limiter();
-                    let mut states: HashMap<usize, Vec<State>> = HashMap::new();
-                    rows.iter()
-                        .map(|&(k, now, cost)| {
-                            let s = states.entry(k).or_insert_with(|| limiter.new_states());
-                            limiter.decide(s, now, cost)
-                        })
-                        .collect::<Vec<_>>()
-                };
+                let want = reference(&spec, &rows);
                 for many in [true, false] {
                     let prefix = unique("c");
                     let keys: Vec<String> = names.iter().map(|n| format!("{prefix}{n}")).collect();
-                    let mut got = Vec::new();
-                    for chunk in rows.chunks(30) {
-                        let checks: Vec<Check<'_>> = chunk
-                            .iter()
-                            .map(|&(k, now, cost)| Check {
-                                spec: &spec,
-                                key: &keys[k],
-                                cost,
-                                now,
-                            })
-                            .collect();
-                        let r = if many {
-                            store.decide_many(&checks).await
-                        } else {
-                            join_all(checks.iter().map(|c| store.decide(*c))).await
-                        };
-                        got.extend(r.into_iter().map(Result::unwrap));
-                    }
+                    let got = through(&store, &spec, &keys, &rows, &[30], many).await;
                     assert_eq!(got, want, "{alg} many={many} {engine:?}");
                 }
             }

@@ -370,6 +370,41 @@ cluster:
         }
     }
 
+    /// Admitted per node per second over the next `secs` s window in which
+    /// the load really ran: every 100 ms bucket of it saw at least half of
+    /// each node's demand answered. A window where the client or a node was
+    /// not scheduled (a loaded 2-core machine) under-admits because the
+    /// requests were not there, which says nothing about the limiter; such
+    /// a window is reported and the next one is taken, up to `tries`
+    /// windows, after which the test fails.
+    pub fn loaded_rates(&self, secs: u64, tries: u32) -> [u64; 3] {
+        let per_bucket = |node: usize| {
+            let checks = self.load.batch[node].load(Ordering::SeqCst) as u64;
+            checks * BUCKET_MS / PERIOD.as_millis() as u64
+        };
+        let mut starved = Vec::new();
+        for _ in 0..tries {
+            let from = self.bucket_now() + 1;
+            let to = from + secs * PER_S;
+            self.wait_bucket(to);
+            let b = self.buckets();
+            let short = (from..to).find_map(|k| {
+                let v = b.get(&k).copied().unwrap_or_default();
+                (0..3)
+                    .find(|&i| v[i].0 * 2 < per_bucket(i))
+                    .map(|i| format!("bucket {k}: node {} answered {} checks", i + 1, v[i].0))
+            });
+            match short {
+                None => return totals(&b, from, to).map(|(_, a)| a / secs),
+                Some(why) => {
+                    eprintln!("window [{from}, {to}) not fully loaded ({why}); taking the next");
+                    starved.push(why);
+                }
+            }
+        }
+        panic!("the load never ran for {secs} s in {tries} windows: {starved:?}")
+    }
+
     /// Sleeps until bucket `b` is complete.
     pub fn wait_bucket(&self, b: u64) {
         while self.bucket_now() <= b {

@@ -415,7 +415,7 @@ pub fn finish(limit: &Limit, d: Decision) -> Decision {
 #[inline]
 pub fn apply_shadow(limit: &Limit, mut d: Decision) -> Decision {
     if limit.shadow && !d.allowed {
-        limit.metrics.shadow.increment(1);
+        limit.metrics.shadow_allowed();
         d.allowed = true;
         d.retry_after = Some(0);
         d.reason = None;
@@ -447,12 +447,7 @@ impl<'a> Tally<'a> {
 
     fn flush(&mut self) {
         if let Some(l) = self.limit.take() {
-            if self.allowed > 0 {
-                l.metrics.allowed.increment(self.allowed);
-            }
-            if self.denied > 0 {
-                l.metrics.denied.increment(self.denied);
-            }
+            l.metrics.record_many(self.allowed, self.denied);
         }
         self.allowed = 0;
         self.denied = 0;

@@ -436,7 +436,7 @@ async fn metrics(State(app): State<AppState>) -> Response {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4"),
         )],
-        app.metrics.render(),
+        crate::metrics::render(&app.metrics),
     )
         .into_response()
 }

@@ -26,6 +26,7 @@ pub mod listeners;
 pub mod metrics;
 pub mod scope;
 pub mod server;
+pub mod sharded;
 
 pub use config::{Config, ConfigError};
 pub use engine::Engine;

@@ -10,40 +10,77 @@
 //! - `drl_requests_rejected_total{api,reason}`: requests refused before
 //!   deciding (bad JSON, unknown limit, bad cost, ...).
 //! - `drl_config_reloads_total{result}`: `ok` or `error`.
+//!
+//! The first three are written on every decision and live in per-thread
+//! shards ([`crate::sharded`]), rendered by [`render`]; everything else
+//! goes through the `metrics` crate and its Prometheus recorder, whose
+//! output [`render`] appends.
 
-use metrics::{Counter, Histogram};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
-/// Per-limit counter handles.
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+use crate::sharded::{Counters, LATENCY_BOUNDS_LE, LatencyHistogram};
+
+const ALLOWED: usize = 0;
+const DENIED: usize = 1;
+const SHADOW: usize = 2;
+
+/// Every limit's counters by name. Registering a name again (a reload, or
+/// a second engine in the process) returns the same counters, so they
+/// never go back to zero while the process runs.
+fn limit_registry() -> &'static Mutex<BTreeMap<String, Arc<Counters<3>>>> {
+    static R: OnceLock<Mutex<BTreeMap<String, Arc<Counters<3>>>>> = OnceLock::new();
+    R.get_or_init(Default::default)
+}
+
+/// One limit's decision counters.
 #[derive(Debug, Clone)]
 pub struct LimitMetrics {
-    /// `result="allowed"`.
-    pub allowed: Counter,
-    /// `result="denied"`.
-    pub denied: Counter,
-    /// Shadow-mode overrides.
-    pub shadow: Counter,
+    counts: Arc<Counters<3>>,
 }
 
 impl LimitMetrics {
-    /// Registers the handles of limit `name`.
+    /// The counters of limit `name` (created at zero the first time).
     pub fn new(name: &str) -> Self {
-        let n = name.to_string();
-        Self {
-            allowed: metrics::counter!("drl_decisions_total", "limit" => n.clone(), "result" => "allowed"),
-            denied: metrics::counter!("drl_decisions_total", "limit" => n.clone(), "result" => "denied"),
-            shadow: metrics::counter!("drl_shadow_allowed_total", "limit" => n),
-        }
+        let mut r = limit_registry().lock().unwrap_or_else(|e| e.into_inner());
+        let counts = Arc::clone(r.entry(name.to_string()).or_default());
+        Self { counts }
     }
 
     /// Counts one decision.
     #[inline]
     pub fn record(&self, allowed: bool) {
-        if allowed {
-            self.allowed.increment(1);
-        } else {
-            self.denied.increment(1);
+        self.counts.add(if allowed { ALLOWED } else { DENIED }, 1);
+    }
+
+    /// Counts `allowed` admissions and `denied` denials at once.
+    #[inline]
+    pub fn record_many(&self, allowed: u64, denied: u64) {
+        if allowed > 0 {
+            self.counts.add(ALLOWED, allowed);
         }
+        if denied > 0 {
+            self.counts.add(DENIED, denied);
+        }
+    }
+
+    /// Counts a denial that shadow mode let through.
+    #[inline]
+    pub fn shadow_allowed(&self) {
+        self.counts.add(SHADOW, 1);
+    }
+
+    /// (allowed, denied, shadow-allowed) so far.
+    pub fn totals(&self) -> (u64, u64, u64) {
+        (
+            self.counts.get(ALLOWED),
+            self.counts.get(DENIED),
+            self.counts.get(SHADOW),
+        )
     }
 }
 
@@ -61,6 +98,14 @@ pub enum Api {
 }
 
 impl Api {
+    /// Every API, in label order.
+    pub const ALL: [Api; 4] = [
+        Api::HttpCheck,
+        Api::ForwardAuth,
+        Api::GrpcCheck,
+        Api::EnvoyRls,
+    ];
+
     /// The label value.
     pub fn label(self) -> &'static str {
         match self {
@@ -72,10 +117,15 @@ impl Api {
     }
 }
 
-/// Latency histograms per API, registered once.
+fn latency() -> &'static [LatencyHistogram; 4] {
+    static H: OnceLock<[LatencyHistogram; 4]> = OnceLock::new();
+    H.get_or_init(Default::default)
+}
+
+/// The per-API latency histograms (one set per process).
 #[derive(Debug, Clone)]
 pub struct ApiMetrics {
-    hist: [Histogram; 4],
+    hist: &'static [LatencyHistogram; 4],
 }
 
 impl Default for ApiMetrics {
@@ -85,25 +135,94 @@ impl Default for ApiMetrics {
 }
 
 impl ApiMetrics {
-    /// Registers the histograms.
+    /// The process's histograms.
     pub fn new() -> Self {
-        let h =
-            |api: Api| metrics::histogram!("drl_request_duration_seconds", "api" => api.label());
-        Self {
-            hist: [
-                h(Api::HttpCheck),
-                h(Api::ForwardAuth),
-                h(Api::GrpcCheck),
-                h(Api::EnvoyRls),
-            ],
-        }
+        Self { hist: latency() }
     }
 
     /// Records one request's decision time.
     #[inline]
-    pub fn observe(&self, api: Api, since: std::time::Instant) {
-        self.hist[api as usize].record(since.elapsed().as_secs_f64());
+    pub fn observe(&self, api: Api, since: Instant) {
+        let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.hist[api as usize].record_ns(ns);
     }
+}
+
+/// A Prometheus label value: `\`, `"` and newlines escaped.
+fn label_value(out: &mut String, v: &str) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Appends the decision counters and latency histograms in the Prometheus
+/// text format.
+fn render_decisions(out: &mut String) {
+    let limits: Vec<(String, Arc<Counters<3>>)> = {
+        let r = limit_registry().lock().unwrap_or_else(|e| e.into_inner());
+        r.iter().map(|(k, v)| (k.clone(), Arc::clone(v))).collect()
+    };
+    if !limits.is_empty() {
+        out.push_str("# HELP drl_decisions_total Decisions per limit and result (a shadow-mode limit counts what it would have decided).\n");
+        out.push_str("# TYPE drl_decisions_total counter\n");
+        for (name, c) in &limits {
+            for (result, i) in [("allowed", ALLOWED), ("denied", DENIED)] {
+                out.push_str("drl_decisions_total{limit=\"");
+                label_value(out, name);
+                let _ = writeln!(out, "\",result=\"{result}\"}} {}", c.get(i));
+            }
+        }
+        out.push_str("# HELP drl_shadow_allowed_total Denials a shadow-mode limit let through.\n");
+        out.push_str("# TYPE drl_shadow_allowed_total counter\n");
+        for (name, c) in &limits {
+            out.push_str("drl_shadow_allowed_total{limit=\"");
+            label_value(out, name);
+            let _ = writeln!(out, "\"}} {}", c.get(SHADOW));
+        }
+    }
+    out.push_str(
+        "# HELP drl_request_duration_seconds Time to decide one request (a batch counts once).\n",
+    );
+    out.push_str("# TYPE drl_request_duration_seconds histogram\n");
+    for (api, h) in Api::ALL.iter().zip(latency()) {
+        let s = h.snapshot();
+        let api = api.label();
+        for (le, n) in LATENCY_BOUNDS_LE.iter().zip(s.cumulative) {
+            let _ = writeln!(
+                out,
+                "drl_request_duration_seconds_bucket{{api=\"{api}\",le=\"{le}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "drl_request_duration_seconds_bucket{{api=\"{api}\",le=\"+Inf\"}} {}",
+            s.count
+        );
+        let _ = writeln!(
+            out,
+            "drl_request_duration_seconds_sum{{api=\"{api}\"}} {}",
+            s.sum_ns as f64 / 1e9
+        );
+        let _ = writeln!(
+            out,
+            "drl_request_duration_seconds_count{{api=\"{api}\"}} {}",
+            s.count
+        );
+    }
+}
+
+/// The whole `/metrics` page: the decision counters and latency histograms,
+/// then everything recorded through the `metrics` crate.
+pub fn render(handle: &PrometheusHandle) -> String {
+    let mut out = String::with_capacity(8192);
+    render_decisions(&mut out);
+    out.push_str(&handle.render());
+    out
 }
 
 /// Counts a request refused before deciding.
@@ -114,19 +233,10 @@ pub fn rejected(api: Api, reason: &'static str) {
 
 /// Installs the Prometheus recorder (once per process) and returns its handle.
 pub fn install() -> PrometheusHandle {
-    static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new()
-                .set_buckets_for_metric(
-                    Matcher::Full("drl_request_duration_seconds".to_string()),
-                    &[
-                        0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5,
-                        0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                    ],
-                )
-                .expect("non-empty buckets")
-                .build_recorder();
+            let recorder = PrometheusBuilder::new().build_recorder();
             let handle = recorder.handle();
             // Fails only if another recorder was installed first (tests);
             // then this handle renders an empty registry, which is fine.
@@ -134,4 +244,99 @@ pub fn install() -> PrometheusHandle {
             handle
         })
         .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page() -> String {
+        render(&PrometheusBuilder::new().build_recorder().handle())
+    }
+
+    fn sample(page: &str, series: &str) -> Option<String> {
+        page.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .map(str::to_string)
+    }
+
+    #[test]
+    fn limit_counters_render_with_escaped_names_and_survive_re_registration() {
+        let name = "tests.render \"quoted\" back\\slash";
+        let m = LimitMetrics::new(name);
+        m.record(true);
+        m.record(true);
+        m.record(false);
+        m.record_many(3, 4);
+        m.shadow_allowed();
+        // A reload registers the name again: same counters.
+        let again = LimitMetrics::new(name);
+        again.record(false);
+        assert_eq!(m.totals(), (5, 6, 1));
+        let p = page();
+        let esc = r#"tests.render \"quoted\" back\\slash"#;
+        assert_eq!(
+            sample(
+                &p,
+                &format!(r#"drl_decisions_total{{limit="{esc}",result="allowed"}}"#)
+            )
+            .as_deref(),
+            Some("5"),
+            "{p}"
+        );
+        assert_eq!(
+            sample(
+                &p,
+                &format!(r#"drl_decisions_total{{limit="{esc}",result="denied"}}"#)
+            )
+            .as_deref(),
+            Some("6")
+        );
+        assert_eq!(
+            sample(&p, &format!(r#"drl_shadow_allowed_total{{limit="{esc}"}}"#)).as_deref(),
+            Some("1")
+        );
+        // One TYPE line per metric family.
+        assert_eq!(p.matches("# TYPE drl_decisions_total counter").count(), 1);
+    }
+
+    #[test]
+    fn latency_renders_as_a_cumulative_prometheus_histogram() {
+        let m = ApiMetrics::new();
+        let before = latency()[Api::ForwardAuth as usize].snapshot();
+        m.observe(Api::ForwardAuth, Instant::now());
+        let after = latency()[Api::ForwardAuth as usize].snapshot();
+        assert_eq!(after.count, before.count + 1);
+        let p = page();
+        let bucket = |le: &str| {
+            sample(
+                &p,
+                &format!(r#"drl_request_duration_seconds_bucket{{api="forward_auth",le="{le}"}}"#),
+            )
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no bucket le={le} in\n{p}"))
+        };
+        let mut prev = 0;
+        for le in LATENCY_BOUNDS_LE.iter().copied().chain(["+Inf"]) {
+            let n = bucket(le);
+            assert!(n >= prev, "bucket le={le} went down");
+            prev = n;
+        }
+        let count = sample(
+            &p,
+            r#"drl_request_duration_seconds_count{api="forward_auth"}"#,
+        );
+        assert_eq!(count.and_then(|v| v.parse::<u64>().ok()), Some(prev));
+        assert!(prev >= 1);
+        // Every API has its series, recorded or not.
+        for api in Api::ALL {
+            assert!(
+                p.contains(&format!(
+                    r#"drl_request_duration_seconds_count{{api="{}"}}"#,
+                    api.label()
+                )),
+                "{p}"
+            );
+        }
+    }
 }

@@ -174,7 +174,7 @@ impl RateLimitService for RlsService {
                     let window = rule.unit.window();
                     let reset = window - now % window;
                     let code = if rule.shadow {
-                        m.shadow.increment(1);
+                        m.shadow_allowed();
                         Code::Ok
                     } else {
                         Code::OverLimit

@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-use crate::sharded::{Counters, LATENCY_BOUNDS_LE, LatencyHistogram};
+use crate::sharded::{Counters, LATENCY_BOUNDS_NS, LatencyHistogram, le_label};
 
 const ALLOWED: usize = 0;
 const DENIED: usize = 1;
@@ -162,7 +162,7 @@ fn label_value(out: &mut String, v: &str) {
 
 /// Appends the decision counters and latency histograms in the Prometheus
 /// text format.
-fn render_decisions(out: &mut String) {
+fn render_hot(out: &mut String) {
     let limits: Vec<(String, Arc<Counters<3>>)> = {
         let r = limit_registry().lock().unwrap_or_else(|e| e.into_inner());
         r.iter().map(|(k, v)| (k.clone(), Arc::clone(v))).collect()
@@ -192,7 +192,8 @@ fn render_decisions(out: &mut String) {
     for (api, h) in Api::ALL.iter().zip(latency()) {
         let s = h.snapshot();
         let api = api.label();
-        for (le, n) in LATENCY_BOUNDS_LE.iter().zip(s.cumulative) {
+        for (&bound, n) in LATENCY_BOUNDS_NS.iter().zip(s.cumulative) {
+            let le = le_label(bound);
             let _ = writeln!(
                 out,
                 "drl_request_duration_seconds_bucket{{api=\"{api}\",le=\"{le}\"}} {n}"
@@ -220,7 +221,7 @@ fn render_decisions(out: &mut String) {
 /// then everything recorded through the `metrics` crate.
 pub fn render(handle: &PrometheusHandle) -> String {
     let mut out = String::with_capacity(8192);
-    render_decisions(&mut out);
+    render_hot(&mut out);
     out.push_str(&handle.render());
     out
 }
@@ -317,8 +318,9 @@ mod tests {
             .unwrap_or_else(|| panic!("no bucket le={le} in\n{p}"))
         };
         let mut prev = 0;
-        for le in LATENCY_BOUNDS_LE.iter().copied().chain(["+Inf"]) {
-            let n = bucket(le);
+        let labels = LATENCY_BOUNDS_NS.iter().map(|&b| le_label(b));
+        for le in labels.chain(["+Inf".to_string()]) {
+            let n = bucket(&le);
             assert!(n >= prev, "bucket le={le} went down");
             prev = n;
         }

@@ -106,7 +106,7 @@ impl<const W: usize> Counters<W> {
 }
 
 /// Upper bounds of the latency buckets, nanoseconds (Prometheus `le`).
-pub const LATENCY_BOUNDS_NS: [u64; 15] = [
+pub const LATENCY_BOUNDS_NS: [u64; BUCKETS] = [
     5_000,
     10_000,
     25_000,
@@ -124,14 +124,19 @@ pub const LATENCY_BOUNDS_NS: [u64; 15] = [
     250_000_000,
 ];
 
-/// [`LATENCY_BOUNDS_NS`] in seconds, as Prometheus `le` label values.
-pub const LATENCY_BOUNDS_LE: [&str; 15] = [
-    "0.000005", "0.00001", "0.000025", "0.00005", "0.0001", "0.00025", "0.0005", "0.001", "0.0025",
-    "0.005", "0.01", "0.025", "0.05", "0.1", "0.25",
-];
+/// Number of finite latency buckets.
+const BUCKETS: usize = 15;
+
+/// A bound of [`LATENCY_BOUNDS_NS`] as a Prometheus `le` label value, in
+/// seconds (`5_000` -> `"0.000005"`).
+pub fn le_label(bound_ns: u64) -> String {
+    // f64's Display never uses an exponent and prints the shortest
+    // decimal that reads back to the same value.
+    (bound_ns as f64 / 1e9).to_string()
+}
 
 /// Counters per latency histogram: one per bound, one for `+Inf`, the sum.
-const HIST_WORDS: usize = LATENCY_BOUNDS_NS.len() + 2;
+const HIST_WORDS: usize = BUCKETS + 2;
 const SUM: usize = HIST_WORDS - 1;
 
 /// A latency histogram with the fixed buckets of [`LATENCY_BOUNDS_NS`],
@@ -147,7 +152,7 @@ pub struct LatencyHistogram {
 pub struct LatencySnapshot {
     /// Samples at or below each bound of [`LATENCY_BOUNDS_NS`]
     /// (cumulative, as Prometheus buckets are).
-    pub cumulative: [u64; 15],
+    pub cumulative: [u64; BUCKETS],
     /// All samples (the `+Inf` bucket).
     pub count: u64,
     /// The sum of the samples, nanoseconds.
@@ -173,7 +178,7 @@ impl LatencyHistogram {
     /// sample recorded meanwhile may already be in its bucket and not yet
     /// in the sum, or the reverse.
     pub fn snapshot(&self) -> LatencySnapshot {
-        let mut cumulative = [0u64; 15];
+        let mut cumulative = [0u64; BUCKETS];
         let mut running = 0u64;
         for (i, c) in cumulative.iter_mut().enumerate() {
             running = running.wrapping_add(self.counts.get(i));
@@ -181,7 +186,7 @@ impl LatencyHistogram {
         }
         LatencySnapshot {
             cumulative,
-            count: running.wrapping_add(self.counts.get(LATENCY_BOUNDS_NS.len())),
+            count: running.wrapping_add(self.counts.get(BUCKETS)),
             sum_ns: self.counts.get(SUM),
         }
     }
@@ -259,7 +264,7 @@ mod tests {
             let snap = h.snapshot();
             for (i, &b) in LATENCY_BOUNDS_NS.iter().enumerate() {
                 let want = samples.iter().filter(|&&s| s <= b).count() as u64;
-                prop_assert_eq!(snap.cumulative[i], want, "bucket le {}", LATENCY_BOUNDS_LE[i]);
+                prop_assert_eq!(snap.cumulative[i], want, "bucket le {}", le_label(b));
             }
             prop_assert_eq!(snap.count, samples.len() as u64);
             prop_assert_eq!(snap.sum_ns, samples.iter().sum::<u64>());
@@ -268,10 +273,13 @@ mod tests {
 
     #[test]
     fn bounds_and_labels_agree() {
-        for (ns, le) in LATENCY_BOUNDS_NS.iter().zip(LATENCY_BOUNDS_LE) {
+        let labels: Vec<String> = LATENCY_BOUNDS_NS.iter().map(|&b| le_label(b)).collect();
+        for (ns, le) in LATENCY_BOUNDS_NS.iter().zip(&labels) {
             let secs: f64 = le.parse().unwrap();
             assert_eq!((secs * 1e9).round() as u64, *ns, "{le}");
         }
+        assert_eq!(labels[0], "0.000005");
+        assert_eq!(labels[BUCKETS - 1], "0.25");
         assert!(LATENCY_BOUNDS_NS.windows(2).all(|w| w[0] < w[1]));
     }
 }

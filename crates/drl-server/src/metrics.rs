@@ -60,12 +60,7 @@ impl LimitMetrics {
     /// Counts `allowed` admissions and `denied` denials at once.
     #[inline]
     pub fn record_many(&self, allowed: u64, denied: u64) {
-        if allowed > 0 {
-            self.counts.add(ALLOWED, allowed);
-        }
-        if denied > 0 {
-            self.counts.add(DENIED, denied);
-        }
+        self.counts.add_each([(ALLOWED, allowed), (DENIED, denied)]);
     }
 
     /// Counts a denial that shadow mode let through.
@@ -117,15 +112,15 @@ impl Api {
     }
 }
 
-fn latency() -> &'static [LatencyHistogram; 4] {
-    static H: OnceLock<[LatencyHistogram; 4]> = OnceLock::new();
+fn latency() -> &'static [LatencyHistogram; Api::ALL.len()] {
+    static H: OnceLock<[LatencyHistogram; Api::ALL.len()]> = OnceLock::new();
     H.get_or_init(Default::default)
 }
 
 /// The per-API latency histograms (one set per process).
 #[derive(Debug, Clone)]
 pub struct ApiMetrics {
-    hist: &'static [LatencyHistogram; 4],
+    hist: &'static [LatencyHistogram; Api::ALL.len()],
 }
 
 impl Default for ApiMetrics {

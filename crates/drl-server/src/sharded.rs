@@ -91,10 +91,27 @@ impl<const W: usize> Counters<W> {
         }
     }
 
+    /// This thread's shard: the counters it adds to.
+    #[inline]
+    fn mine(&self) -> &[AtomicU64; W] {
+        &self.shards[thread_slot() & self.mask].0
+    }
+
     /// Adds `n` to counter `i` (`i < W`).
     #[inline]
     pub fn add(&self, i: usize, n: u64) {
-        self.shards[thread_slot() & self.mask].0[i].fetch_add(n, Relaxed);
+        self.mine()[i].fetch_add(n, Relaxed);
+    }
+
+    /// Adds each `(i, n)` of `adds`, finding this thread's shard once.
+    #[inline]
+    pub fn add_each<const N: usize>(&self, adds: [(usize, u64); N]) {
+        let mine = self.mine();
+        for (i, n) in adds {
+            if n > 0 {
+                mine[i].fetch_add(n, Relaxed);
+            }
+        }
     }
 
     /// Counter `i`: the sum over the shards.
@@ -170,8 +187,7 @@ impl LatencyHistogram {
     pub fn record_ns(&self, ns: u64) {
         // First bound >= ns: the `le` bucket; past the last: `+Inf`.
         let i = LATENCY_BOUNDS_NS.partition_point(|&b| b < ns);
-        self.counts.add(i, 1);
-        self.counts.add(SUM, ns);
+        self.counts.add_each([(i, 1), (SUM, ns)]);
     }
 
     /// The counts and sum now. Read shard by shard while writers run: a

@@ -6,6 +6,7 @@
 //! and the Orbit work (`orbit`); each owns its own files.
 
 pub mod alloc;
+pub mod cloud_control;
 pub mod estimator;
 pub mod gossip;
 pub mod limiter;

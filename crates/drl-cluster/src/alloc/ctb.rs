@@ -44,6 +44,12 @@ impl Allocator for Ctb {
     fn local_limit(&self) -> Option<f64> {
         Some(self.limit as f64)
     }
+
+    fn set_limit(&mut self, now: Nanos, limit: u64) {
+        self.limit = limit.max(1);
+        self.bucket
+            .set_rate(now, self.limit.min(i64::MAX as u64) as i64);
+    }
 }
 
 #[cfg(test)]

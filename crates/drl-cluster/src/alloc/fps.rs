@@ -338,6 +338,17 @@ impl Allocator for Fps {
         w
     }
 
+    fn set_limit(&mut self, now: Nanos, limit: u64) {
+        // Scale the share in force at once (a smaller global limit must
+        // bind before the next interval); weights and flows carry over.
+        let limit = limit.max(1) as f64;
+        if self.limit > 0.0 {
+            self.local_limit *= limit / self.limit;
+        }
+        self.limit = limit;
+        self.bucket.set_rate(now, to_units(self.local_limit));
+    }
+
     fn local_limit(&self) -> Option<f64> {
         Some(self.local_limit)
     }

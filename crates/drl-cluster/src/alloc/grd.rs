@@ -104,6 +104,11 @@ impl Allocator for Grd {
     fn drop_probability(&self) -> Option<f64> {
         Some(self.p)
     }
+
+    fn set_limit(&mut self, _now: Nanos, limit: u64) {
+        // The probability follows at the next interval, from the demand.
+        self.limit = limit.max(1) as f64;
+    }
 }
 
 /// Tuning of [`GrdSmooth`].
@@ -171,6 +176,10 @@ impl Allocator for GrdSmooth {
         }
         self.threshold = to_threshold(self.p);
         input.raw_forwarded
+    }
+
+    fn set_limit(&mut self, _now: Nanos, limit: u64) {
+        self.limit = limit.max(1) as f64;
     }
 
     fn local_limit(&self) -> Option<f64> {

@@ -50,6 +50,11 @@ impl Allocator for Gtb {
         input.local_rate
     }
 
+    fn set_limit(&mut self, _now: Nanos, limit: u64) {
+        // The fill rate follows at the next interval.
+        self.limit = limit.clamp(1, i64::MAX as u64);
+    }
+
     fn local_limit(&self) -> Option<f64> {
         Some(self.bucket.rate().max(0) as f64)
     }

@@ -78,6 +78,13 @@ pub trait Allocator: fmt::Debug + Send {
     fn drop_probability(&self) -> Option<f64> {
         None
     }
+    /// Changes the global limit (units/s, at least 1) at `now`, keeping
+    /// everything learned so far (drop probability, weights, flow samples,
+    /// tokens). A Cloud Control node calls it when the paper's 1/N rule
+    /// moves the limit in force (a peer lost or back): rebuilding the
+    /// allocator instead would forget its state, and a fresh GRD admits
+    /// everything until its next interval.
+    fn set_limit(&mut self, now: Nanos, limit: u64);
 }
 
 /// The allocation algorithms.

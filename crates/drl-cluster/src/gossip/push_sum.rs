@@ -149,33 +149,49 @@ impl PushSum {
             })
             .collect();
         picks.sort_unstable();
-        let share_s = self.s / (k as f64 + 1.0);
-        let share_w = self.w / (k as f64 + 1.0);
+        let mut out = Vec::with_capacity(picks.len());
+        self.round_to(&picks, |to, m| out.push((to, m)));
+        out
+    }
+
+    /// Sets the number of nodes the sum is taken over (the live members of
+    /// a cluster whose membership changes; at least 1).
+    pub fn set_nodes(&mut self, n: u32) {
+        self.n = n.max(1);
+    }
+
+    /// One gossip round towards peers chosen by the caller (distinct, not
+    /// this node): splits the mass into `targets.len() + 1` equal shares,
+    /// keeps one and hands one message per target to `send`. Nothing
+    /// happens with no target.
+    pub fn round_to(&mut self, targets: &[NodeId], mut send: impl FnMut(NodeId, GossipMsg)) {
+        if targets.is_empty() {
+            return;
+        }
+        let k = targets.len() as f64 + 1.0;
+        let share_s = self.s / k;
+        let share_w = self.w / k;
         self.s = share_s;
         self.w = share_w;
-        let mode = self.mode;
-        picks
-            .into_iter()
-            .map(|to| {
-                let link = self.out.entry(to).or_default();
-                link.seq += 1;
-                link.cum_value += share_s;
-                link.cum_weight += share_w;
-                let msg = match mode {
-                    LossCompensation::Cumulative => GossipMsg {
-                        seq: link.seq,
-                        value: link.cum_value,
-                        weight: link.cum_weight,
-                    },
-                    _ => GossipMsg {
-                        seq: link.seq,
-                        value: share_s,
-                        weight: share_w,
-                    },
-                };
-                (to, msg)
-            })
-            .collect()
+        for &to in targets {
+            let link = self.out.entry(to).or_default();
+            link.seq += 1;
+            link.cum_value += share_s;
+            link.cum_weight += share_w;
+            let msg = match self.mode {
+                LossCompensation::Cumulative => GossipMsg {
+                    seq: link.seq,
+                    value: link.cum_value,
+                    weight: link.cum_weight,
+                },
+                _ => GossipMsg {
+                    seq: link.seq,
+                    value: share_s,
+                    weight: share_w,
+                },
+            };
+            send(to, msg);
+        }
     }
 
     /// Applies a message received from `from`. Stale or duplicate messages

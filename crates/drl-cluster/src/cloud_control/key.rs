@@ -1,0 +1,383 @@
+//! One aggregate's state on a node: estimators and allocator, behind two
+//! locks so that decisions never wait for the interval step.
+
+use drl_core::Nanos;
+use parking_lot::Mutex;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::settings::Settings;
+use crate::alloc::ctb::Ctb;
+use crate::alloc::fps::{Fps, Smoothing};
+use crate::alloc::grd::{Grd, GrdSmooth};
+use crate::alloc::gtb::Gtb;
+use crate::alloc::{AlgorithmKind, Allocator, FlowId, IntervalInput, Verdict};
+use crate::estimator::{RateEstimator, history_weight};
+
+/// A key's global limit: its rate and local bucket depth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyLimit {
+    /// Global limit, units per second.
+    pub rate: u64,
+    /// Local token bucket depth (FPS, GTB, CTB), units.
+    pub depth: u64,
+}
+
+/// A local decision and what remains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    /// Admitted.
+    pub allowed: bool,
+    /// Approximate units left this second: the effective limit minus the
+    /// global demand estimate (0 when denied).
+    pub headroom: u64,
+}
+
+/// What a key reports about itself (tests, metrics, the simulator's
+/// traces).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KeySnapshot {
+    /// The configured global limit, units/s.
+    pub limit: u64,
+    /// The limit in force after the 1/N rule, units/s.
+    pub effective_limit: u64,
+    /// Live nodes counted at the last interval (this one included).
+    pub live_nodes: u32,
+    /// Smoothed local arrival rate, units/s.
+    pub local_rate: f64,
+    /// Smoothed local forwarded rate, units/s.
+    pub local_forwarded: f64,
+    /// The remote sum used at the last interval.
+    pub remote: f64,
+    /// The value this node publishes (rate for GRD, weight for FPS).
+    pub published: f64,
+    /// Local limit, if the allocator has one.
+    pub local_limit: Option<f64>,
+    /// Drop probability, if the allocator has one.
+    pub drop_probability: Option<f64>,
+    /// Units admitted here since the key was created.
+    pub admitted: u64,
+    /// Units denied here since the key was created.
+    pub denied: u64,
+}
+
+/// The paper's rule (§5.6): with `live` of `nodes` nodes reachable, the
+/// limit is reduced by `1/N` for each one lost. More nodes than expected
+/// never raise it above `limit`.
+pub fn effective_limit(limit: u64, live: u32, nodes: u32) -> u64 {
+    let n = nodes.max(live).max(1) as u128;
+    let live = live.clamp(1, n as u32) as u128;
+    ((limit as u128 * live) / n).max(1).min(u64::MAX as u128) as u64
+}
+
+/// Builds the allocator of `s.algorithm` for a global `limit`.
+pub(crate) fn build(
+    s: &Settings,
+    limit: u64,
+    depth: u64,
+    live: u32,
+    now: Nanos,
+) -> Box<dyn Allocator> {
+    let limit = limit.max(1);
+    let depth = depth.max(1);
+    match s.algorithm {
+        AlgorithmKind::Ctb => Box::new(Ctb::new(limit, depth, now)),
+        AlgorithmKind::Crd => Box::new(Grd::new(limit, true)),
+        AlgorithmKind::Gtb => Box::new(Gtb::new(limit, depth, now)),
+        AlgorithmKind::Grd => Box::new(Grd::new(limit, false)),
+        AlgorithmKind::GrdSmooth => Box::new(GrdSmooth::new(limit, s.grd_smooth)),
+        AlgorithmKind::Fps | AlgorithmKind::FpsMean => {
+            let f = s.fps_config();
+            Box::new(Fps::new(
+                limit,
+                depth,
+                limit / live.max(1) as u64,
+                1.0,
+                Smoothing {
+                    weight: history_weight(s.ewma, s.interval),
+                    flow: history_weight(f.flow_ewma.unwrap_or(s.ewma), s.interval),
+                },
+                f,
+                now,
+            ))
+        }
+    }
+}
+
+/// Keys that published nothing for this many intervals stop being sent.
+pub const QUIET_TICKS: u32 = 5;
+
+/// Approximate remaining units: the effective limit minus the demand.
+fn headroom(effective: u64, demand: f64) -> u64 {
+    let h = effective as f64 - demand;
+    if h.is_finite() && h > 0.0 {
+        h as u64
+    } else {
+        0
+    }
+}
+
+/// What the request path needs, behind the key's decision lock.
+#[derive(Debug)]
+struct Fast {
+    alloc: Box<dyn Allocator>,
+    rng: ChaCha8Rng,
+    /// Units arrived / forwarded since the interval step last took them.
+    pending_in: u64,
+    pending_fwd: u64,
+    last_arrival: Nanos,
+    admitted: u64,
+    denied: u64,
+    /// The limit requested by the latest admission (a reload may change
+    /// it; the interval step applies it).
+    requested: KeyLimit,
+    /// As of the last interval, for the headroom.
+    effective: u64,
+    demand: f64,
+}
+
+/// What only the interval step (and reports) use, behind its own lock.
+#[derive(Debug)]
+struct Slow {
+    limit: KeyLimit,
+    effective: u64,
+    live: u32,
+    ingress: RateEstimator,
+    forwarded: RateEstimator,
+    last_tick: Nanos,
+    published: f64,
+    remote: f64,
+    quiet_ticks: u32,
+}
+
+/// One aggregate's state.
+///
+/// Two locks: decisions take only the first (allocator, random stream,
+/// counters); the interval step works under the second and takes the
+/// first twice, briefly: to take the interval's counts, and to run the
+/// allocator's `on_interval` (and `set_limit` when the 1/N rule moved).
+#[derive(Debug)]
+pub struct KeyState {
+    fast: Mutex<Fast>,
+    slow: Mutex<Slow>,
+}
+
+impl KeyState {
+    /// A key for `limit`, created at `now` with `live` nodes counted.
+    pub(crate) fn new(s: &Settings, limit: KeyLimit, live: u32, seed: u64, now: Nanos) -> Self {
+        let effective = effective_limit(limit.rate, live, s.nodes);
+        Self {
+            fast: Mutex::new(Fast {
+                alloc: build(s, effective, limit.depth, live, now),
+                rng: ChaCha8Rng::seed_from_u64(seed),
+                pending_in: 0,
+                pending_fwd: 0,
+                last_arrival: now,
+                admitted: 0,
+                denied: 0,
+                requested: limit,
+                effective,
+                demand: 0.0,
+            }),
+            slow: Mutex::new(Slow {
+                limit,
+                effective,
+                live,
+                ingress: RateEstimator::new(s.interval, s.ewma),
+                forwarded: RateEstimator::new(s.interval, s.ewma),
+                last_tick: now,
+                published: 0.0,
+                remote: 0.0,
+                quiet_ticks: 0,
+            }),
+        }
+    }
+
+    /// Decides `cost` units from `flow` at `now` (the decision lock only).
+    /// `cost` 0 is a query: nothing is recorded.
+    pub(crate) fn admit(&self, now: Nanos, limit: KeyLimit, cost: u64, flow: FlowId) -> Admission {
+        let mut f = self.fast.lock();
+        if cost == 0 {
+            return Admission {
+                allowed: true,
+                headroom: headroom(f.effective, f.demand),
+            };
+        }
+        let f = &mut *f;
+        f.requested = limit;
+        f.last_arrival = now;
+        f.pending_in = f.pending_in.saturating_add(cost);
+        if f.alloc.on_arrival(now, flow, cost, &mut f.rng) == Verdict::Forward {
+            f.pending_fwd = f.pending_fwd.saturating_add(cost);
+            f.admitted = f.admitted.saturating_add(cost);
+            Admission {
+                allowed: true,
+                headroom: headroom(f.effective, f.demand),
+            }
+        } else {
+            f.denied = f.denied.saturating_add(cost);
+            Admission {
+                allowed: false,
+                headroom: 0,
+            }
+        }
+    }
+
+    /// Ends an estimate interval at `now`, with `remote` the aggregated
+    /// sum of the others' values and `live` nodes counted. Returns the
+    /// value to publish, and whether the key is still worth sending.
+    pub(crate) fn tick(&self, s: &Settings, now: Nanos, remote: f64, live: u32) -> (f64, bool) {
+        let mut sl = self.slow.lock();
+        let (arrived, forwarded, requested) = {
+            let mut f = self.fast.lock();
+            (
+                std::mem::take(&mut f.pending_in),
+                std::mem::take(&mut f.pending_fwd),
+                f.requested,
+            )
+        };
+        let rebuild = requested.depth != sl.limit.depth;
+        sl.limit = requested;
+        let effective = effective_limit(sl.limit.rate, live, s.nodes);
+        let moved = effective != sl.effective;
+        // A new depth needs a new allocator (built outside the decision
+        // lock); a new limit in force does not (set_limit keeps what the
+        // allocator learned).
+        let fresh = rebuild.then(|| build(s, effective, sl.limit.depth, live, now));
+        sl.effective = effective;
+        sl.live = live;
+        sl.ingress.record(arrived);
+        sl.forwarded.record(forwarded);
+        let elapsed = now.saturating_sub(sl.last_tick).max(1);
+        sl.last_tick = now;
+        let local_rate = sl.ingress.close(now, s.interval);
+        let local_forwarded = sl.forwarded.close(now, s.interval);
+        sl.remote = remote;
+        let input = IntervalInput {
+            now,
+            elapsed,
+            local_rate,
+            local_forwarded,
+            raw_forwarded: sl.forwarded.raw_rate(),
+            remote,
+            nodes: live,
+        };
+        let (published, old) = {
+            let mut f = self.fast.lock();
+            let old = fresh.map(|a| std::mem::replace(&mut f.alloc, a));
+            if moved && old.is_none() {
+                f.alloc.set_limit(now, effective);
+            }
+            let published = f.alloc.on_interval(&input);
+            f.effective = effective;
+            f.demand = local_rate + remote;
+            (published, old)
+        };
+        drop(old);
+        sl.published = published;
+        if published > 0.0 {
+            sl.quiet_ticks = 0;
+        } else {
+            sl.quiet_ticks = sl.quiet_ticks.saturating_add(1);
+        }
+        (published, sl.quiet_ticks <= QUIET_TICKS)
+    }
+
+    /// True if nothing arrived for `idle` ns and nothing is published.
+    pub(crate) fn is_idle(&self, now: Nanos, idle: Nanos) -> bool {
+        let quiet = self.slow.lock().quiet_ticks > QUIET_TICKS;
+        quiet && now.saturating_sub(self.fast.lock().last_arrival) > idle
+    }
+
+    /// A report.
+    pub fn snapshot(&self) -> KeySnapshot {
+        let s = self.slow.lock();
+        let f = self.fast.lock();
+        KeySnapshot {
+            limit: s.limit.rate,
+            effective_limit: s.effective,
+            live_nodes: s.live,
+            local_rate: s.ingress.rate(),
+            local_forwarded: s.forwarded.rate(),
+            remote: s.remote,
+            published: s.published,
+            local_limit: f.alloc.local_limit(),
+            drop_probability: f.alloc.drop_probability(),
+            admitted: f.admitted,
+            denied: f.denied,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Nanos = 1_000_000;
+
+    #[test]
+    fn one_over_n_rule() {
+        assert_eq!(effective_limit(1_000, 3, 3), 1_000);
+        assert_eq!(effective_limit(1_000, 2, 3), 666);
+        assert_eq!(effective_limit(1_000, 1, 3), 333);
+        assert_eq!(effective_limit(1_000, 4, 3), 1_000);
+        assert_eq!(effective_limit(1_000, 0, 3), 333);
+    }
+
+    fn settings(algorithm: AlgorithmKind, nodes: u32) -> Settings {
+        Settings {
+            ewma: 0.0,
+            ..Settings::new(algorithm, nodes)
+        }
+    }
+
+    #[test]
+    fn demand_is_counted_in_cost_units() {
+        let s = settings(AlgorithmKind::Grd, 1);
+        let lim = KeyLimit {
+            rate: 1_000,
+            depth: 100,
+        };
+        let k = KeyState::new(&s, lim, 1, 1, 0);
+        // 50 requests of cost 2 in 50 ms: 2,000 units/s, twice the limit.
+        for i in 0..50 {
+            k.admit(i * MS, lim, 2, 0);
+        }
+        k.tick(&s, 50 * MS, 0.0, 1);
+        let snap = k.snapshot();
+        assert!(
+            (snap.local_rate - 2_000.0).abs() < 1e-6,
+            "{}",
+            snap.local_rate
+        );
+        assert!((snap.drop_probability.unwrap() - 0.5).abs() < 1e-9);
+        assert_eq!(snap.admitted + snap.denied, 100);
+    }
+
+    #[test]
+    fn a_lost_peer_moves_the_limit_without_forgetting_the_drop_rate() {
+        let s = settings(AlgorithmKind::Grd, 3);
+        let lim = KeyLimit {
+            rate: 900,
+            depth: 100,
+        };
+        let k = KeyState::new(&s, lim, 3, 1, 0);
+        for i in 0..90 {
+            k.admit(i * MS / 2, lim, 1, 0);
+        }
+        // 1,800/s here, 0 elsewhere: p = 1/2.
+        k.tick(&s, 50 * MS, 0.0, 3);
+        assert!((k.snapshot().drop_probability.unwrap() - 0.5).abs() < 1e-9);
+        // A peer lost: the limit in force drops to 600 at once, and the
+        // allocator keeps dropping meanwhile (a rebuilt GRD would admit
+        // everything until its next interval).
+        for i in 0..90 {
+            k.admit(50 * MS + i * MS / 2, lim, 1, 0);
+        }
+        k.tick(&s, 100 * MS, 0.0, 2);
+        let snap = k.snapshot();
+        assert_eq!(snap.effective_limit, 600);
+        assert!((snap.drop_probability.unwrap() - (1.0 - 600.0 / 1_800.0)).abs() < 1e-9);
+        assert!(snap.denied > 30, "kept dropping: {snap:?}");
+    }
+}

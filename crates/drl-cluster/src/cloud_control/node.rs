@@ -1,0 +1,442 @@
+//! [`Node`]: one Cloud Control node, sans-IO, for many keys.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use drl_core::Nanos;
+use rand::SeedableRng;
+use rand::seq::IndexedRandom;
+use rand_chacha::ChaCha8Rng;
+
+use super::key::{Admission, KeyLimit};
+use super::settings::{Aggregation, Settings, SettingsError};
+use super::table::{AdmitError, KeyRef, Keys};
+use super::wire::{self, Frames, Header, Value};
+use crate::alloc::{AlgorithmKind, FlowId};
+use crate::gossip::PushSum;
+
+/// A peer's identity: the transport's node id.
+pub type PeerId = u32;
+
+/// Largest gossip payload a node emits, bytes: a 1,200-byte datagram less
+/// the transport's 34 bytes of framing.
+pub const MAX_PAYLOAD: usize = 1_166;
+
+/// What a node knows about one peer.
+#[derive(Debug, Default)]
+struct Peer {
+    /// Membership says it is up.
+    up: bool,
+    /// When membership last said so.
+    up_at: Nanos,
+    /// When its last valid payload arrived.
+    heard: Option<Nanos>,
+    /// Peer table: its latest published value per wire key, with arrival
+    /// time.
+    values: HashMap<Vec<u8>, (f32, Nanos)>,
+}
+
+impl Peer {
+    /// Counted toward `live` and the remote sums: membership says it is
+    /// up, it has sent since (so it counts this node too: a node sends
+    /// only to peers it has up), and recently.
+    fn counted(&self, now: Nanos, stale: Nanos) -> bool {
+        self.up
+            && self
+                .heard
+                .is_some_and(|h| h >= self.up_at && now.saturating_sub(h) <= stale)
+    }
+}
+
+/// A push-sum instance for one wire key.
+#[derive(Debug)]
+struct Mass {
+    sum: PushSum,
+    touched: Nanos,
+}
+
+/// Counters of what a node refused.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Payloads that did not decode.
+    pub malformed: u64,
+    /// Payloads of another algorithm or aggregation (mixed configs).
+    pub mismatched: u64,
+    /// Values not stored because a peer already filled `max_keys`.
+    pub refused_values: u64,
+    /// Payloads emitted.
+    pub sent: u64,
+}
+
+/// A payload that was not applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DatagramError {
+    /// It did not decode.
+    #[error(transparent)]
+    Malformed(#[from] wire::WireError),
+    /// It came from a node running another algorithm or aggregation.
+    #[error("gossip from a node with another algorithm or aggregation")]
+    Mismatched,
+    /// It claims to come from this node.
+    #[error("gossip claiming this node as its sender")]
+    FromSelf,
+}
+
+/// One Cloud Control node (Raghavan et al., SIGCOMM 2007) for many keys:
+/// per-key demand estimators and allocator, the interval step, the
+/// aggregation of the peers' values (peer table or push-sum), the paper's
+/// 1/N rule, and dissemination in bounded, prefix-compressed payloads.
+/// Sans-IO: it never reads a clock, sleeps or touches a socket; the
+/// service (drl-node) and the simulator (drl-sim) drive the same type.
+///
+/// # Call order
+///
+/// The driver owns the node and, in any order, feeds it:
+///
+/// * [`Node::admit`] (or the same call on [`Node::keys`], shared with the
+///   request path, which then never waits for the node) for every unit of
+///   traffic;
+/// * [`Node::handle_datagram`] for every authenticated payload from a
+///   peer;
+/// * [`Node::peer_up`], [`Node::peer_down`] (and [`Node::peer_left`]) as
+///   membership reports them;
+/// * [`Node::handle_timeout`] once `now` reaches [`Node::poll_timeout`].
+///
+/// After each input it drains [`Node::poll_transmit`] until `None`,
+/// sending each payload to the peer named, and re-arms its timer at
+/// [`Node::poll_timeout`]. Time must not go backwards across calls.
+///
+/// # Counting peers
+///
+/// A peer counts (toward `live` of the 1/N rule and toward the remote
+/// sums) only while membership says it is up *and* it has sent a payload
+/// since it came up, within `stale_after`. A node sends only to peers it
+/// has up, so a payload from a peer means that peer counts this node too:
+/// after a partition heals, neither side raises its limit before it has
+/// the other side's demand, and the views agree within one payload. Nodes
+/// with no active key send a heartbeat (an empty payload) to keep it so.
+#[derive(Debug)]
+pub struct Node {
+    me: PeerId,
+    settings: Settings,
+    header: Header,
+    keys: Arc<Keys>,
+    rng: ChaCha8Rng,
+    next_tick: Nanos,
+    peers: BTreeMap<PeerId, Peer>,
+    masses: BTreeMap<Vec<u8>, Mass>,
+    frames: Frames,
+    queue: VecDeque<(PeerId, usize)>,
+    scratch: Vec<u8>,
+    stats: NodeStats,
+}
+
+/// The wire code of an allocator.
+fn algorithm_code(k: AlgorithmKind) -> u8 {
+    AlgorithmKind::ALL
+        .iter()
+        .position(|a| *a == k)
+        .map_or(0, |i| i as u8 + 1)
+}
+
+impl Node {
+    /// Node `me` with `settings`, its random streams seeded from `seed`,
+    /// created at `now` (first interval step due at `now + interval`).
+    pub fn new(
+        me: PeerId,
+        settings: Settings,
+        seed: u64,
+        now: Nanos,
+    ) -> Result<Self, SettingsError> {
+        settings.validate()?;
+        Ok(Self {
+            me,
+            header: Header {
+                algorithm: algorithm_code(settings.algorithm),
+                aggregation: settings.aggregation.code(),
+            },
+            keys: Arc::new(Keys::new(settings.clone(), seed)),
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15),
+            next_tick: now.saturating_add(settings.interval),
+            peers: BTreeMap::new(),
+            masses: BTreeMap::new(),
+            frames: Frames::default(),
+            queue: VecDeque::new(),
+            scratch: Vec::new(),
+            stats: NodeStats::default(),
+            settings,
+        })
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> PeerId {
+        self.me
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The key table, for a request path that decides without the node.
+    pub fn keys(&self) -> &Arc<Keys> {
+        &self.keys
+    }
+
+    /// What the node refused and sent so far.
+    pub fn stats(&self) -> NodeStats {
+        self.stats
+    }
+
+    /// Decides `cost` units of `key` from `flow` at `now`
+    /// ([`Keys::admit`]).
+    pub fn admit(
+        &self,
+        now: Nanos,
+        key: KeyRef<'_>,
+        limit: KeyLimit,
+        cost: u64,
+        flow: FlowId,
+    ) -> Result<Admission, AdmitError> {
+        self.keys.admit(now, key, limit, cost, flow)
+    }
+
+    /// Membership: `peer` is up (joined, or back).
+    pub fn peer_up(&mut self, now: Nanos, peer: PeerId) {
+        if peer == self.me {
+            return;
+        }
+        let p = self.peers.entry(peer).or_default();
+        if !p.up {
+            p.up = true;
+            p.up_at = now;
+        }
+    }
+
+    /// Membership: `peer` is down (failed, or cut off). Its values stop
+    /// counting at once and the 1/N rule takes its share away at the next
+    /// interval step.
+    pub fn peer_down(&mut self, _now: Nanos, peer: PeerId) {
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.up = false;
+            p.values.clear();
+        }
+    }
+
+    /// Membership: `peer` left gracefully (same as down, without waiting
+    /// for failure detection).
+    pub fn peer_left(&mut self, now: Nanos, peer: PeerId) {
+        self.peer_down(now, peer);
+    }
+
+    /// Peers membership has up, ascending.
+    pub fn peers_up(&self) -> impl Iterator<Item = PeerId> + '_ {
+        self.peers.iter().filter(|(_, p)| p.up).map(|(id, _)| *id)
+    }
+
+    /// Nodes counted live now (this one included).
+    pub fn live(&self, now: Nanos) -> u32 {
+        let stale = self.settings.stale_after;
+        1 + self
+            .peers
+            .values()
+            .filter(|p| p.counted(now, stale))
+            .count() as u32
+    }
+
+    /// Applies an authenticated payload from `from` received at `now`.
+    /// A payload that does not decode, or comes from a node configured
+    /// differently, changes nothing and is counted.
+    pub fn handle_datagram(
+        &mut self,
+        now: Nanos,
+        from: PeerId,
+        bytes: &[u8],
+    ) -> Result<(), DatagramError> {
+        if from == self.me {
+            return Err(DatagramError::FromSelf);
+        }
+        // Check the whole payload before touching any state.
+        let header = match wire::decode(bytes, &mut self.scratch, |_, _| {}) {
+            Ok(h) => h,
+            Err(e) => {
+                self.stats.malformed += 1;
+                return Err(e.into());
+            }
+        };
+        if header != self.header {
+            self.stats.mismatched += 1;
+            return Err(DatagramError::Mismatched);
+        }
+        let max = self.settings.max_keys;
+        let peer = self.peers.entry(from).or_default();
+        peer.heard = Some(now);
+        let mut refused = 0u64;
+        let result = match self.settings.aggregation {
+            Aggregation::PeerTable => wire::decode(bytes, &mut self.scratch, |key, v| {
+                if let Value::Published(x) = v {
+                    let len = peer.values.len();
+                    match peer.values.get_mut(key) {
+                        Some(slot) => *slot = (x, now),
+                        None if len < max => {
+                            peer.values.insert(key.to_vec(), (x, now));
+                        }
+                        None => refused += 1,
+                    }
+                }
+            }),
+            Aggregation::PushSum => {
+                let masses = &mut self.masses;
+                let s = &self.settings;
+                let me = self.me;
+                wire::decode(bytes, &mut self.scratch, |key, v| {
+                    if let Value::Mass(m) = v {
+                        let len = masses.len();
+                        let mass = match masses.get_mut(key) {
+                            Some(m) => m,
+                            None if len < max => {
+                                masses.entry(key.to_vec()).or_insert_with(|| Mass {
+                                    sum: PushSum::new(me, s.nodes, s.branching, s.compensation),
+                                    touched: now,
+                                })
+                            }
+                            None => {
+                                refused += 1;
+                                return;
+                            }
+                        };
+                        mass.touched = now;
+                        mass.sum.receive(from, m);
+                    }
+                })
+            }
+        };
+        self.stats.refused_values += refused;
+        result.map(|_| ()).map_err(DatagramError::from)
+    }
+
+    /// When [`Node::handle_timeout`] is next due.
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        Some(self.next_tick)
+    }
+
+    /// Runs the interval step if it is due at `now`: closes every key's
+    /// estimate interval, aggregates, applies the 1/N rule, reallocates,
+    /// and queues this interval's payloads for [`Node::poll_transmit`].
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        if now < self.next_tick {
+            return;
+        }
+        self.next_tick = now.saturating_add(self.settings.interval);
+        self.step(now);
+    }
+
+    /// The next payload to send: writes it into `buf` (cleared first) and
+    /// returns the peer to send it to.
+    pub fn poll_transmit(&mut self, _now: Nanos, buf: &mut Vec<u8>) -> Option<PeerId> {
+        let (to, i) = self.queue.pop_front()?;
+        buf.clear();
+        buf.extend_from_slice(self.frames.get(i));
+        self.stats.sent += 1;
+        Some(to)
+    }
+
+    fn targets(&mut self) -> Vec<PeerId> {
+        let up: Vec<PeerId> = self.peers_up().collect();
+        let b = (self.settings.branching as usize).min(up.len());
+        let mut t: Vec<PeerId> = up.choose_multiple(&mut self.rng, b).copied().collect();
+        t.sort_unstable();
+        t
+    }
+
+    fn step(&mut self, now: Nanos) {
+        let stale = self.settings.stale_after;
+        for p in self.peers.values_mut() {
+            p.values.retain(|_, (_, t)| now.saturating_sub(*t) <= stale);
+        }
+        let live = self.live(now);
+        self.keys.set_live(live);
+        let keys = self.keys.sorted();
+        self.frames.clear();
+        self.queue.clear();
+        let targets = self.targets();
+        match self.settings.aggregation {
+            Aggregation::PeerTable => {
+                let mut out: Vec<(usize, f32)> = Vec::new();
+                for (i, e) in keys.iter().enumerate() {
+                    let remote: f64 = self
+                        .peers
+                        .values()
+                        .filter(|p| p.counted(now, stale))
+                        .filter_map(|p| p.values.get(&e.wire_key))
+                        .map(|(v, _)| *v as f64)
+                        .sum();
+                    let (published, send) = e.state.tick(&self.settings, now, remote, live);
+                    if send {
+                        out.push((i, published as f32));
+                    }
+                }
+                wire::encode(
+                    self.header,
+                    out.iter()
+                        .map(|(i, v)| (keys[*i].wire_key.as_slice(), Value::Published(*v))),
+                    MAX_PAYLOAD,
+                    &mut self.frames,
+                );
+                for &t in &targets {
+                    for f in 0..self.frames.len() {
+                        self.queue.push_back((t, f));
+                    }
+                }
+            }
+            Aggregation::PushSum => {
+                let me = self.me;
+                let s = &self.settings;
+                for e in &keys {
+                    let mass = self
+                        .masses
+                        .entry(e.wire_key.clone())
+                        .or_insert_with(|| Mass {
+                            sum: PushSum::new(me, s.nodes, s.branching, s.compensation),
+                            touched: now,
+                        });
+                    mass.touched = now;
+                    mass.sum.set_nodes(live);
+                    let remote = mass.sum.remote_estimate();
+                    let (published, _) = e.state.tick(&self.settings, now, remote, live);
+                    mass.sum.set_local(published);
+                }
+                // Every mass held moves, whether or not the key is active
+                // here: push-sum conserves it only if nobody sits on it.
+                let idle = self.settings.idle_after;
+                let active: std::collections::BTreeSet<&[u8]> =
+                    keys.iter().map(|e| e.wire_key.as_slice()).collect();
+                self.masses.retain(|k, m| {
+                    active.contains(k.as_slice()) || now.saturating_sub(m.touched) <= idle
+                });
+                let mut per_target: Vec<Vec<(&[u8], Value)>> = vec![Vec::new(); targets.len()];
+                for (k, m) in self.masses.iter_mut() {
+                    m.sum.set_nodes(live);
+                    m.sum.round_to(&targets, |to, msg| {
+                        if let Ok(i) = targets.binary_search(&to) {
+                            per_target[i].push((k.as_slice(), Value::Mass(msg)));
+                        }
+                    });
+                }
+                for (i, entries) in per_target.into_iter().enumerate() {
+                    let first = self.frames.len();
+                    wire::encode(self.header, entries, MAX_PAYLOAD, &mut self.frames);
+                    for f in first..self.frames.len() {
+                        self.queue.push_back((targets[i], f));
+                    }
+                }
+            }
+        }
+        let idle = self.settings.idle_after;
+        for e in &keys {
+            if e.state.is_idle(now, idle) {
+                self.keys.remove(&e.limit, &e.aggregate);
+            }
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! [`Settings`]: everything a Cloud Control node is tuned by, in one place.
+//!
+//! The service's `cluster:` section (drl-node's `GossipConfig`) and the
+//! simulator's flags (`drl sim ...`) both map to this struct, so every
+//! allocator and every tunable is reachable from both, and a setting tried
+//! in the simulator is the one the service runs.
+
+use std::fmt;
+use std::str::FromStr;
+
+use drl_core::Nanos;
+
+use crate::alloc::AlgorithmKind;
+use crate::alloc::fps::FpsConfig;
+use crate::alloc::grd::GrdSmoothConfig;
+use crate::gossip::LossCompensation;
+
+/// How a node learns the sum of the other nodes' published values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Aggregation {
+    /// Every node sends its own latest value per key to `branching` peers
+    /// each interval; receivers keep a table of each peer's latest value
+    /// and sum the fresh values of the peers they count live. A lost peer's
+    /// values are dropped at once (the paper's §5.6). The default.
+    #[default]
+    PeerTable,
+    /// Push-sum (Kempe et al.), the paper's §3.1 aggregation: mass-
+    /// conserving averaging. Kept as the paper's reference: a lost peer's
+    /// mass cannot be taken back out (docs/gossip.md).
+    PushSum,
+}
+
+impl Aggregation {
+    /// The name used in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Aggregation::PeerTable => "peer-table",
+            Aggregation::PushSum => "push-sum",
+        }
+    }
+
+    /// Its code on the wire.
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Aggregation::PeerTable => 1,
+            Aggregation::PushSum => 2,
+        }
+    }
+}
+
+impl fmt::Display for Aggregation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Aggregation {
+    type Err = SettingsError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "peer-table" => Ok(Aggregation::PeerTable),
+            "push-sum" => Ok(Aggregation::PushSum),
+            other => Err(SettingsError::Aggregation(other.to_string())),
+        }
+    }
+}
+
+/// The tuning of one Cloud Control node (and, in practice, of every node of
+/// a cluster: mixed settings are refused on the wire by algorithm and
+/// aggregation).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// The allocator every key runs.
+    pub algorithm: AlgorithmKind,
+    /// How remote values are aggregated.
+    pub aggregation: Aggregation,
+    /// Estimate (and gossip) interval, ns.
+    pub interval: Nanos,
+    /// 1-second EWMA parameter of the demand estimators.
+    pub ewma: f64,
+    /// Expected cluster size `N` of the 1/N rule.
+    pub nodes: u32,
+    /// Peers a node sends to per interval.
+    pub branching: u32,
+    /// Push-sum loss compensation (push-sum only).
+    pub compensation: LossCompensation,
+    /// A peer (and its values) counts only if heard from within this many
+    /// ns. Must outlive failure detection (docs/gossip.md).
+    pub stale_after: Nanos,
+    /// Keys without arrivals for this long, and quiet, are forgotten.
+    pub idle_after: Nanos,
+    /// Most keys held (active here, and accepted per peer).
+    pub max_keys: usize,
+    /// FPS tuning (`fps`).
+    pub fps: FpsConfig,
+    /// FPS tuning (`fps-mean`).
+    pub fps_mean: FpsConfig,
+    /// `grd-smooth` tuning.
+    pub grd_smooth: GrdSmoothConfig,
+}
+
+impl Settings {
+    /// The service's defaults for a cluster of `nodes` with `algorithm`:
+    /// 50 ms interval, EWMA 0.1, branching 3, peer table, values stale after
+    /// 2.4 s (twice the default failure detection), keys idle after 30 s,
+    /// 100,000 keys.
+    pub fn new(algorithm: AlgorithmKind, nodes: u32) -> Self {
+        Self {
+            algorithm,
+            aggregation: Aggregation::PeerTable,
+            interval: 50_000_000,
+            ewma: 0.1,
+            nodes,
+            branching: 3,
+            compensation: LossCompensation::Cumulative,
+            stale_after: 2_400_000_000,
+            idle_after: 30_000_000_000,
+            max_keys: 100_000,
+            fps: FpsConfig::default(),
+            fps_mean: FpsConfig::mean_variant(),
+            grd_smooth: GrdSmoothConfig::default(),
+        }
+    }
+
+    /// The FPS tuning of the configured algorithm (`fps` or `fps-mean`).
+    pub fn fps_config(&self) -> FpsConfig {
+        if self.algorithm == AlgorithmKind::FpsMean {
+            self.fps_mean
+        } else {
+            self.fps
+        }
+    }
+
+    /// Checks ranges.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        if self.interval == 0 {
+            return Err(SettingsError::Interval);
+        }
+        if !(0.0..1.0).contains(&self.ewma) {
+            return Err(SettingsError::Ewma(self.ewma));
+        }
+        if self.nodes == 0 {
+            return Err(SettingsError::Nodes);
+        }
+        if self.branching == 0 {
+            return Err(SettingsError::Branching);
+        }
+        if self.max_keys == 0 {
+            return Err(SettingsError::MaxKeys);
+        }
+        if self.stale_after < self.interval {
+            return Err(SettingsError::Stale {
+                stale: self.stale_after,
+                interval: self.interval,
+            });
+        }
+        for f in [&self.fps, &self.fps_mean] {
+            let p = f.resample_probability;
+            if !(0.0..=1.0).contains(&p) {
+                return Err(SettingsError::Probability(p));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Rejected [`Settings`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SettingsError {
+    /// The estimate interval must be positive.
+    #[error("estimate interval must be positive")]
+    Interval,
+    /// The EWMA parameter must be in [0, 1).
+    #[error("EWMA parameter must be in [0, 1), got {0}")]
+    Ewma(f64),
+    /// At least one node.
+    #[error("a cluster needs at least one node")]
+    Nodes,
+    /// At least one peer per interval.
+    #[error("branching must be at least 1")]
+    Branching,
+    /// At least one key.
+    #[error("max_keys must be at least 1")]
+    MaxKeys,
+    /// Values must live at least one interval.
+    #[error("stale_after ({stale} ns) must be at least one interval ({interval} ns)")]
+    Stale {
+        /// The staleness bound.
+        stale: Nanos,
+        /// The interval.
+        interval: Nanos,
+    },
+    /// A probability outside [0, 1].
+    #[error("probability must be in [0, 1], got {0}")]
+    Probability(f64),
+    /// An unknown aggregation name.
+    #[error("unknown aggregation {0:?} (expected peer-table or push-sum)")]
+    Aggregation(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_defaults_validate() {
+        for a in [Aggregation::PeerTable, Aggregation::PushSum] {
+            assert_eq!(a.name().parse::<Aggregation>(), Ok(a));
+        }
+        assert!("gossip".parse::<Aggregation>().is_err());
+        Settings::new(AlgorithmKind::Grd, 3).validate().unwrap();
+        let mut s = Settings::new(AlgorithmKind::Fps, 3);
+        s.stale_after = 1;
+        assert!(matches!(s.validate(), Err(SettingsError::Stale { .. })));
+        s = Settings::new(AlgorithmKind::Fps, 0);
+        assert_eq!(s.validate(), Err(SettingsError::Nodes));
+    }
+}

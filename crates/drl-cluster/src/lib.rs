@@ -9,5 +9,4 @@ pub mod alloc;
 pub mod cloud_control;
 pub mod estimator;
 pub mod gossip;
-pub mod limiter;
 pub mod orbit;

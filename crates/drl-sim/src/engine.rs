@@ -8,14 +8,19 @@
 //! quarter RTT; one per source-sink pair, so flows at a busy limiter do not
 //! queue behind each other and the central and distributed runs see the same
 //! paths); ACKs return directly in half an RTT (limiters pass ACKs
-//! untouched, as in the paper). Limiters gossip over links with half the
-//! inter-limiter RTT of delay and an optional loss rate. Centralised
-//! algorithms (CTB, central random drop) run one limiter for all traffic;
-//! rates are still attributed to the limiter each flow entered.
+//! untouched, as in the paper). Centralised algorithms (CTB, central
+//! random drop) run one limiter for all traffic; rates are still
+//! attributed to the limiter each flow entered.
+//!
+//! Each limiter is a [`drl_cluster::cloud_control::Node`], the type
+//! `drl serve` runs for `scope: gossip`: its payloads travel over gossip
+//! links with half the inter-limiter RTT of delay, optional loss, jitter
+//! (reordering) and duplication. Membership is modelled, not simulated: all
+//! limiters know each other at the start; a kill or a cut is reported to
+//! the others `detection` later, a heal or a restart within `detection`, at
+//! a seeded random moment per node (asymmetric views, as with SWIM).
 
-use drl_cluster::alloc::Verdict;
-use drl_cluster::gossip::GossipMsg;
-use drl_cluster::limiter::Limiter;
+use drl_cluster::cloud_control::{KeyLimit, KeyRef, Node};
 use drl_core::Nanos;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -31,9 +36,32 @@ enum Ev {
     AtSink(u32, Segment),
     AtSender(u32, Ack),
     Rto(u32),
-    Tick(u32),
-    Gossip(u32, u32, GossipMsg),
+    /// Node n's timer, for its incarnation (generation) g.
+    Tick(u32, u32),
+    Datagram {
+        from: u32,
+        to: u32,
+        bytes: Vec<u8>,
+    },
+    Kill(u32),
+    Restart(u32),
+    Cut(usize),
+    Heal(usize),
+    /// Membership at `at` reports `peer` up (true) or down (false), if
+    /// still true of `peer`'s incarnation.
+    Member {
+        at: u32,
+        peer: u32,
+        up: bool,
+        incarnation: u32,
+    },
 }
+
+/// The one key every simulated limiter polices.
+const KEY: KeyRef<'static> = KeyRef {
+    limit: "sim",
+    aggregate: "",
+};
 
 struct Flow {
     limiter: usize,
@@ -106,14 +134,53 @@ fn tx_time(bytes: u32, bps: u64) -> Nanos {
 /// (about every simulated second).
 pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, ScenarioError> {
     sc.validate()?;
-    let cfg = sc.limiter_config();
-    let nodes = cfg.nodes;
-    let mut limiters: Vec<Limiter> = (0..nodes)
-        .map(|i| {
-            let seed = crate::rng::derive_seed(sc.seed, Component::Limiter, i as u64);
-            Limiter::new(i, cfg.clone(), seed, 0)
-        })
+    let settings = sc.settings();
+    let nodes = settings.nodes;
+    let limit = KeyLimit {
+        rate: sc.limit_bps / 8,
+        depth: sc.depth_bytes,
+    };
+    let start_node = |i: u32, incarnation: u32, now: Nanos| {
+        let seed =
+            crate::rng::derive_seed(sc.seed, Component::Limiter, i as u64) ^ (incarnation as u64);
+        let mut n = Node::new(i, settings.clone(), seed, now)?;
+        // The key exists from the start (a query creates it).
+        let _ = n.admit(now, KEY, limit, 0, 0);
+        for p in 0..nodes {
+            n.peer_up(now, p);
+        }
+        Ok::<Node, ScenarioError>(n)
+    };
+    let mut limiters: Vec<Node> = (0..nodes)
+        .map(|i| start_node(i, 0, 0))
         .collect::<Result<_, _>>()?;
+    let mut alive = vec![true; nodes as usize];
+    let mut incarnation = vec![0u32; nodes as usize];
+    // Side of each node while a partition is in force (all 0 otherwise).
+    let mut side = vec![0usize; nodes as usize];
+    let mut member_rng = stream(sc.seed, Component::Membership, 0);
+    let partitions: Vec<(Vec<usize>, Nanos, Nanos)> = sc
+        .faults
+        .iter()
+        .filter_map(|f| match f {
+            crate::scenario::FaultEvent::Partition {
+                groups,
+                from,
+                until,
+            } => {
+                let mut s = vec![0usize; nodes as usize];
+                for (g, members) in groups.iter().enumerate() {
+                    for &m in members {
+                        if (m as usize) < s.len() {
+                            s[m as usize] = g;
+                        }
+                    }
+                }
+                Some((s, *from, *until))
+            }
+            _ => None,
+        })
+        .collect();
     let nl = sc.limiters();
     let nbins = sc.duration.div_ceil(sc.bin) as usize;
     let mut forwarded = vec![vec![0u64; nbins]; nl];
@@ -150,8 +217,26 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
         q.schedule(t, Ev::Start(i as u32));
     }
     for n in 0..nodes {
-        q.schedule(limiters[n as usize].next_tick(), Ev::Tick(n));
+        if let Some(t) = limiters[n as usize].poll_timeout() {
+            q.schedule(t, Ev::Tick(n, 0));
+        }
     }
+    if nodes > 1 {
+        for f in &sc.faults {
+            match f {
+                crate::scenario::FaultEvent::Kill { node, at } => q.schedule(*at, Ev::Kill(*node)),
+                crate::scenario::FaultEvent::Restart { node, at } => {
+                    q.schedule(*at, Ev::Restart(*node))
+                }
+                crate::scenario::FaultEvent::Partition { .. } => {}
+            }
+        }
+        for (i, (_, from, until)) in partitions.iter().enumerate() {
+            q.schedule(*from, Ev::Cut(i));
+            q.schedule(*until, Ev::Heal(i));
+        }
+    }
+    let mut buf = Vec::new();
     let egress_prop = sc.flow_rtt / 4;
     let access_prop = sc.flow_rtt / 4;
     let ack_prop = sc.flow_rtt - egress_prop - access_prop;
@@ -217,7 +302,11 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
                 let node = if nodes == 1 { 0 } else { l };
                 let bin = ((now / sc.bin) as usize).min(nbins - 1);
                 arrived[l][bin] += pkt;
-                if limiters[node].on_arrival(now, i as u64, pkt) == Verdict::Forward {
+                let allowed = alive[node]
+                    && limiters[node]
+                        .admit(now, KEY, limit, pkt, i as u64)
+                        .is_ok_and(|a| a.allowed);
+                if allowed {
                     forwarded[l][bin] += pkt;
                     let e = &mut egress_free[i as usize];
                     let depart = now.max(*e);
@@ -273,31 +362,156 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
                     None => {}
                 }
             }
-            Ev::Tick(n) => {
-                let lim = &mut limiters[n as usize];
-                let out = lim.on_tick(now);
-                let s = lim.snapshot();
-                ticks.push(TickSample {
-                    at: now,
-                    node: n,
-                    local_rate: s.local_rate,
-                    published: s.published,
-                    remote: s.remote,
-                    local_limit: s.local_limit,
-                    drop_probability: s.drop_probability,
-                });
-                q.schedule(lim.next_tick(), Ev::Tick(n));
-                for o in out {
+            Ev::Tick(n, g) => {
+                let n = n as usize;
+                if !alive[n] || incarnation[n] != g {
+                    continue; // a dead incarnation's timer
+                }
+                let lim = &mut limiters[n];
+                lim.handle_timeout(now);
+                if let Some(s) = lim.keys().snapshot(KEY) {
+                    ticks.push(TickSample {
+                        at: now,
+                        node: n as u32,
+                        local_rate: s.local_rate,
+                        published: s.published,
+                        remote: s.remote,
+                        local_limit: s.local_limit,
+                        drop_probability: s.drop_probability,
+                    });
+                }
+                if let Some(t) = lim.poll_timeout() {
+                    q.schedule(t, Ev::Tick(n as u32, g));
+                }
+                while let Some(to) = limiters[n].poll_transmit(now, &mut buf) {
                     gossip_sent += 1;
-                    if sc.gossip_loss > 0.0 && gossip_rng.random_bool(sc.gossip_loss) {
+                    let cut = side[n] != side[to as usize];
+                    if cut || (sc.gossip_loss > 0.0 && gossip_rng.random_bool(sc.gossip_loss)) {
                         gossip_lost += 1;
                         continue;
                     }
-                    q.schedule(now + gossip_delay, Ev::Gossip(n, o.to, o.msg));
+                    let copies = if sc.gossip_duplicate > 0.0
+                        && gossip_rng.random_bool(sc.gossip_duplicate)
+                    {
+                        2
+                    } else {
+                        1
+                    };
+                    for _ in 0..copies {
+                        let j = if sc.gossip_jitter > 0 {
+                            gossip_rng.random_range(0..sc.gossip_jitter)
+                        } else {
+                            0
+                        };
+                        q.schedule(
+                            now + gossip_delay + j,
+                            Ev::Datagram {
+                                from: n as u32,
+                                to,
+                                bytes: buf.clone(),
+                            },
+                        );
+                    }
                 }
             }
-            Ev::Gossip(from, to, msg) => {
-                limiters[to as usize].on_message(now, from, msg);
+            Ev::Datagram { from, to, bytes } => {
+                let t = to as usize;
+                if alive[t] && side[t] == side[from as usize] {
+                    let _ = limiters[t].handle_datagram(now, from, &bytes);
+                }
+            }
+            Ev::Kill(n) => {
+                alive[n as usize] = false;
+                for m in 0..nodes {
+                    if m != n {
+                        let ev = Ev::Member {
+                            at: m,
+                            peer: n,
+                            up: false,
+                            incarnation: incarnation[n as usize],
+                        };
+                        q.schedule(now + sc.detection, ev);
+                    }
+                }
+            }
+            Ev::Restart(n) => {
+                let i = n as usize;
+                if alive[i] {
+                    continue;
+                }
+                incarnation[i] += 1;
+                alive[i] = true;
+                limiters[i] = start_node(n, incarnation[i], now)?;
+                for m in 0..nodes {
+                    if m != n {
+                        limiters[i].peer_down(now, m);
+                        let joined = member_rng.random_range(0..=sc.detection);
+                        for (at, peer) in [(m, n), (n, m)] {
+                            let g = incarnation[peer as usize];
+                            let ev = Ev::Member {
+                                at,
+                                peer,
+                                up: true,
+                                incarnation: g,
+                            };
+                            q.schedule(now + joined, ev);
+                        }
+                    }
+                }
+                if let Some(t) = limiters[i].poll_timeout() {
+                    q.schedule(t, Ev::Tick(n, incarnation[i]));
+                }
+            }
+            Ev::Cut(p) => {
+                side.clone_from(&partitions[p].0);
+                for a in 0..nodes {
+                    for b in 0..nodes {
+                        if side[a as usize] != side[b as usize] {
+                            let ev = Ev::Member {
+                                at: a,
+                                peer: b,
+                                up: false,
+                                incarnation: incarnation[b as usize],
+                            };
+                            q.schedule(now + sc.detection, ev);
+                        }
+                    }
+                }
+            }
+            Ev::Heal(p) => {
+                let was = std::mem::replace(&mut side, vec![0; nodes as usize]);
+                debug_assert_eq!(was, partitions[p].0);
+                for a in 0..nodes {
+                    for b in 0..nodes {
+                        if was[a as usize] != was[b as usize] {
+                            let ev = Ev::Member {
+                                at: a,
+                                peer: b,
+                                up: true,
+                                incarnation: incarnation[b as usize],
+                            };
+                            let after = member_rng.random_range(0..=sc.detection);
+                            q.schedule(now + after, ev);
+                        }
+                    }
+                }
+            }
+            Ev::Member {
+                at,
+                peer,
+                up,
+                incarnation: g,
+            } => {
+                let (a, p) = (at as usize, peer as usize);
+                if !alive[a] || incarnation[p] != g {
+                    continue;
+                }
+                let reachable = alive[p] && side[a] == side[p];
+                if up && reachable {
+                    limiters[a].peer_up(now, peer);
+                } else if !up && !reachable {
+                    limiters[a].peer_down(now, peer);
+                }
             }
         }
     }

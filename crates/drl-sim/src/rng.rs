@@ -20,6 +20,8 @@ pub enum Component {
     FlowStart,
     /// Per-packet host jitter.
     Jitter,
+    /// Membership: when each node learns of a heal or a restart.
+    Membership,
 }
 
 /// A 64-bit seed for `component` number `index` of a run seeded `seed`

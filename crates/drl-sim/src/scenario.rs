@@ -3,8 +3,8 @@
 use drl_cluster::alloc::AlgorithmKind;
 use drl_cluster::alloc::fps::FpsConfig;
 use drl_cluster::alloc::grd::GrdSmoothConfig;
+use drl_cluster::cloud_control::{Aggregation, Settings, SettingsError};
 use drl_cluster::gossip::LossCompensation;
-use drl_cluster::limiter::LimiterConfig;
 use drl_core::Nanos;
 
 use crate::tcp::TcpConfig;
@@ -42,9 +42,43 @@ pub enum ScenarioError {
         /// Duration.
         duration: Nanos,
     },
-    /// The limiter configuration is invalid.
+    /// The node settings are invalid.
     #[error(transparent)]
-    Limiter(#[from] drl_cluster::limiter::ConfigError),
+    Settings(#[from] SettingsError),
+    /// A fault event names a node that does not exist, or is malformed.
+    #[error("fault event: {0}")]
+    Fault(String),
+}
+
+/// A membership-changing event during a run (paper §5.6 and beyond).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FaultEvent {
+    /// Limiter `node` stops at `at`: its traffic is dropped, it sends and
+    /// receives nothing; the others notice after the detection time.
+    Kill {
+        /// Which limiter.
+        node: u32,
+        /// When.
+        at: Nanos,
+    },
+    /// Limiter `node` starts again at `at` with fresh state (a new process).
+    Restart {
+        /// Which limiter.
+        node: u32,
+        /// When.
+        at: Nanos,
+    },
+    /// Gossip between the groups is cut from `from` to `until`. `groups`
+    /// lists the nodes of each side; nodes not listed join the first
+    /// group.
+    Partition {
+        /// The sides.
+        groups: Vec<Vec<u32>>,
+        /// Cut at.
+        from: Nanos,
+        /// Healed at.
+        until: Nanos,
+    },
 }
 
 /// One simulated experiment.
@@ -67,8 +101,25 @@ pub struct Scenario {
     pub branching: u32,
     /// Probability that a gossip message is lost.
     pub gossip_loss: f64,
-    /// How gossip compensates for lost messages.
+    /// Extra gossip delay, uniform in `[0, gossip_jitter)` per message (so
+    /// messages can arrive out of order).
+    pub gossip_jitter: Nanos,
+    /// Probability that a gossip message is delivered twice.
+    pub gossip_duplicate: f64,
+    /// How gossip compensates for lost messages (push-sum).
     pub compensation: LossCompensation,
+    /// How the limiters aggregate each other's values.
+    pub aggregation: Aggregation,
+    /// Membership's failure-detection time: a killed or cut-off limiter is
+    /// declared down this long after the fact; after a heal or a restart,
+    /// each side learns of the other within this time (at a seeded random
+    /// moment per node, so views are briefly asymmetric, as with SWIM).
+    pub detection: Nanos,
+    /// Peer values older than this do not count (`None`: the service's
+    /// default for this cluster size, [`Settings::default_stale_after`]).
+    pub stale_after: Option<Nanos>,
+    /// Kills, restarts and partitions.
+    pub faults: Vec<FaultEvent>,
     /// Round-trip time of every flow (source to sink and back).
     pub flow_rtt: Nanos,
     /// Round-trip time between limiters (gossip one-way delay is half).
@@ -115,7 +166,13 @@ impl Scenario {
             ewma: 0.1,
             branching: 1,
             gossip_loss: 0.0,
+            gossip_jitter: 0,
+            gossip_duplicate: 0.0,
             compensation: LossCompensation::Cumulative,
+            aggregation: Aggregation::PeerTable,
+            detection: 1_200 * MS,
+            stale_after: None,
+            faults: Vec::new(),
             flow_rtt: 40 * MS,
             limiter_rtt: 40 * MS,
             duration: 60 * SEC,
@@ -144,22 +201,38 @@ impl Scenario {
         self.flows_per_limiter.iter().map(|&f| f as u64).sum()
     }
 
-    /// The limiter configuration (in bytes) this scenario implies.
-    pub fn limiter_config(&self) -> LimiterConfig {
-        let nodes = if self.algorithm.is_central() {
+    /// Number of Cloud Control nodes: one for the central references
+    /// (CTB, central random drop), one per limiter otherwise.
+    pub fn nodes(&self) -> u32 {
+        if self.algorithm.is_central() {
             1
         } else {
             self.limiters() as u32
-        };
-        LimiterConfig {
+        }
+    }
+
+    /// The node settings (in bytes) this scenario implies: what
+    /// `drl serve` would run with the same `cluster:` values.
+    pub fn settings(&self) -> Settings {
+        let nodes = self.nodes();
+        Settings {
             algorithm: self.algorithm,
-            limit: self.limit_bps / 8,
-            depth: self.depth_bytes,
+            aggregation: self.aggregation,
             interval: self.estimate_interval,
             ewma: self.ewma,
             nodes,
             branching: self.branching,
             compensation: self.compensation,
+            stale_after: self.stale_after.unwrap_or_else(|| {
+                Settings::default_stale_after(
+                    self.estimate_interval,
+                    nodes,
+                    self.branching,
+                    self.detection,
+                )
+            }),
+            idle_after: self.duration.saturating_add(SEC),
+            max_keys: 16,
             fps: self.fps,
             fps_mean: self.fps_mean,
             grd_smooth: self.grd_smooth,
@@ -177,6 +250,7 @@ impl Scenario {
         }
         for (what, value) in [
             ("gossip loss", self.gossip_loss),
+            ("gossip duplication", self.gossip_duplicate),
             ("data loss", self.data_loss),
         ] {
             if !(0.0..1.0).contains(&value) {
@@ -200,7 +274,31 @@ impl Scenario {
                 duration: self.duration,
             });
         }
-        self.limiter_config().validate()?;
+        self.settings().validate()?;
+        let n = self.limiters() as u32;
+        for f in &self.faults {
+            let bad = |m: String| Err(ScenarioError::Fault(m));
+            match f {
+                FaultEvent::Kill { node, .. } | FaultEvent::Restart { node, .. } if *node >= n => {
+                    return bad(format!("node {node} out of range (limiters 0..{n})"));
+                }
+                FaultEvent::Partition {
+                    groups,
+                    from,
+                    until,
+                } => {
+                    if until <= from {
+                        return bad(format!(
+                            "partition ends ({until} ns) before it starts ({from} ns)"
+                        ));
+                    }
+                    if let Some(x) = groups.iter().flatten().find(|x| **x >= n) {
+                        return bad(format!("node {x} out of range (limiters 0..{n})"));
+                    }
+                }
+                _ => {}
+            }
+        }
         Ok(())
     }
 }

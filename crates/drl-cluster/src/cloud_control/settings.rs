@@ -122,6 +122,24 @@ impl Settings {
         }
     }
 
+    /// The default `stale_after`: long enough to hear from every peer ten
+    /// times over (`10 x ceil((nodes - 1) / branching)` intervals: with
+    /// direct dissemination a peer's value arrives every
+    /// `(nodes - 1) / branching` intervals on average), and never less than
+    /// twice the failure-detection time `detection` (a silent peer must
+    /// keep counting until membership declares it down).
+    pub fn default_stale_after(
+        interval: Nanos,
+        nodes: u32,
+        branching: u32,
+        detection: Nanos,
+    ) -> Nanos {
+        let others = nodes.saturating_sub(1).max(1) as u64;
+        let rounds = others.div_ceil(branching.max(1) as u64);
+        let hear_everyone = interval.saturating_mul((10 * rounds).max(10));
+        hear_everyone.max(detection.saturating_mul(2))
+    }
+
     /// The FPS tuning of the configured algorithm (`fps` or `fps-mean`).
     pub fn fps_config(&self) -> FpsConfig {
         if self.algorithm == AlgorithmKind::FpsMean {

@@ -81,6 +81,15 @@ impl<E> EventQueue<E> {
         Some((e.at, e.ev))
     }
 
+    /// The pending events with their times, in no particular order.
+    ///
+    /// The order depends only on the sequence of `schedule` and `pop_until`
+    /// calls, so it is the same on every run; still, callers that produce
+    /// output from it should not rely on it (collect into an ordered set).
+    pub fn iter(&self) -> impl Iterator<Item = (Nanos, &E)> {
+        self.heap.iter().map(|e| (e.at, &e.ev))
+    }
+
     /// Number of pending events.
     pub fn len(&self) -> usize {
         self.heap.len()
@@ -114,5 +123,22 @@ mod tests {
         assert_eq!(q.pop_until(100), Some((20, "e")));
         assert_eq!(q.pop_until(100), Some((30, "d")));
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn iter_sees_pending_events_without_popping() {
+        let mut q = EventQueue::new();
+        assert_eq!(q.iter().count(), 0);
+        q.schedule(30, 3);
+        q.schedule(10, 1);
+        q.schedule(20, 2);
+        let mut pending: Vec<(Nanos, i32)> = q.iter().map(|(t, e)| (t, *e)).collect();
+        pending.sort();
+        assert_eq!(pending, vec![(10, 1), (20, 2), (30, 3)]);
+        assert_eq!(q.len(), 3);
+        assert_eq!(q.pop_until(15), Some((10, 1)));
+        let mut pending: Vec<i32> = q.iter().map(|(_, e)| *e).collect();
+        pending.sort();
+        assert_eq!(pending, vec![2, 3]);
     }
 }

@@ -6,10 +6,15 @@
 //! Time is integer nanoseconds; events are ordered by `(time, sequence)`;
 //! every random draw comes from a seeded per-component ChaCha8 stream. The
 //! same scenario and seed produce byte-identical output.
+//!
+//! [`faults`] runs protocol state machines (the Orbit ring) on the same event
+//! queue under seeded loss, delay, duplication, crashes and partitions, and
+//! checks their invariants after every event (`drl sim faults`).
 
 pub mod engine;
 pub mod event;
 pub mod experiment;
+pub mod faults;
 pub mod metrics;
 pub mod plot;
 pub mod report;

@@ -6,12 +6,10 @@
 //!
 //! - [`OrbitNode`]: the sans-IO state machine (requests, messages, timers).
 //! - [`codec`]: the binary, versioned, delta-encoded table format.
-//! - [`sim`]: a deterministic fault-injection harness (virtual time, seeded).
 
 pub mod codec;
 mod config;
 mod node;
-pub mod sim;
 mod table;
 
 pub use config::{

@@ -4,3 +4,4 @@ pub mod config;
 pub mod replay;
 pub mod serve;
 pub mod sim;
+mod sim_faults;

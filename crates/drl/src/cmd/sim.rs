@@ -45,6 +45,12 @@ enum Which {
     Fig4(Flags),
     /// Figure 5: Jain's fairness index over 10 runs, quantiles against CTB.
     Fig5(Flags),
+    /// Fault harness: a protocol's invariant over many seeded fault scenarios.
+    ///
+    /// Runs the protocol's state machines (orbit) on virtual time with loss,
+    /// delay, duplication, crashes and partitions, checking its invariant
+    /// after every event.
+    Faults(super::sim_faults::Args),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -218,6 +224,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         Which::Fig3(f) => ("fig3", f),
         Which::Fig4(f) => ("fig4", f),
         Which::Fig5(f) => ("fig5", f),
+        Which::Faults(a) => return super::sim_faults::run(a),
     };
     let exp = build(which, flags)?;
     let out = flags

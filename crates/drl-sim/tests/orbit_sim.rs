@@ -2,15 +2,18 @@
 //! scenarios (loss, delay, duplication, reordering, crashes and restarts,
 //! partitions, wrong suspicions), the invariant checked after every event.
 //!
-//! `DRL_ORBIT_SEEDS=N` runs N seeds (default 2000);
-//! `DRL_ORBIT_SEED=S cargo test -p drl-cluster --test orbit_sim -- reproduce`
-//! replays one.
+//! `DRL_ORBIT_SEEDS=N` runs N seeds (default 2000), from
+//! `DRL_ORBIT_SEED_START` (default 0);
+//! `DRL_ORBIT_SEED=S cargo test -p drl-sim --test orbit_sim -- reproduce --nocapture`
+//! replays one (as does `drl sim faults --protocol orbit --first-seed S --seeds 1`).
 
-use drl_cluster::orbit::sim::{random_config, run_seed};
+use drl_sim::faults::orbit::{Faults, Sim, SimConfig, SimReport, random_config, run_seed};
+use drl_sim::faults::{self, Protocol};
 
 fn reproduce_cmd(seed: u64) -> String {
     format!(
-        "DRL_ORBIT_SEED={seed} cargo test -p drl-cluster --test orbit_sim -- reproduce --nocapture"
+        "DRL_ORBIT_SEED={seed} cargo test -p drl-sim --test orbit_sim -- reproduce --nocapture\n\
+         or: drl sim faults --protocol orbit --first-seed {seed} --seeds 1"
     )
 }
 
@@ -24,27 +27,24 @@ fn invariant_holds_on_many_seeds() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let mut admitted_total = 0u64;
-    let mut crashes = 0u64;
-    let mut partitions = 0u64;
-    for seed in first..first + seeds {
-        match run_seed(seed) {
-            Ok(r) => {
-                admitted_total += r.admitted.values().sum::<u64>();
-                crashes += r.crashes;
-                partitions += r.partitions;
-            }
-            Err(v) => panic!(
-                "seed {seed} broke the invariant: {v}\nscenario: {:?}\nreproduce with: {}",
-                random_config(seed),
-                reproduce_cmd(seed)
-            ),
-        }
-    }
+    let totals =
+        faults::run_seeds(Protocol::Orbit, first, seeds, &mut |_| {}).unwrap_or_else(|f| {
+            panic!(
+                "seed {} broke the invariant: {}\nscenario: {}\nreproduce with: {}",
+                f.seed,
+                f.violation,
+                f.scenario,
+                reproduce_cmd(f.seed)
+            )
+        });
+    assert_eq!(totals.seeds, seeds);
     // The harness must actually exercise admissions and faults.
-    assert!(admitted_total > 0, "no admission in {seeds} seeds");
+    assert!(totals.admitted > 0, "no admission in {seeds} seeds");
     if seeds >= 200 {
-        assert!(crashes > 0 && partitions > 0, "faults not injected");
+        assert!(
+            totals.crashes > 0 && totals.partitions > 0,
+            "faults not injected"
+        );
     }
 }
 
@@ -68,9 +68,8 @@ fn reproduce() {
 
 /// Runs the kill-one/partition-one scenario with `lanes` lanes; returns
 /// the report.
-fn kill_and_partition(lanes: u32) -> drl_cluster::orbit::sim::SimReport {
+fn kill_and_partition(lanes: u32) -> SimReport {
     use drl_cluster::orbit::OrbitConfig;
-    use drl_cluster::orbit::sim::{Faults, Sim, SimConfig};
     const MS: u64 = 1_000_000;
     const W: u64 = 10_000 * MS;
     let mut faults = Faults::none(MS);
@@ -94,7 +93,7 @@ fn kill_and_partition(lanes: u32) -> drl_cluster::orbit::sim::SimReport {
     sim.run().unwrap_or_else(|v| panic!("lanes {lanes}: {v}"))
 }
 
-fn per_window(report: &drl_cluster::orbit::sim::SimReport) -> Vec<f64> {
+fn per_window(report: &SimReport) -> Vec<f64> {
     (1..8)
         .map(|w| report.admitted.get(&(0, w)).copied().unwrap_or(0) as f64 / 3000.0)
         .collect()

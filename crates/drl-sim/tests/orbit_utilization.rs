@@ -4,10 +4,10 @@
 //! `rollover_ratio` (printed with `--nocapture`, copied into
 //! `BENCHMARKS.md`).
 //!
-//! `cargo test -p drl-cluster --test orbit_utilization -- --nocapture`
+//! `cargo test -p drl-sim --test orbit_utilization -- --nocapture`
 
 use drl_cluster::orbit::OrbitConfig;
-use drl_cluster::orbit::sim::{Faults, Sim, SimConfig};
+use drl_sim::faults::orbit::{Faults, Sim, SimConfig};
 
 const MS: u64 = 1_000_000;
 const CAP: u64 = 3000;

@@ -1,21 +1,26 @@
 //! Deterministic fault-injection harness for [`OrbitNode`]s.
 //!
-//! Virtual time, one seeded ChaCha8 stream, N nodes of the real state
+//! Virtual time on drl-sim's [`EventQueue`] (events ordered by
+//! `(time, sequence)`), one seeded ChaCha8 stream, N nodes of the real state
 //! machine, and a network that loses, delays, duplicates and reorders
 //! messages, nodes that crash and restart, partitions, and a failure detector
 //! that is late and sometimes wrong. Every message goes through the codec.
 //! After every event the harness checks the invariant (admitted <= cap for
 //! every key and window) and the stronger conservation claim of
-//! `docs/orbit.md` (admitted + capacity still held by live nodes <= cap).
+//! `docs/orbit.md` (admitted + capacity still held by live nodes <= cap),
+//! and that at most one table per window and lane is live (held, kept
+//! aside, or in flight to a node that would accept it).
+//!
+//! The same seed gives the same run, event for event.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
+use drl_cluster::orbit::{ConfigError, NodeId, OrbitConfig, OrbitNode, Outgoing, codec};
 use drl_core::Nanos;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::codec;
-use super::{NodeId, OrbitConfig, OrbitNode, Outgoing};
+use crate::event::EventQueue;
 
 /// Network and node faults to inject.
 #[derive(Clone, Debug, PartialEq)]
@@ -149,9 +154,7 @@ enum Event {
 pub struct Sim {
     cfg: SimConfig,
     rng: ChaCha8Rng,
-    now: Nanos,
-    seq: u64,
-    queue: BTreeMap<(Nanos, u64), Event>,
+    queue: EventQueue<Event>,
     nodes: Vec<Option<OrbitNode>>,
     /// Partition side of each node (all 0 when healed).
     side: Vec<u8>,
@@ -170,7 +173,7 @@ fn keyname(k: usize) -> Vec<u8> {
 impl Sim {
     /// A simulator for `cfg` seeded with `seed`. All nodes boot at time 0
     /// (so, by the restart rule, window 0 admits nothing).
-    pub fn new(cfg: SimConfig, seed: u64) -> Result<Self, super::ConfigError> {
+    pub fn new(cfg: SimConfig, seed: u64) -> Result<Self, ConfigError> {
         let ring: Vec<NodeId> = (0..cfg.nodes as NodeId).collect();
         let total_w: u64 = cfg.weights.iter().map(|&w| w as u64).sum::<u64>().max(1);
         let avg_cost = (cfg.cost.0 + cfg.cost.1).max(2) / 2;
@@ -204,9 +207,7 @@ impl Sim {
         let mut sim = Self {
             cfg,
             rng,
-            now: 0,
-            seq: 0,
-            queue: BTreeMap::new(),
+            queue: EventQueue::new(),
             nodes,
             side: vec![0; n],
             report: SimReport::default(),
@@ -224,8 +225,12 @@ impl Sim {
     }
 
     fn push(&mut self, at: Nanos, ev: Event) {
-        self.seq += 1;
-        self.queue.insert((at, self.seq), ev);
+        self.queue.schedule(at, ev);
+    }
+
+    /// Virtual time: that of the event being processed.
+    fn now(&self) -> Nanos {
+        self.queue.now()
     }
 
     fn range(&mut self, r: (Nanos, Nanos)) -> Nanos {
@@ -271,7 +276,7 @@ impl Sim {
             for _ in 0..copies {
                 let d = self.range(self.cfg.faults.delay);
                 self.push(
-                    self.now + d,
+                    self.now() + d,
                     Event::Deliver {
                         to,
                         from,
@@ -303,11 +308,7 @@ impl Sim {
 
     /// Runs to the end; `Err` on the first broken invariant.
     pub fn run(mut self) -> Result<SimReport, Violation> {
-        while let Some(((at, _), ev)) = self.queue.pop_first() {
-            if at > self.cfg.duration {
-                break;
-            }
-            self.now = at;
+        while let Some((_, ev)) = self.queue.pop_until(self.cfg.duration) {
             self.report.events += 1;
             self.step(ev)?;
             self.check()?;
@@ -316,7 +317,7 @@ impl Sim {
     }
 
     fn step(&mut self, ev: Event) -> Result<(), Violation> {
-        let now = self.now;
+        let now = self.now();
         match ev {
             Event::Tick(i) => {
                 let mut next = now + self.cfg.tick;
@@ -488,7 +489,7 @@ impl Sim {
         let cap = self.cfg.orbit.cap;
         // 1. Conservation: admitted + capacity live nodes still hold <= cap,
         //    for every window some node is in (and the one before).
-        let mut windows = std::collections::BTreeSet::new();
+        let mut windows = BTreeSet::new();
         for n in self.nodes.iter().flatten() {
             windows.insert(n.current_window());
             windows.insert(n.current_window().saturating_sub(1));
@@ -512,7 +513,7 @@ impl Sim {
         }
         // 2. At most one live table per window: held or kept aside by a
         //    node, or in flight to a node that would accept it.
-        type Lineages = BTreeMap<(u64, u32), std::collections::BTreeSet<(usize, u32)>>;
+        type Lineages = BTreeMap<(u64, u32), BTreeSet<(usize, u32)>>;
         let mut tables: Lineages = BTreeMap::new();
         for (i, n) in self.nodes.iter().enumerate() {
             if let Some(n) = n {
@@ -521,7 +522,7 @@ impl Sim {
                 }
             }
         }
-        for ev in self.queue.values() {
+        for (_, ev) in self.queue.iter() {
             if let Event::Deliver {
                 to,
                 from,
@@ -548,7 +549,7 @@ impl Sim {
 
     fn violation(&self, what: String) -> Violation {
         Violation {
-            now: self.now,
+            now: self.now(),
             event: self.report.events,
             what,
         }

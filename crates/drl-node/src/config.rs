@@ -1,9 +1,14 @@
-//! [`GossipConfig`]: the `cluster:` section of a `scope: gossip` service.
+//! [`GossipConfig`]: the `cluster:` section of a `scope: gossip` service,
+//! and its mapping to drl-cluster's [`Settings`] ([`GossipConfig::settings`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use drl_cluster::alloc::AlgorithmKind;
+use drl_cluster::alloc::fps::FpsConfig;
+use drl_cluster::alloc::grd::GrdSmoothConfig;
+use drl_cluster::cloud_control::{Aggregation, Settings};
+use drl_cluster::gossip::LossCompensation;
 use serde::Deserialize;
 
 use crate::transport::fault::FaultConfig;
@@ -35,6 +40,24 @@ pub struct GossipConfig {
     /// Allocator: `grd`, `grd-smooth`, `fps` or `fps-mean` (default `grd`).
     #[serde(default = "default_algorithm", deserialize_with = "de_algorithm")]
     pub algorithm: AlgorithmKind,
+    /// How a node learns the others' values: `peer-table` (each node's
+    /// latest value per key, lost peers zeroed at once; the default) or
+    /// `push-sum` (the paper's mass-conserving averaging; a lost peer's
+    /// mass cannot be taken back out).
+    #[serde(default, deserialize_with = "de_aggregation")]
+    pub aggregation: Aggregation,
+    /// Push-sum loss compensation: `cumulative` (running totals, exact;
+    /// the default), `paper` (scale by the sequence gap) or `none`. Only
+    /// used with `aggregation: push-sum`.
+    #[serde(default, deserialize_with = "de_compensation")]
+    pub compensation: LossCompensation,
+    /// FPS tunables (`fps` and `fps-mean`); unset fields keep the
+    /// algorithm's defaults.
+    #[serde(default)]
+    pub fps: FpsTuning,
+    /// `grd-smooth` tunables; unset fields keep the defaults.
+    #[serde(default)]
+    pub grd_smooth: GrdSmoothTuning,
     /// Estimate (and gossip) interval, milliseconds (default 50).
     #[serde(default = "default_interval")]
     pub estimate_interval_ms: u64,
@@ -107,6 +130,65 @@ impl MembershipConfig {
     }
 }
 
+/// FPS tunables (`cluster.fps`). Every field is optional and overrides the
+/// default of the configured variant (`fps` or `fps-mean`).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FpsTuning {
+    /// Most flows sampled per key (default 16).
+    pub sample_capacity: Option<usize>,
+    /// Probability that an arrival of an unsampled flow adds it to the
+    /// sample (default 0.1).
+    pub resample_probability: Option<f64>,
+    /// Sampled flows idle this long are dropped, ms (default 3,000).
+    pub flow_expiry_ms: Option<u64>,
+    /// Upper bound on a published weight (default 1,000).
+    pub max_weight: Option<f64>,
+    /// 1-second EWMA parameter of per-flow rates (default: `ewma` for
+    /// `fps`, 0.95 for `fps-mean`).
+    pub flow_ewma: Option<f64>,
+}
+
+impl FpsTuning {
+    /// `base` with the fields set here replaced.
+    pub fn apply(&self, base: FpsConfig) -> FpsConfig {
+        FpsConfig {
+            sample_capacity: self.sample_capacity.unwrap_or(base.sample_capacity),
+            resample_probability: self
+                .resample_probability
+                .unwrap_or(base.resample_probability),
+            flow_expiry: self
+                .flow_expiry_ms
+                .map_or(base.flow_expiry, |ms| ms.saturating_mul(1_000_000)),
+            max_weight: self.max_weight.unwrap_or(base.max_weight),
+            flow_ewma: self.flow_ewma.or(base.flow_ewma),
+            flow_rate: base.flow_rate,
+        }
+    }
+}
+
+/// `grd-smooth` tunables (`cluster.grd_smooth`); unset fields keep the
+/// defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrdSmoothTuning {
+    /// Change of the drop probability per interval per 100 % of excess
+    /// forwarded rate (default 0.04).
+    pub gain: Option<f64>,
+    /// Upper bound on the drop probability (default 0.5).
+    pub max_probability: Option<f64>,
+}
+
+impl GrdSmoothTuning {
+    /// `base` with the fields set here replaced.
+    pub fn apply(&self, base: GrdSmoothConfig) -> GrdSmoothConfig {
+        GrdSmoothConfig {
+            gain: self.gain.unwrap_or(base.gain),
+            max_probability: self.max_probability.unwrap_or(base.max_probability),
+        }
+    }
+}
+
 fn default_algorithm() -> AlgorithmKind {
     AlgorithmKind::Grd
 }
@@ -136,6 +218,29 @@ fn de_algorithm<'de, D: serde::Deserializer<'de>>(d: D) -> Result<AlgorithmKind,
             "algorithm {k} is not a gossip allocator (use grd, grd-smooth, fps or fps-mean)"
         )))
     }
+}
+
+fn de_aggregation<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Aggregation, D::Error> {
+    String::deserialize(d)?
+        .parse()
+        .map_err(serde::de::Error::custom)
+}
+
+/// Parses a push-sum loss compensation name (`cumulative`, `paper`,
+/// `none`; `scale` is an alias of `paper`, as in `drl sim`).
+pub fn parse_compensation(s: &str) -> Result<LossCompensation, String> {
+    match s.trim() {
+        "cumulative" => Ok(LossCompensation::Cumulative),
+        "paper" | "scale" => Ok(LossCompensation::ScaleBySeqGap),
+        "none" => Ok(LossCompensation::None),
+        other => Err(format!(
+            "unknown compensation {other:?} (expected cumulative, paper or none)"
+        )),
+    }
+}
+
+fn de_compensation<'de, D: serde::Deserializer<'de>>(d: D) -> Result<LossCompensation, D::Error> {
+    parse_compensation(&String::deserialize(d)?).map_err(serde::de::Error::custom)
 }
 
 /// True for the allocators a gossip node runs.
@@ -172,6 +277,10 @@ impl GossipConfig {
             key_file: None,
             key_env: None,
             algorithm: default_algorithm(),
+            aggregation: Aggregation::default(),
+            compensation: LossCompensation::default(),
+            fps: FpsTuning::default(),
+            grd_smooth: GrdSmoothTuning::default(),
             estimate_interval_ms: default_interval(),
             ewma: default_ewma(),
             branching: default_branching(),
@@ -211,6 +320,30 @@ impl GossipConfig {
         })
     }
 
+    /// The node's [`Settings`]: every field of drl-cluster's Cloud Control
+    /// node, from this section (durations in ns, `N` from
+    /// [`GossipConfig::cluster_size`], staleness from
+    /// [`GossipConfig::stale_after`], FPS and grd-smooth tunables over
+    /// their defaults).
+    pub fn settings(&self) -> Settings {
+        let ms = |v: u64| v.saturating_mul(1_000_000);
+        Settings {
+            algorithm: self.algorithm,
+            aggregation: self.aggregation,
+            interval: ms(self.estimate_interval_ms),
+            ewma: self.ewma,
+            nodes: self.cluster_size(),
+            branching: self.branching,
+            compensation: self.compensation,
+            stale_after: ms(self.stale_after()),
+            idle_after: ms(self.idle_expiry_ms),
+            max_keys: self.max_keys,
+            fps: self.fps.apply(FpsConfig::default()),
+            fps_mean: self.fps.apply(FpsConfig::mean_variant()),
+            grd_smooth: self.grd_smooth.apply(GrdSmoothConfig::default()),
+        }
+    }
+
     /// Loads the cluster key: `key_file` if set, else `key_env` (default
     /// `DRL_CLUSTER_KEY`). Never from the command line.
     pub fn load_key(&self) -> Result<ClusterKey, KeyError> {
@@ -242,6 +375,29 @@ impl GossipConfig {
         }
         if self.flow_separator.as_deref() == Some("") {
             return bad("flow_separator must not be empty");
+        }
+        let fps = &self.fps;
+        if fps.sample_capacity == Some(0) {
+            return bad("fps.sample_capacity must be at least 1");
+        }
+        if fps.flow_expiry_ms == Some(0) {
+            return bad("fps.flow_expiry_ms must be positive");
+        }
+        if fps.max_weight.is_some_and(|w| !(w.is_finite() && w > 0.0)) {
+            return bad("fps.max_weight must be positive");
+        }
+        if fps.flow_ewma.is_some_and(|e| !(0.0..1.0).contains(&e)) {
+            return bad("fps.flow_ewma must be in [0, 1)");
+        }
+        let g = &self.grd_smooth;
+        if g.gain.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
+            return bad("grd_smooth.gain must be positive");
+        }
+        if g.max_probability.is_some_and(|p| !(0.0..=1.0).contains(&p)) {
+            return bad("grd_smooth.max_probability must be in [0, 1]");
+        }
+        if let Err(e) = self.settings().validate() {
+            return Err(ConfigError::Invalid(e.to_string()));
         }
         let f = &self.faults;
         if !(0.0..=1.0).contains(&f.drop_rate) {
@@ -296,5 +452,62 @@ mod tests {
         c.ewma = 0.1;
         c.nodes = Some(0);
         assert!(c.validate().is_err());
+        c.nodes = None;
+        c.fps.resample_probability = Some(1.5);
+        assert!(c.validate().is_err(), "Settings::validate is applied");
+        c.fps.resample_probability = None;
+        c.grd_smooth.max_probability = Some(2.0);
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn settings_map_every_field() {
+        let c: GossipConfig = serde_norway::from_str(
+            "node_id: 1\nbind: 127.0.0.1:9181\nseeds: [127.0.0.1:9182, 127.0.0.1:9183]\n\
+             algorithm: fps-mean\naggregation: push-sum\ncompensation: paper\n\
+             estimate_interval_ms: 20\newma: 0.2\nbranching: 1\nidle_expiry_ms: 5000\n\
+             max_keys: 7\nfps: {sample_capacity: 4, flow_expiry_ms: 100, flow_ewma: 0.5}\n\
+             grd_smooth: {gain: 0.1}\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let s = c.settings();
+        assert_eq!(s.algorithm, AlgorithmKind::FpsMean);
+        assert_eq!(s.aggregation, Aggregation::PushSum);
+        assert_eq!(s.compensation, LossCompensation::ScaleBySeqGap);
+        assert_eq!(s.interval, 20_000_000);
+        assert_eq!(s.ewma, 0.2);
+        assert_eq!(s.nodes, 3);
+        assert_eq!(s.branching, 1);
+        assert_eq!(s.stale_after, c.stale_after() * 1_000_000);
+        assert_eq!(s.idle_after, 5_000_000_000);
+        assert_eq!(s.max_keys, 7);
+        // Tunables override each variant's defaults, field by field.
+        assert_eq!(s.fps.sample_capacity, 4);
+        assert_eq!(s.fps.flow_expiry, 100_000_000);
+        assert_eq!(s.fps.flow_ewma, Some(0.5));
+        assert_eq!(s.fps.flow_rate, FpsConfig::default().flow_rate);
+        assert_eq!(s.fps_mean.flow_rate, FpsConfig::mean_variant().flow_rate);
+        assert_eq!(s.fps_mean.sample_capacity, 4);
+        assert_eq!(s.fps_config(), s.fps_mean);
+        assert_eq!(s.grd_smooth.gain, 0.1);
+        assert_eq!(
+            s.grd_smooth.max_probability,
+            GrdSmoothConfig::default().max_probability
+        );
+        // Defaults: peer table, cumulative, the allocators' own tunings.
+        let d = GossipConfig::new(1, "127.0.0.1:1".parse().unwrap(), vec![]).settings();
+        assert_eq!(d.aggregation, Aggregation::PeerTable);
+        assert_eq!(d.compensation, LossCompensation::Cumulative);
+        assert_eq!(d.fps, FpsConfig::default());
+        assert_eq!(d.fps_mean, FpsConfig::mean_variant());
+        assert_eq!(d.grd_smooth, GrdSmoothConfig::default());
+        assert_eq!(d.stale_after, 2_400_000_000);
+        let bad: Result<GossipConfig, _> =
+            serde_norway::from_str("node_id: 1\nbind: 127.0.0.1:1\naggregation: gossip\n");
+        assert!(bad.unwrap_err().to_string().contains("peer-table"));
+        let bad: Result<GossipConfig, _> =
+            serde_norway::from_str("node_id: 1\nbind: 127.0.0.1:1\ncompensation: exact\n");
+        assert!(bad.unwrap_err().to_string().contains("cumulative"));
     }
 }

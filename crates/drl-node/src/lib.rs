@@ -6,10 +6,14 @@
 //!   that gossip, membership and Orbit share, plus a fault-injecting wrapper
 //!   for tests;
 //! * [`membership`]: SWIM failure detection and join/leave by `foca`;
-//! * [`gossip`]: per-key demand estimates and GRD/FPS allocators from
-//!   drl-cluster, gossiped in batched datagrams;
+//! * [`gossip`]: the sans-IO [`gossip::Driver`] that feeds drl-cluster's
+//!   Cloud Control node (`drl_cluster::cloud_control::Node`: per-key
+//!   estimators and allocators, aggregation, the 1/N rule, the payload)
+//!   with membership events, datagrams and a timer, and drains what it
+//!   sends;
 //! * [`GossipStore`]: all of it behind `drl_store::Store` (`scope: gossip`),
-//!   configured by [`GossipConfig`] (the service's `cluster:` section).
+//!   configured by [`GossipConfig`] (the service's `cluster:` section,
+//!   mapped to the node's `Settings` by [`GossipConfig::settings`]).
 
 pub mod config;
 pub mod gossip;

@@ -1,44 +1,48 @@
 //! [`GossipStore`]: `scope: gossip` as a `drl_store::Store`.
 //!
 //! `start` binds the authenticated socket, joins the cluster (foca) and
-//! spawns the node loop on the current tokio runtime:
+//! spawns the node loop on the current tokio runtime. The loop is a thin
+//! shell around the sans-IO [`Driver`] (drl-cluster's Cloud Control
+//! `Node` plus the peer address map), which it owns:
 //!
-//! * a receive task hands authenticated datagrams to the loop;
-//! * every estimate interval the loop closes every active key's estimate,
-//!   reallocates (GRD/FPS, with the 1/N rule for lost peers), and sends the
-//!   published values, batched and prefix-compressed, to `branching` random
-//!   live peers;
-//! * membership datagrams and timers drive foca; its up/down events update
-//!   the peer table.
+//! * a receive task hands authenticated datagrams to the loop: membership
+//!   ones go to foca, gossip ones to [`Driver::on_datagram`];
+//! * a timer at the node's `poll_timeout` (tokio `sleep_until`) calls
+//!   [`Driver::on_timer`] (the interval step: estimates, aggregation, the
+//!   1/N rule, reallocation);
+//! * foca's timers and up/down events drive membership, and its events go
+//!   to [`Driver::on_membership`];
+//! * after every input the loop drains the node's payloads
+//!   ([`Driver::drain`]) and sends them.
 //!
-//! `decide` never waits on the network: it locks the key's state, asks the
-//! allocator, and returns.
+//! `decide` never waits on the network or on the loop: it calls
+//! [`Keys::admit`] on the node's key table, shared through an `Arc`.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use drl_cluster::alloc::{AlgorithmKind, FlowId};
+use drl_cluster::alloc::FlowId;
+use drl_cluster::cloud_control::{KeyLimit, KeyRef, Keys, Node, fnv1a};
 use drl_core::{Decision, DenyReason, Nanos};
 use drl_store::{Check, LimitSpec, Store, StoreError};
 use foca::Timer;
-use parking_lot::{Mutex, RwLock};
-use rand::SeedableRng;
-use rand::seq::IndexedRandom;
-use rand_chacha::ChaCha8Rng;
+use parking_lot::Mutex;
+use strength_reduce::StrengthReducedU64;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+pub use drl_cluster::cloud_control::KeySnapshot;
+
 use crate::config::{ConfigError, GossipConfig};
-use crate::gossip::state::{KeyParams, KeySnapshot, KeyState, Peers};
-use crate::gossip::wire::{self, Entry};
-use crate::membership::{Event, Membership, NodeIdent, Output};
+use crate::gossip::Driver;
+use crate::membership::{Membership, NodeIdent, Output};
 use crate::transport::fault::{FaultHandle, FaultyTransport};
 use crate::transport::{
-    Datagram, MAX_PAYLOAD, Transport, TransportError, TransportStats, UdpTransport, channel,
+    Datagram, Transport, TransportError, TransportStats, UdpTransport, channel,
 };
 
 /// The node could not start.
@@ -52,91 +56,22 @@ pub enum StartError {
     Transport(#[from] TransportError),
 }
 
-/// The wire code of an allocator (receivers ignore other algorithms).
-fn algorithm_code(k: AlgorithmKind) -> u8 {
-    AlgorithmKind::ALL
-        .iter()
-        .position(|a| *a == k)
-        .map_or(0, |i| i as u8 + 1)
-}
-
-/// Stable 64-bit FNV-1a hash (flow ids must not depend on process seeds).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
-type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-
-/// One active key: its names, its gossip key (built once), its state.
-#[derive(Debug)]
-struct KeyEntry {
-    gossip_key: Vec<u8>,
-    limit: String,
-    aggregate: String,
-    state: KeyState,
-}
-
-/// Active keys: limit name -> aggregate -> state. Two levels so that the
-/// request path looks a key up by `&str` without building a string.
-#[derive(Debug, Default)]
-struct KeyTable {
-    by_limit: FastMap<String, FastMap<String, Arc<KeyEntry>>>,
-    len: usize,
-}
-
-impl KeyTable {
-    fn get(&self, limit: &str, aggregate: &str) -> Option<&Arc<KeyEntry>> {
-        self.by_limit.get(limit)?.get(aggregate)
-    }
-
-    fn insert(&mut self, e: Arc<KeyEntry>) {
-        let m = self.by_limit.entry(e.limit.clone()).or_default();
-        if m.insert(e.aggregate.clone(), e).is_none() {
-            self.len += 1;
-        }
-    }
-
-    fn remove(&mut self, limit: &str, aggregate: &str) {
-        if let Some(m) = self.by_limit.get_mut(limit) {
-            if m.remove(aggregate).is_some() {
-                self.len -= 1;
-            }
-            if m.is_empty() {
-                self.by_limit.remove(limit);
-            }
-        }
-    }
-
-    /// Every key (reference-counted: no copying under the lock).
-    fn all(&self) -> Vec<Arc<KeyEntry>> {
-        self.by_limit
-            .values()
-            .flat_map(|m| m.values().cloned())
-            .collect()
-    }
-}
-
-/// Everything the request path and the node loop share.
+/// Everything the request path and the node loop share. The node itself
+/// is not here: the loop owns it.
 #[derive(Debug)]
 struct Shared {
     cfg: GossipConfig,
-    params: KeyParams,
-    nodes: u32,
-    stale: Nanos,
-    idle: Nanos,
+    /// The node's key table (the request path's only way in).
+    keys: Arc<Keys>,
+    /// `N`, as a divisor (the local bucket depth is `burst / N`).
+    nodes: StrengthReducedU64,
+    interval: Nanos,
     origin: Instant,
-    keys: RwLock<KeyTable>,
-    peers: Mutex<Peers>,
-    /// Nodes counted live (this one included), updated by membership
-    /// events: read by the request path without the peers lock.
+    /// Nodes counted live (this one included), as of the loop's last
+    /// input.
     live: AtomicU32,
     members: Mutex<Vec<NodeIdent>>,
-    gossip_rejected: std::sync::atomic::AtomicU64,
+    gossip_rejected: AtomicU64,
 }
 
 impl Shared {
@@ -149,19 +84,32 @@ impl Shared {
     }
 }
 
-/// The per-limit rate (units/s) and local bucket depth of a spec: the
-/// tightest quota, as a rate; its burst split over the `nodes`.
-fn spec_rate(spec: &LimitSpec, nodes: u32) -> (u64, u64) {
+/// A quota's rate, units/s (no division for the common 1-second window).
+fn quota_rate(limit: u64, window: Nanos) -> u128 {
+    if window == 1_000_000_000 {
+        limit as u128
+    } else {
+        (limit as u128 * 1_000_000_000) / window.max(1) as u128
+    }
+}
+
+/// The global rate (units/s) and local bucket depth of a spec: the
+/// tightest quota, as a rate; its burst split over the `nodes`. Runs on
+/// every decision, so the usual case (one quota of one second) divides
+/// nothing but by the strength-reduced `nodes`.
+fn key_limit(spec: &LimitSpec, nodes: &StrengthReducedU64) -> KeyLimit {
     let mut best: Option<(u128, u64)> = None;
     for q in &spec.quotas {
-        let rate = (q.limit() as u128 * 1_000_000_000) / q.window().max(1) as u128;
+        let rate = quota_rate(q.limit(), q.window());
         if best.is_none_or(|(r, _)| rate < r) {
             best = Some((rate, q.burst()));
         }
     }
     let (rate, burst) = best.unwrap_or((1, 1));
-    let rate = rate.clamp(1, i64::MAX as u128 / 2) as u64;
-    (rate, (burst / nodes.max(1) as u64).max(1))
+    KeyLimit {
+        rate: rate.clamp(1, i64::MAX as u128 / 2) as u64,
+        depth: (burst / *nodes).max(1),
+    }
 }
 
 /// A running gossip node behind the `Store` trait.
@@ -187,24 +135,23 @@ impl GossipStore {
         let udp = UdpTransport::bind(cfg.bind, cfg.node_id, key).await?;
         let local = udp.local_addr();
         let transport = Arc::new(FaultyTransport::new(udp, cfg.faults.clone()));
-        let interval = cfg.estimate_interval_ms * 1_000_000;
+        let settings = cfg.settings();
+        let seed = cfg.seed.unwrap_or(cfg.node_id as u64);
+        let origin = Instant::now();
+        let node = Node::new(cfg.node_id, settings.clone(), seed, 0)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let driver = Driver::new(node);
         let shared = Arc::new(Shared {
-            params: KeyParams {
-                algorithm: cfg.algorithm,
-                interval,
-                ewma: cfg.ewma,
-            },
-            nodes: cfg.cluster_size(),
-            stale: cfg.stale_after() * 1_000_000,
-            idle: cfg.idle_expiry_ms * 1_000_000,
-            origin: Instant::now(),
-            keys: RwLock::new(KeyTable::default()),
-            peers: Mutex::new(Peers::new(cfg.max_keys)),
+            keys: driver.keys().clone(),
+            nodes: StrengthReducedU64::new(settings.nodes.max(1) as u64),
+            interval: settings.interval,
+            origin,
             live: AtomicU32::new(1),
             members: Mutex::new(Vec::new()),
-            gossip_rejected: Default::default(),
+            gossip_rejected: AtomicU64::new(0),
             cfg,
         });
+        metrics::gauge!("drl_node_live_nodes").set(1.0);
         let (tx, rx) = mpsc::channel::<Input>(4_096);
         let recv_task = {
             let t = transport.clone();
@@ -225,7 +172,6 @@ impl GossipStore {
                 }
             })
         };
-        let seed = shared.cfg.seed.unwrap_or(shared.cfg.node_id as u64);
         let generation = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as u16)
@@ -235,14 +181,16 @@ impl GossipStore {
             addr: local,
             generation,
         };
-        let membership = Membership::new(me, shared.nodes, &shared.cfg.membership, seed);
+        let membership = Membership::new(me, settings.nodes, &shared.cfg.membership, seed);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let node = NodeLoop {
             shared: shared.clone(),
             transport: transport.clone(),
             membership,
-            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15),
+            driver,
             tx,
+            out_bytes: Vec::new(),
+            out: Vec::new(),
         };
         let loop_task = tokio::spawn(node.run(rx, stop_rx));
         Ok(Self {
@@ -263,12 +211,10 @@ impl GossipStore {
         self.transport.stats()
     }
 
-    /// Gossip payloads that authenticated but did not decode (or carried
-    /// another algorithm).
+    /// Gossip payloads that authenticated but were refused (did not
+    /// decode, or came from a node with another algorithm or aggregation).
     pub fn gossip_rejected(&self) -> u64 {
-        self.shared
-            .gossip_rejected
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.shared.gossip_rejected.load(Ordering::Relaxed)
     }
 
     /// Controls the fault injector (partitions, loss) at run time.
@@ -276,7 +222,8 @@ impl GossipStore {
         self.transport.handle()
     }
 
-    /// Nodes counted live (this one included).
+    /// Nodes counted live (this one included): up in membership and heard
+    /// from since (see `drl_cluster::cloud_control::Node`).
     pub fn live_nodes(&self) -> u32 {
         self.shared.live()
     }
@@ -288,8 +235,7 @@ impl GossipStore {
 
     /// The state of limit `limit`'s aggregate `aggregate`, if active.
     pub fn snapshot(&self, limit: &str, aggregate: &str) -> Option<KeySnapshot> {
-        let e = self.shared.keys.read().get(limit, aggregate)?.clone();
-        Some(e.state.snapshot())
+        self.shared.keys.snapshot(KeyRef { limit, aggregate })
     }
 
     /// Stops the node abruptly, as a crash would: no leave message.
@@ -342,52 +288,24 @@ impl GossipStore {
     /// Decides synchronously (what `decide` does, without an await point).
     pub fn decide_now(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         let (aggregate, flow) = self.split(check.key);
-        let name = check.spec.name.as_str();
-        {
-            let keys = self.shared.keys.read();
-            if let Some(e) = keys.get(name, aggregate) {
-                return Ok(self.decide_key(&e.state, check, flow));
-            }
-        }
-        let mut keys = self.shared.keys.write();
-        if keys.get(name, aggregate).is_none() {
-            if keys.len >= self.shared.cfg.max_keys {
-                return Err(StoreError::Backend(format!(
-                    "gossip: more than {} active keys",
-                    self.shared.cfg.max_keys
-                )));
-            }
-            let (rate, depth) = spec_rate(check.spec, self.shared.nodes);
-            let live = self.shared.live();
-            let seed = fnv1a(&gossip_key(name, aggregate)) ^ self.shared.cfg.node_id as u64;
-            let st = KeyState::new(
-                self.shared.params,
-                rate,
-                depth,
-                live,
-                self.shared.nodes,
-                seed,
-                self.shared.now(),
-            );
-            keys.insert(Arc::new(KeyEntry {
-                gossip_key: gossip_key(name, aggregate),
-                limit: name.to_string(),
-                aggregate: aggregate.to_string(),
-                state: st,
-            }));
-        }
-        match keys.get(name, aggregate) {
-            Some(e) => Ok(self.decide_key(&e.state, check, flow)),
-            None => Err(StoreError::Backend("gossip: key table".into())),
-        }
-    }
-
-    fn decide_key(&self, s: &KeyState, check: Check<'_>, flow: FlowId) -> Decision {
-        let now = self.shared.now();
+        let sh = &*self.shared;
+        let key = KeyRef {
+            limit: check.spec.name.as_str(),
+            aggregate,
+        };
+        let a = sh
+            .keys
+            .admit(
+                sh.now(),
+                key,
+                key_limit(check.spec, &sh.nodes),
+                check.cost,
+                flow,
+            )
+            .map_err(|e| StoreError::Backend(format!("gossip: {e}")))?;
         let limit = check.spec.quotas.first().map_or(0, |q| q.limit());
-        let interval = self.shared.params.interval;
-        let a = s.decide(now, flow, check.cost);
-        if a.allowed {
+        let interval = sh.interval;
+        Ok(if a.allowed {
             Decision {
                 allowed: true,
                 remaining: a.headroom,
@@ -407,25 +325,8 @@ impl GossipStore {
                 delay: 0,
                 reason: Some(DenyReason::OverLimit),
             }
-        }
+        })
     }
-}
-
-/// The gossip key of (limit name, aggregate).
-pub fn gossip_key(limit: &str, aggregate: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(limit.len() + 1 + aggregate.len());
-    k.extend_from_slice(limit.as_bytes());
-    k.push(0);
-    k.extend_from_slice(aggregate.as_bytes());
-    if k.len() > wire::MAX_KEY_LEN {
-        // Long keys travel as limit name + hash of the aggregate.
-        let h = fnv1a(aggregate.as_bytes());
-        k.truncate(limit.len().min(wire::MAX_KEY_LEN - 18));
-        k.push(0);
-        k.push(b'#');
-        k.extend_from_slice(format!("{h:016x}").as_bytes());
-    }
-    k
 }
 
 impl Drop for GossipStore {
@@ -443,30 +344,31 @@ impl Store for GossipStore {
     }
 
     fn retain(&self, specs: &[LimitSpec]) {
-        let mut keys = self.shared.keys.write();
-        let gone: Vec<String> = keys
-            .by_limit
-            .keys()
-            .filter(|n| !specs.iter().any(|s| s.name == **n))
-            .cloned()
-            .collect();
-        for n in gone {
-            if let Some(m) = keys.by_limit.remove(&n) {
-                keys.len -= m.len();
-            }
-        }
+        self.shared
+            .keys
+            .retain_limits(|name| specs.iter().any(|s| s.name == name));
     }
 }
 
+/// The node loop: owns membership and the [`Driver`]; the only place
+/// either is touched.
 struct NodeLoop {
     shared: Arc<Shared>,
     transport: Arc<FaultyTransport<UdpTransport>>,
     membership: Membership,
-    rng: ChaCha8Rng,
+    driver: Driver,
     tx: mpsc::Sender<Input>,
+    /// The payloads of one drain, back to back, and where each goes.
+    out_bytes: Vec<u8>,
+    out: Vec<(SocketAddr, Range<usize>)>,
 }
 
 impl NodeLoop {
+    /// The tokio instant of node time `t`.
+    fn instant(&self, t: Nanos) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.shared.origin + Duration::from_nanos(t))
+    }
+
     async fn run(
         mut self,
         mut rx: mpsc::Receiver<Input>,
@@ -475,17 +377,24 @@ impl NodeLoop {
         let seeds = self.shared.cfg.peers();
         let out = self.membership.join(&seeds);
         self.apply(out).await;
-        let mut tick = tokio::time::interval(Duration::from_nanos(self.shared.params.interval));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
         loop {
+            let deadline = self.driver.poll_timeout().map(|t| self.instant(t));
+            let timer = async move {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = &mut stop => {
                     let out = self.membership.leave();
                     self.apply(out).await;
                     return;
                 }
-                _ = tick.tick() => self.on_tick().await,
+                _ = timer => {
+                    let now = self.shared.now();
+                    self.driver.on_timer(now);
+                }
                 Some(input) = rx.recv() => match input {
                     Input::Datagram(d) => self.on_datagram(d).await,
                     Input::Timer(t) => {
@@ -494,6 +403,7 @@ impl NodeLoop {
                     }
                 },
             }
+            self.flush().await;
         }
     }
 
@@ -503,19 +413,38 @@ impl NodeLoop {
                 let out = self.membership.handle_data(&d.payload);
                 self.apply(out).await;
             }
-            channel::GOSSIP => match wire::decode(&d.payload) {
-                Ok((alg, entries)) if alg == algorithm_code(self.shared.params.algorithm) => {
-                    let now = self.shared.now();
-                    self.shared.peers.lock().record(d.sender, now, entries);
-                }
-                _ => {
-                    self.shared
-                        .gossip_rejected
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            channel::GOSSIP => {
+                let now = self.shared.now();
+                if let Err(e) = self.driver.on_datagram(now, d.sender, &d.payload) {
+                    tracing::debug!(peer = d.sender, error = %e, "gossip payload refused");
+                    self.shared.gossip_rejected.fetch_add(1, Ordering::Relaxed);
                     metrics::counter!("drl_node_gossip_rejected_total").increment(1);
                 }
-            },
+            }
             _ => {}
+        }
+    }
+
+    /// Sends what the node queued and publishes the live count.
+    async fn flush(&mut self) {
+        let now = self.shared.now();
+        self.out_bytes.clear();
+        self.out.clear();
+        let (bytes, out) = (&mut self.out_bytes, &mut self.out);
+        self.driver.drain(now, |to, payload| {
+            let start = bytes.len();
+            bytes.extend_from_slice(payload);
+            out.push((to, start..bytes.len()));
+        });
+        for (to, range) in &self.out {
+            let _ = self
+                .transport
+                .send(*to, channel::GOSSIP, &self.out_bytes[range.clone()])
+                .await;
+        }
+        let live = self.driver.live(now);
+        if self.shared.live.swap(live, Ordering::Relaxed) != live {
+            metrics::gauge!("drl_node_live_nodes").set(live as f64);
         }
     }
 
@@ -531,82 +460,20 @@ impl NodeLoop {
             });
         }
         if !out.events.is_empty() {
-            let mut peers = self.shared.peers.lock();
+            let now = self.shared.now();
             for e in out.events {
                 match e {
-                    Event::Up(id) if id.id != self.shared.cfg.node_id => {
+                    crate::membership::Event::Up(id) if id.id != self.shared.cfg.node_id => {
                         tracing::info!(peer = id.id, addr = %id.addr, "peer up");
-                        peers.up(id.id, id.addr);
                     }
-                    Event::Down(id) if id.id != self.shared.cfg.node_id => {
+                    crate::membership::Event::Down(id) if id.id != self.shared.cfg.node_id => {
                         tracing::info!(peer = id.id, addr = %id.addr, "peer down");
-                        peers.down(id.id);
                     }
                     _ => {}
                 }
+                self.driver.on_membership(now, e);
             }
-            self.shared
-                .live
-                .store(1 + peers.live_count(), Ordering::Relaxed);
-            drop(peers);
             *self.shared.members.lock() = self.membership.members();
-            metrics::gauge!("drl_node_live_nodes").set(self.shared.live() as f64);
-        }
-    }
-
-    async fn on_tick(&mut self) {
-        let now = self.shared.now();
-        let sh = &self.shared;
-        let mut keys = sh.keys.read().all();
-        keys.sort_unstable_by(|a, b| a.gossip_key.cmp(&b.gossip_key));
-        // One pass over the peer table for every key (the request path
-        // never takes this lock).
-        let (live, targets, remotes) = {
-            let mut peers = sh.peers.lock();
-            peers.expire(now, sh.stale);
-            let remotes: Vec<f64> = keys
-                .iter()
-                .map(|e| peers.remote(&e.gossip_key, now, sh.stale))
-                .collect();
-            (1 + peers.live_count(), peers.live(), remotes)
-        };
-        let mut entries = Vec::new();
-        let mut idle = Vec::new();
-        for (e, remote) in keys.iter().zip(remotes) {
-            if let Some(v) = e.state.tick(now, remote, live, sh.nodes) {
-                entries.push(Entry {
-                    key: e.gossip_key.clone(),
-                    value: v as f32,
-                });
-            } else if e.state.is_idle(now, sh.idle) {
-                idle.push((e.limit.clone(), e.aggregate.clone()));
-            }
-        }
-        if !idle.is_empty() {
-            let mut keys = sh.keys.write();
-            for (l, a) in idle {
-                keys.remove(&l, &a);
-            }
-        }
-        if entries.is_empty() {
-            return;
-        }
-        let batches =
-            wire::encode_batches(algorithm_code(sh.params.algorithm), &entries, MAX_PAYLOAD);
-        let mut to: Vec<SocketAddr> = if targets.is_empty() {
-            sh.cfg.peers()
-        } else {
-            let b = (sh.cfg.branching as usize).min(targets.len());
-            targets
-                .choose_multiple(&mut self.rng, b)
-                .map(|(_, a)| *a)
-                .collect()
-        };
-        to.sort();
-        for addr in to {
-            for b in &batches {
-                let _ = self.transport.send(addr, channel::GOSSIP, b).await;
-            }
         }
     }
 }

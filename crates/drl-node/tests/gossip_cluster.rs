@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use drl_cluster::alloc::AlgorithmKind;
+use drl_cluster::cloud_control::{KeyLimit, KeyRef, Node, wire};
 use drl_core::{Algorithm, Quota};
 use drl_node::transport::frame::{self, Header};
 use drl_node::transport::{ClusterKey, channel};
@@ -310,15 +311,36 @@ async fn bad_packets_never_change_an_estimate() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let target = c.addrs[0];
     let raw = tokio::net::UdpSocket::bind("127.0.216.9:0").await.unwrap();
-    let payload = drl_node::gossip::wire::encode_batches(
-        4, // grd's wire code
-        &[drl_node::gossip::wire::Entry {
-            key: drl_node::store::gossip_key("global", "all"),
-            value: 1.0e9,
-        }],
-        1_000,
-    )
-    .remove(0);
+    // A well-formed payload from "node 2" claiming a huge demand, made by a
+    // sans-IO node with node 2's id and settings.
+    let payload = {
+        let mut cfg = GossipConfig::new(2, c.addrs[1], c.addrs.clone());
+        cfg.flow_separator = Some("|".into());
+        let mut node = Node::new(2, cfg.settings(), 2, 0).unwrap();
+        node.peer_up(0, 1);
+        let key = KeyRef {
+            limit: "global",
+            aggregate: "all",
+        };
+        let limit = KeyLimit {
+            rate: LIMIT,
+            depth: LIMIT,
+        };
+        node.keys().admit(0, key, limit, 1_000_000_000, 0).unwrap();
+        let due = node.poll_timeout().unwrap();
+        node.handle_timeout(due);
+        let mut buf = Vec::new();
+        assert_eq!(node.poll_transmit(due, &mut buf), Some(1));
+        let mut claimed = 0.0f32;
+        wire::decode(&buf, &mut Vec::new(), |_, v| {
+            if let wire::Value::Published(x) = v {
+                claimed = x;
+            }
+        })
+        .unwrap();
+        assert!(claimed > 1.0e6, "the forged payload claims {claimed}");
+        buf
+    };
     let good_key = ClusterKey::new(KEY).unwrap();
     let bad_key = ClusterKey::new(b"an attacker's guess at the key!!").unwrap();
     let mut frames = Vec::new();

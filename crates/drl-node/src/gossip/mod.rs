@@ -1,14 +1,13 @@
-//! Cloud Control over gossip: per limit key, a demand estimator and an
-//! allocator from drl-cluster (GRD or FPS), driven by the node loop.
+//! Cloud Control over gossip: drl-cluster's sans-IO
+//! [`drl_cluster::cloud_control::Node`] (per-key estimators and allocator,
+//! the peer table or push-sum, the 1/N rule, the batched payload), driven
+//! from drl-node's socket, timer and membership.
 //!
-//! * [`state::KeyState`]: one aggregate's estimators and allocator; the
-//!   request path calls [`state::KeyState::decide`] (local, never waits on
-//!   the network), the node loop calls [`state::KeyState::tick`] once per
-//!   estimate interval;
-//! * [`state::Peers`]: the latest value each peer published per key, with
-//!   its age; stale values and values of peers that membership declared
-//!   down count as zero (paper §5.6);
-//! * [`wire`]: the batched, prefix-compressed payload.
+//! * [`driver::Driver`]: the sans-IO glue (membership events to
+//!   `peer_up`/`peer_down`, datagrams with their authenticated sender, the
+//!   timer, and the drain of the node's transmit queue to addresses);
+//! * `crate::store`: the async shell around it (`GossipStore`).
 
-pub mod state;
-pub mod wire;
+pub mod driver;
+
+pub use driver::{Driver, DriverStats};

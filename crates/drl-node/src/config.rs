@@ -337,6 +337,7 @@ impl GossipConfig {
             compensation: self.compensation,
             stale_after: ms(self.stale_after()),
             idle_after: ms(self.idle_expiry_ms),
+            rise: None,
             max_keys: self.max_keys,
             fps: self.fps.apply(FpsConfig::default()),
             fps_mean: self.fps.apply(FpsConfig::mean_variant()),

@@ -232,6 +232,7 @@ impl Scenario {
                 )
             }),
             idle_after: self.duration.saturating_add(SEC),
+            rise: None,
             max_keys: 16,
             fps: self.fps,
             fps_mean: self.fps_mean,

@@ -197,3 +197,52 @@ fn lossy_gossip_with_compensation() {
         r.aggregate_mbps()
     );
 }
+
+/// The paper's §5.6 on the service's node: three limiters, one killed at
+/// 10 s; once membership reports it (1.2 s), the survivors hold (N-1)/N
+/// of the limit with the peer table, and before the kill the cluster held
+/// the whole limit. Push-sum stays under (N-1)/N: the shares sent to the
+/// dead limiter before detection are lost mass (docs/gossip.md).
+#[test]
+fn a_killed_limiter_leaves_the_survivors_n_minus_1_over_n() {
+    use drl_cluster::cloud_control::Aggregation;
+    use drl_sim::scenario::FaultEvent;
+    for aggregation in [Aggregation::PeerTable, Aggregation::PushSum] {
+        for algorithm in [AlgorithmKind::Grd, AlgorithmKind::Fps] {
+            let sc = Scenario {
+                flows_per_limiter: vec![3, 3, 3],
+                aggregation,
+                faults: vec![FaultEvent::Kill {
+                    node: 2,
+                    at: 10 * SEC,
+                }],
+                ..short(algorithm, 20, 3)
+            };
+            let r = drl_sim::engine::run(&sc, &mut |_| {}).unwrap();
+            let bins_per_s = (SEC / sc.bin) as usize;
+            let mbps = |from: u64, to: u64, limiters: &[usize]| {
+                let bytes: u64 = limiters
+                    .iter()
+                    .map(|&l| {
+                        r.forwarded[l][from as usize * bins_per_s..to as usize * bins_per_s]
+                            .iter()
+                            .sum::<u64>()
+                    })
+                    .sum();
+                bytes as f64 * 8.0 / 1e6 / (to - from) as f64
+            };
+            let before = mbps(5, 10, &[0, 1, 2]);
+            let after = mbps(13, 20, &[0, 1]);
+            let what = format!("{algorithm} {aggregation}");
+            assert!((before - 10.0).abs() < 1.0, "{what}: before {before}");
+            if aggregation == Aggregation::PeerTable {
+                assert!(
+                    (after - 10.0 * 2.0 / 3.0).abs() < 0.67,
+                    "{what}: after {after} (2/3 of 10 = 6.67)"
+                );
+            } else {
+                assert!(after < 7.33, "{what}: after {after}");
+            }
+        }
+    }
+}

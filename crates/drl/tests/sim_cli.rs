@@ -100,6 +100,65 @@ fn sim_rejects_bad_flags_with_a_clear_error() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+    // Fault flags: malformed, or naming a limiter that does not exist.
+    for (flag, value, expect) in [
+        ("--kill", "2", "expected NODE@TIME"),
+        ("--kill", "9@1s", "node 9 out of range"),
+        ("--restart", "1@soon", "is not a number"),
+        ("--partition", "0,1@1s-2s", "at least two groups"),
+        ("--partition", "0/1@3s-2s", "ends"),
+        ("--aggregation", "gossip", "peer-table or push-sum"),
+    ] {
+        let o = drl()
+            .args(["sim", "baseline", "--duration", "3", "--warmup", "1"])
+            .args([flag, value, "--out"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{flag} {value} accepted");
+        assert!(stderr.contains(expect), "{flag} {value}: {stderr}");
+    }
+}
+
+#[test]
+fn sim_runs_kills_restarts_and_partitions_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    for agg in ["peer-table", "push-sum"] {
+        let o = drl()
+            .args([
+                "sim",
+                "baseline",
+                "--algorithms",
+                "grd",
+                "--flows",
+                "2,2,2",
+                "--duration",
+                "6",
+                "--warmup",
+                "1",
+                "--aggregation",
+                agg,
+                "--kill",
+                "2@2s",
+                "--restart",
+                "2@4s",
+                "--partition",
+                "0/1,2@1s-3s",
+                "--quiet",
+                "--out",
+            ])
+            .arg(dir.path().join(agg))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{agg}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(stdout.contains("grd"), "{stdout}");
+    }
 }
 
 #[test]

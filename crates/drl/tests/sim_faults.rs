@@ -90,7 +90,7 @@ fn an_unknown_protocol_is_a_clear_error() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
         stderr.contains("invalid value 'raft' for '--protocol")
-            && stderr.contains("possible values: orbit"),
+            && stderr.contains("possible values: orbit, gossip"),
         "{stderr}"
     );
     // Missing --protocol, and an empty seed range, are refused too.

@@ -238,7 +238,22 @@ impl KeyState {
         };
         let rebuild = requested.depth != sl.limit.depth;
         sl.limit = requested;
-        let effective = effective_limit(sl.limit.rate, live, s.nodes);
+        let elapsed = now.saturating_sub(sl.last_tick).max(1);
+        // The 1/N rule lowers the limit in force at once and raises it at
+        // most from 0 to the whole limit in `rise`: views of the membership
+        // converge one payload at a time, and a node that counts a peer
+        // back before that peer's group has let go of its share would hand
+        // it out twice.
+        let target = effective_limit(sl.limit.rate, live, s.nodes);
+        let effective = if target <= sl.effective {
+            target
+        } else {
+            let per = sl.limit.rate as u128 * elapsed as u128 / s.rise().max(1) as u128;
+            target.min(
+                sl.effective
+                    .saturating_add(per.clamp(1, u64::MAX as u128) as u64),
+            )
+        };
         let moved = effective != sl.effective;
         // A new depth needs a new allocator (built outside the decision
         // lock); a new limit in force does not (set_limit keeps what the
@@ -248,7 +263,6 @@ impl KeyState {
         sl.live = live;
         sl.ingress.record(arrived);
         sl.forwarded.record(forwarded);
-        let elapsed = now.saturating_sub(sl.last_tick).max(1);
         sl.last_tick = now;
         let local_rate = sl.ingress.close(now, s.interval);
         let local_forwarded = sl.forwarded.close(now, s.interval);

@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use drl_core::Nanos;
-use rand::SeedableRng;
-use rand::seq::IndexedRandom;
+use rand::seq::{IndexedRandom, SliceRandom};
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::key::{Admission, KeyLimit};
@@ -29,8 +29,14 @@ struct Peer {
     up: bool,
     /// When membership last said so.
     up_at: Nanos,
+    /// When membership said it went down, while it is.
+    down_at: Option<Nanos>,
     /// When its last valid payload arrived.
     heard: Option<Nanos>,
+    /// Its incarnation, from its payloads.
+    instance: Option<u32>,
+    /// Digest of its membership view, from its latest payload.
+    view: u64,
     /// Peer table: its latest published value per wire key, with arrival
     /// time.
     values: HashMap<Vec<u8>, (f32, Nanos)>,
@@ -40,8 +46,9 @@ impl Peer {
     /// Counted toward `live` and the remote sums: membership says it is
     /// up, it has sent since (so it counts this node too: a node sends
     /// only to peers it has up), and recently.
-    fn counted(&self, now: Nanos, stale: Nanos) -> bool {
+    fn counted(&self, now: Nanos, stale: Nanos, view: u64) -> bool {
         self.up
+            && self.view == view
             && self
                 .heard
                 .is_some_and(|h| h >= self.up_at && now.saturating_sub(h) <= stale)
@@ -53,6 +60,15 @@ impl Peer {
 struct Mass {
     sum: PushSum,
     touched: Nanos,
+}
+
+impl Mass {
+    fn new(me: PeerId, s: &Settings, now: Nanos) -> Self {
+        Self {
+            sum: PushSum::new(me, s.nodes, s.branching, s.compensation),
+            touched: now,
+        }
+    }
 }
 
 /// Counters of what a node refused.
@@ -109,12 +125,16 @@ pub enum DatagramError {
 /// # Counting peers
 ///
 /// A peer counts (toward `live` of the 1/N rule and toward the remote
-/// sums) only while membership says it is up *and* it has sent a payload
-/// since it came up, within `stale_after`. A node sends only to peers it
-/// has up, so a payload from a peer means that peer counts this node too:
-/// after a partition heals, neither side raises its limit before it has
-/// the other side's demand, and the views agree within one payload. Nodes
-/// with no active key send a heartbeat (an empty payload) to keep it so.
+/// sums) only while membership says it is up, it has sent a payload since
+/// it came up (within `stale_after`), and that payload carried the same
+/// membership view as this node's (a digest of the members each has up).
+/// Nodes whose views agree form a group that shares `|group| / N` of the
+/// limit; nodes whose views differ (one side of a healing partition has
+/// learnt of the other and the other not yet, or a peer is wrongly
+/// suspected) do not count each other, so no node's `1/N` is handed out
+/// twice while views converge. Nodes with no active key send a heartbeat
+/// (an empty payload) to keep it so. (Push-sum counts membership alone: a
+/// push-sum node hears only from its links.)
 #[derive(Debug)]
 pub struct Node {
     me: PeerId,
@@ -124,6 +144,9 @@ pub struct Node {
     rng: ChaCha8Rng,
     next_tick: Nanos,
     peers: BTreeMap<PeerId, Peer>,
+    /// Peer table: this round of destinations (shuffled) and the next.
+    round: Vec<PeerId>,
+    cursor: usize,
     masses: BTreeMap<Vec<u8>, Mass>,
     frames: Frames,
     queue: VecDeque<(PeerId, usize)>,
@@ -139,6 +162,30 @@ fn algorithm_code(k: AlgorithmKind) -> u8 {
         .map_or(0, |i| i as u8 + 1)
 }
 
+/// Push-sum's links: the peers `1, 2, 4, ...` places after `me` on the
+/// ring of live ids (itself included). Push-sum makes up for a lost share
+/// only when the same link delivers again; with targets drawn from all
+/// `N - 1` peers a link is reused every `(N - 1) / branching` rounds, and at
+/// hundreds of nodes most of the mass sits lost for seconds at a time.
+/// Drawing from `log2 N` fixed links (an expander: any node reaches any
+/// other in `log2 N` hops) reuses each every few rounds.
+fn fan(me: PeerId, mut ring: Vec<PeerId>) -> Vec<PeerId> {
+    ring.push(me);
+    ring.sort_unstable();
+    ring.dedup();
+    let n = ring.len();
+    let pos = ring.binary_search(&me).unwrap_or(0);
+    let mut out = Vec::new();
+    let mut d = 1;
+    while d < n {
+        out.push(ring[(pos + d) % n]);
+        d *= 2;
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 impl Node {
     /// Node `me` with `settings`, its random streams seeded from `seed`,
     /// created at `now` (first interval step due at `now + interval`).
@@ -149,16 +196,21 @@ impl Node {
         now: Nanos,
     ) -> Result<Self, SettingsError> {
         settings.validate()?;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15);
         Ok(Self {
             me,
             header: Header {
                 algorithm: algorithm_code(settings.algorithm),
                 aggregation: settings.aggregation.code(),
+                instance: rng.random(),
+                view: 0,
             },
             keys: Arc::new(Keys::new(settings.clone(), seed)),
-            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15),
+            rng,
             next_tick: now.saturating_add(settings.interval),
             peers: BTreeMap::new(),
+            round: Vec::new(),
+            cursor: 0,
             masses: BTreeMap::new(),
             frames: Frames::default(),
             queue: VecDeque::new(),
@@ -210,16 +262,25 @@ impl Node {
         if !p.up {
             p.up = true;
             p.up_at = now;
+            p.down_at = None;
         }
     }
 
-    /// Membership: `peer` is down (failed, or cut off). Its values stop
-    /// counting at once and the 1/N rule takes its share away at the next
-    /// interval step.
-    pub fn peer_down(&mut self, _now: Nanos, peer: PeerId) {
-        if let Some(p) = self.peers.get_mut(&peer) {
+    /// Membership: `peer` is down (failed, or cut off). The 1/N rule takes
+    /// its share away at the next interval step; its published values
+    /// still count in the remote sums for [`Settings::down_hold`] (the
+    /// limit in force drops at once, the demand it stood for later: the
+    /// other side of a partition may detect it up to a detection time
+    /// later, and until then still takes its share of the whole limit),
+    /// then are dropped (the paper's §5.6).
+    pub fn peer_down(&mut self, now: Nanos, peer: PeerId) {
+        // Push-sum links stay: views can disagree (a wrong suspicion is
+        // one-sided), and both ends must keep the same running totals.
+        if let Some(p) = self.peers.get_mut(&peer)
+            && p.up
+        {
             p.up = false;
-            p.values.clear();
+            p.down_at = Some(now);
         }
     }
 
@@ -234,13 +295,40 @@ impl Node {
         self.peers.iter().filter(|(_, p)| p.up).map(|(id, _)| *id)
     }
 
+    /// Digest of this node's membership view: itself and the peers it has
+    /// up (FNV-1a over the ids, ascending).
+    pub fn view(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut mix = |id: PeerId| {
+            for b in id.to_be_bytes() {
+                h ^= b as u64;
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        let mut me_done = false;
+        for (&id, p) in &self.peers {
+            if !me_done && id > self.me {
+                mix(self.me);
+                me_done = true;
+            }
+            if p.up && id != self.me {
+                mix(id);
+            }
+        }
+        if !me_done {
+            mix(self.me);
+        }
+        h
+    }
+
     /// Nodes counted live now (this one included).
     pub fn live(&self, now: Nanos) -> u32 {
         let stale = self.settings.stale_after;
+        let view = self.view();
         1 + self
             .peers
             .values()
-            .filter(|p| p.counted(now, stale))
+            .filter(|p| p.counted(now, stale, view))
             .count() as u32
     }
 
@@ -264,13 +352,27 @@ impl Node {
                 return Err(e.into());
             }
         };
-        if header != self.header {
+        if (header.algorithm, header.aggregation)
+            != (self.header.algorithm, self.header.aggregation)
+        {
             self.stats.mismatched += 1;
             return Err(DatagramError::Mismatched);
         }
         let max = self.settings.max_keys;
         let peer = self.peers.entry(from).or_default();
         peer.heard = Some(now);
+        peer.view = header.view;
+        if peer.instance != Some(header.instance) {
+            // A new incarnation (or the first payload): nothing it said
+            // before counts, and push-sum links start from zero.
+            if peer.instance.is_some() {
+                peer.values.clear();
+                for m in self.masses.values_mut() {
+                    m.sum.forget(from);
+                }
+            }
+            peer.instance = Some(header.instance);
+        }
         let mut refused = 0u64;
         let result = match self.settings.aggregation {
             Aggregation::PeerTable => wire::decode(bytes, &mut self.scratch, |key, v| {
@@ -294,12 +396,9 @@ impl Node {
                         let len = masses.len();
                         let mass = match masses.get_mut(key) {
                             Some(m) => m,
-                            None if len < max => {
-                                masses.entry(key.to_vec()).or_insert_with(|| Mass {
-                                    sum: PushSum::new(me, s.nodes, s.branching, s.compensation),
-                                    touched: now,
-                                })
-                            }
+                            None if len < max => masses
+                                .entry(key.to_vec())
+                                .or_insert_with(|| Mass::new(me, s, now)),
                             None => {
                                 refused += 1;
                                 return;
@@ -341,20 +440,63 @@ impl Node {
         Some(to)
     }
 
+    /// This interval's destinations. Peer table: the next `branching`
+    /// peers of a shuffled round of all peers up, so every peer hears from
+    /// this node once per `ceil((N - 1) / branching)` intervals (random
+    /// picks would leave a long tail: at 490 nodes and branching 3, 5% of
+    /// peers would wait over 24 s instead of at most 8). Push-sum: random
+    /// links of the fan.
     fn targets(&mut self) -> Vec<PeerId> {
         let up: Vec<PeerId> = self.peers_up().collect();
-        let b = (self.settings.branching as usize).min(up.len());
-        let mut t: Vec<PeerId> = up.choose_multiple(&mut self.rng, b).copied().collect();
+        let b = self.settings.branching as usize;
+        let mut t: Vec<PeerId> = match self.settings.aggregation {
+            Aggregation::PeerTable => {
+                let mut t = Vec::with_capacity(b.min(up.len()));
+                let mut reshuffles = 0;
+                while t.len() < b.min(up.len()) && reshuffles < 2 {
+                    if self.cursor >= self.round.len() {
+                        self.round.clone_from(&up);
+                        self.round.shuffle(&mut self.rng);
+                        self.cursor = 0;
+                        reshuffles += 1;
+                    }
+                    let p = self.round[self.cursor];
+                    self.cursor += 1;
+                    if !t.contains(&p) && self.peers.get(&p).is_some_and(|x| x.up) {
+                        t.push(p);
+                    }
+                }
+                t
+            }
+            Aggregation::PushSum => {
+                let pool = fan(self.me, up);
+                let b = b.min(pool.len());
+                pool.choose_multiple(&mut self.rng, b).copied().collect()
+            }
+        };
         t.sort_unstable();
         t
     }
 
     fn step(&mut self, now: Nanos) {
         let stale = self.settings.stale_after;
+        let view = self.view();
+        self.header.view = view;
+        let hold = self.settings.down_hold();
         for p in self.peers.values_mut() {
-            p.values.retain(|_, (_, t)| now.saturating_sub(*t) <= stale);
+            if p.down_at.is_some_and(|d| now.saturating_sub(d) > hold) {
+                p.values.clear();
+            } else {
+                p.values.retain(|_, (_, t)| now.saturating_sub(*t) <= stale);
+            }
         }
-        let live = self.live(now);
+        let live = match self.settings.aggregation {
+            Aggregation::PeerTable => self.live(now),
+            // A push-sum node hears only from its fan's in-links, so it
+            // cannot ask to have heard from every peer: membership alone
+            // counts (the heal-window guard is the peer table's).
+            Aggregation::PushSum => 1 + self.peers.values().filter(|p| p.up).count() as u32,
+        };
         self.keys.set_live(live);
         let keys = self.keys.sorted();
         self.frames.clear();
@@ -364,10 +506,13 @@ impl Node {
             Aggregation::PeerTable => {
                 let mut out: Vec<(usize, f32)> = Vec::new();
                 for (i, e) in keys.iter().enumerate() {
+                    // Every fresh value counts in the sum, also of peers
+                    // not counted in `live` (their views differ, or they
+                    // went down within `rise`): the share is the group's,
+                    // the demand everyone's that is known.
                     let remote: f64 = self
                         .peers
                         .values()
-                        .filter(|p| p.counted(now, stale))
                         .filter_map(|p| p.values.get(&e.wire_key))
                         .map(|(v, _)| *v as f64)
                         .sum();
@@ -392,16 +537,16 @@ impl Node {
             Aggregation::PushSum => {
                 let me = self.me;
                 let s = &self.settings;
+                // Push-sum averages over every node holding mass: the
+                // members up.
+                let holders = live;
                 for e in &keys {
                     let mass = self
                         .masses
                         .entry(e.wire_key.clone())
-                        .or_insert_with(|| Mass {
-                            sum: PushSum::new(me, s.nodes, s.branching, s.compensation),
-                            touched: now,
-                        });
+                        .or_insert_with(|| Mass::new(me, s, now));
                     mass.touched = now;
-                    mass.sum.set_nodes(live);
+                    mass.sum.set_nodes(holders);
                     let remote = mass.sum.remote_estimate();
                     let (published, _) = e.state.tick(&self.settings, now, remote, live);
                     mass.sum.set_local(published);
@@ -416,7 +561,7 @@ impl Node {
                 });
                 let mut per_target: Vec<Vec<(&[u8], Value)>> = vec![Vec::new(); targets.len()];
                 for (k, m) in self.masses.iter_mut() {
-                    m.sum.set_nodes(live);
+                    m.sum.set_nodes(holders);
                     m.sum.round_to(&targets, |to, msg| {
                         if let Ok(i) = targets.binary_search(&to) {
                             per_target[i].push((k.as_slice(), Value::Mass(msg)));

@@ -89,6 +89,11 @@ pub struct Settings {
     pub stale_after: Nanos,
     /// Keys without arrivals for this long, and quiet, are forgotten.
     pub idle_after: Nanos,
+    /// The limit in force rises at most this fast (from 0 to the whole
+    /// limit in this time) when peers are counted again; it drops at once
+    /// when one is lost. `None`: twice the time to hear from every peer,
+    /// [`Settings::default_rise`].
+    pub rise: Option<Nanos>,
     /// Most keys held (active here, and accepted per peer).
     pub max_keys: usize,
     /// FPS tuning (`fps`).
@@ -115,6 +120,7 @@ impl Settings {
             compensation: LossCompensation::Cumulative,
             stale_after: 2_400_000_000,
             idle_after: 30_000_000_000,
+            rise: None,
             max_keys: 100_000,
             fps: FpsConfig::default(),
             fps_mean: FpsConfig::mean_variant(),
@@ -138,6 +144,28 @@ impl Settings {
         let rounds = others.div_ceil(branching.max(1) as u64);
         let hear_everyone = interval.saturating_mul((10 * rounds).max(10));
         hear_everyone.max(detection.saturating_mul(2))
+    }
+
+    /// The default [`Settings::rise`]: twice the time in which a node
+    /// sends to every peer once (`ceil((nodes - 1) / branching)`
+    /// intervals), at least two intervals.
+    pub fn default_rise(interval: Nanos, nodes: u32, branching: u32) -> Nanos {
+        let others = nodes.saturating_sub(1).max(1) as u64;
+        let rounds = others.div_ceil(branching.max(1) as u64);
+        interval.saturating_mul(2 * rounds.max(1))
+    }
+
+    /// The rise time in force.
+    pub fn rise(&self) -> Nanos {
+        self.rise
+            .unwrap_or_else(|| Self::default_rise(self.interval, self.nodes, self.branching))
+    }
+
+    /// How long a peer declared down still counts in the remote sums:
+    /// half of `stale_after` (which is at least twice the failure
+    /// detection time), and at least [`Settings::rise`].
+    pub fn down_hold(&self) -> Nanos {
+        (self.stale_after / 2).max(self.rise())
     }
 
     /// The FPS tuning of the configured algorithm (`fps` or `fps-mean`).

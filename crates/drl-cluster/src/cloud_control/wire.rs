@@ -6,6 +6,9 @@
 //! u8   algorithm    1 + index in AlgorithmKind::ALL; receivers ignore others
 //! u8   aggregation  1 = peer-table, 2 = push-sum; receivers ignore others
 //! u8   flags        0 (reserved)
+//! u32  instance     the sender's incarnation (random at start, BE): a new
+//!                   value means the sender restarted
+//! u64  view         digest of the members the sender has up (BE)
 //! u16  entry count (big endian); 0 is a heartbeat
 //! per entry, keys in strictly ascending byte order:
 //!   u8   shared   bytes shared with the previous key (0 for the first)
@@ -29,7 +32,7 @@ pub const MAX_KEY_LEN: usize = 255;
 /// Payload version.
 pub const VERSION: u8 = 2;
 /// Fixed bytes before the entries.
-pub const HEAD_LEN: usize = 6;
+pub const HEAD_LEN: usize = 18;
 
 /// What a payload says about its sender's configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +41,11 @@ pub struct Header {
     pub algorithm: u8,
     /// Aggregation code (1 peer-table, 2 push-sum).
     pub aggregation: u8,
+    /// The sender's incarnation.
+    pub instance: u32,
+    /// Digest of the sender's membership view (itself and the peers it
+    /// has up).
+    pub view: u64,
 }
 
 /// One key's value in a payload.
@@ -147,10 +155,13 @@ pub fn encode<'a>(
     let mut count: u16 = 0;
     let mut prev: &[u8] = &[];
     let head = |buf: &mut Vec<u8>| {
-        buf.extend_from_slice(&[VERSION, header.algorithm, header.aggregation, 0, 0, 0]);
+        buf.extend_from_slice(&[VERSION, header.algorithm, header.aggregation, 0]);
+        buf.extend_from_slice(&header.instance.to_be_bytes());
+        buf.extend_from_slice(&header.view.to_be_bytes());
+        buf.extend_from_slice(&[0, 0]);
     };
     let close = |out: &mut Frames, start: usize, count: u16| {
-        out.buf[start + 4..start + 6].copy_from_slice(&count.to_be_bytes());
+        out.buf[start + 16..start + 18].copy_from_slice(&count.to_be_bytes());
         out.ends.push(out.buf.len());
     };
     head(&mut out.buf);
@@ -218,12 +229,14 @@ fn walk(
     let header = Header {
         algorithm: payload[1],
         aggregation: payload[2],
+        instance: u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]),
+        view: be_u64(&payload[8..]),
     };
     if !matches!(header.aggregation, 1 | 2) {
         return Err(WireError::Aggregation(header.aggregation));
     }
     let vlen = Value::len(header.aggregation);
-    let count = u16::from_be_bytes([payload[4], payload[5]]) as usize;
+    let count = u16::from_be_bytes([payload[16], payload[17]]) as usize;
     let mut rest = &payload[HEAD_LEN..];
     key.clear();
     for i in 0..count {
@@ -283,6 +296,8 @@ mod tests {
     const H: Header = Header {
         algorithm: 4,
         aggregation: 1,
+        instance: 7,
+        view: 9,
     };
 
     fn entries(keys: &[&str]) -> Vec<(Vec<u8>, Value)> {
@@ -337,6 +352,8 @@ mod tests {
         let h = Header {
             algorithm: 6,
             aggregation: 2,
+            instance: u32::MAX,
+            view: u64::MAX,
         };
         let es: Vec<(Vec<u8>, Value)> = keys
             .iter()

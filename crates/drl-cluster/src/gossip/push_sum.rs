@@ -194,6 +194,14 @@ impl PushSum {
         }
     }
 
+    /// Forgets both links with `peer` (it restarted): running totals start again from zero on both sides, so a new
+    /// incarnation's first share is not taken for a replay, nor the old
+    /// totals for a windfall. Mass in flight on the old links is lost.
+    pub fn forget(&mut self, peer: NodeId) {
+        self.out.remove(&peer);
+        self.inbound.remove(&peer);
+    }
+
     /// Applies a message received from `from`. Stale or duplicate messages
     /// (sequence number not above the last applied one) are ignored; so are
     /// messages with non-finite fields.

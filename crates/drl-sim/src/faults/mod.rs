@@ -13,6 +13,7 @@
 //! [`Protocol::ALL`] and [`Protocol::name`]) and one more arm in
 //! [`run_seed`] that turns its report into an [`Outcome`].
 
+pub mod gossip;
 pub mod orbit;
 
 use std::fmt;
@@ -25,16 +26,19 @@ use drl_core::Nanos;
 pub enum Protocol {
     /// The Orbit ring (strict global caps), [`orbit`].
     Orbit,
+    /// Cloud Control nodes (`scope: gossip`), [`gossip`].
+    Gossip,
 }
 
 impl Protocol {
     /// Every protocol, in the order they are listed to users.
-    pub const ALL: &'static [Protocol] = &[Protocol::Orbit];
+    pub const ALL: &'static [Protocol] = &[Protocol::Orbit, Protocol::Gossip];
 
     /// The name used on the command line (`--protocol orbit`).
     pub fn name(self) -> &'static str {
         match self {
             Protocol::Orbit => "orbit",
+            Protocol::Gossip => "gossip",
         }
     }
 }
@@ -160,6 +164,25 @@ pub fn run_seed(protocol: Protocol, seed: u64) -> Result<Outcome, Failure> {
                 }),
             }
         }
+        Protocol::Gossip => {
+            let sc = gossip::random_scenario(seed);
+            match gossip::run(&sc, seed) {
+                Ok(r) => Ok(Outcome {
+                    admitted: r.admitted,
+                    crashes: r.kills,
+                    partitions: r.partitions,
+                    events: r.events,
+                    messages: r.payloads,
+                    simulated: sc.duration,
+                }),
+                Err(v) => Err(Failure {
+                    protocol,
+                    seed,
+                    violation: v.to_string(),
+                    scenario: format!("{sc:#?}"),
+                }),
+            }
+        }
     }
 }
 
@@ -196,7 +219,7 @@ mod tests {
         let err = "raft".parse::<Protocol>().unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown protocol \"raft\" (expected one of: orbit)"
+            "unknown protocol \"raft\" (expected one of: orbit, gossip)"
         );
     }
 

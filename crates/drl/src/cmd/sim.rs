@@ -7,10 +7,11 @@ use std::time::Instant;
 use anyhow::Context;
 use drl_cluster::alloc::AlgorithmKind;
 use drl_cluster::alloc::fps::FlowRateEstimator;
+use drl_cluster::cloud_control::Aggregation;
 use drl_cluster::gossip::LossCompensation;
 use drl_sim::experiment::{Experiment, Progress};
 use drl_sim::report;
-use drl_sim::scenario::{MS, SEC, Scenario};
+use drl_sim::scenario::{FaultEvent, MS, SEC, Scenario};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Arguments of `drl sim`.
@@ -18,7 +19,10 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 #[command(
     after_help = "Deterministic discrete-event simulation of distributed rate limiting \
 (Raghavan et al., SIGCOMM 2007). Long-lived TCP NewReno+SACK flows cross policing \
-limiters that share one global limit through push-sum gossip.\n\n\
+limiters that share one global limit through gossip. Each limiter is the Cloud Control \
+node `drl serve` runs for `scope: gossip` (drl_cluster::cloud_control::Node), with the \
+same settings (--aggregation, --branching, --interval-ms, ...); kills, restarts and \
+partitions (--kill, --restart, --partition) reach it as membership events.\n\n\
 Every experiment writes to --out: rates.csv (per-limiter and aggregate forwarding \
 rate), flows.csv (per-flow goodput and TCP counters), limiters.csv (limiter state per \
 estimate interval, first run), histograms.csv (short-timescale rate histograms), \
@@ -38,13 +42,13 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 enum Which {
     /// The paper's baseline (§5.1) with every parameter adjustable.
-    Baseline(Flags),
+    Baseline(Box<Flags>),
     /// Figure 3: forwarding-rate time series of each algorithm (3 vs 7 flows).
-    Fig3(Flags),
+    Fig3(Box<Flags>),
     /// Figure 4: histograms of the aggregate rate at short timescales.
-    Fig4(Flags),
+    Fig4(Box<Flags>),
     /// Figure 5: Jain's fairness index over 10 runs, quantiles against CTB.
-    Fig5(Flags),
+    Fig5(Box<Flags>),
     /// Fault harness: a protocol's invariant over many seeded fault scenarios.
     ///
     /// Runs the protocol's state machines (orbit) on virtual time with loss,
@@ -104,6 +108,37 @@ struct Flags {
     /// sustained loss), none.
     #[arg(long, default_value = "cumulative")]
     compensation: String,
+    /// How limiters aggregate each other's values: peer-table (what
+    /// `drl serve` runs by default: each node's latest value, per peer) or
+    /// push-sum (the paper's mass-conserving averaging).
+    #[arg(long, default_value = "peer-table")]
+    aggregation: Aggregation,
+    /// Extra random gossip delay, uniform in [0, ms) per message (reorders).
+    #[arg(long, default_value_t = 0.0)]
+    gossip_jitter_ms: f64,
+    /// Probability that a gossip message is delivered twice.
+    #[arg(long, default_value_t = 0.0)]
+    gossip_duplicate: f64,
+    /// Membership's failure-detection time, ms: a killed or cut-off limiter
+    /// is declared down this long after; a heal or restart is learnt within
+    /// it (at a random moment per limiter).
+    #[arg(long, default_value_t = 1200.0)]
+    detection_ms: f64,
+    /// Peer values older than this count as 0, ms [default: the service's,
+    /// max(2 x detection, 10 x ceil((N-1)/branching) intervals)].
+    #[arg(long)]
+    stale_after_ms: Option<f64>,
+    /// Kill limiter N (0-based) at time T: `--kill 1@30s` (repeatable).
+    #[arg(long, value_name = "N@T")]
+    kill: Vec<String>,
+    /// Restart limiter N with fresh state at time T: `--restart 1@40s`.
+    #[arg(long, value_name = "N@T")]
+    restart: Vec<String>,
+    /// Cut gossip between groups of limiters from T1 to T2:
+    /// `--partition 0,1/2@20s-40s` (limiters not listed join the first
+    /// group; repeatable, one partition at a time).
+    #[arg(long, value_name = "A,B/C@T1-T2")]
+    partition: Vec<String>,
     /// Random loss probability on each flow's path to its limiter.
     #[arg(long, default_value_t = 0.0)]
     data_loss: f64,
@@ -150,6 +185,69 @@ fn ns(ms: f64, what: &str) -> anyhow::Result<u64> {
     Ok((ms * MS as f64).round() as u64)
 }
 
+/// `30s`, `1500ms`, `2m`: a time for fault flags (a bare number is seconds).
+fn parse_time(s: &str) -> anyhow::Result<u64> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => (&s[..i], &s[i..]),
+        None => (s, "s"),
+    };
+    let ms_per = match unit {
+        "ms" => 1.0,
+        "s" => 1e3,
+        "m" | "min" => 60e3,
+        other => anyhow::bail!("unknown time unit {other:?} (ms, s, m)"),
+    };
+    let v: f64 = num
+        .parse()
+        .with_context(|| format!("{num:?} is not a number"))?;
+    ns(v * ms_per, "a time")
+}
+
+/// `N@T`.
+fn parse_node_at(s: &str) -> anyhow::Result<(u32, u64)> {
+    let (n, t) = s
+        .split_once('@')
+        .context("expected NODE@TIME, e.g. 1@30s")?;
+    let node = n
+        .trim()
+        .parse()
+        .with_context(|| format!("{n:?} is not a limiter number"))?;
+    Ok((node, parse_time(t)?))
+}
+
+/// `A,B/C@T1-T2`.
+fn parse_partition(s: &str) -> anyhow::Result<FaultEvent> {
+    let (groups, span) = s
+        .split_once('@')
+        .context("expected GROUPS@FROM-UNTIL, e.g. 0,1/2@20s-40s")?;
+    let (from, until) = span
+        .split_once('-')
+        .context("expected a span FROM-UNTIL, e.g. 20s-40s")?;
+    let groups: Vec<Vec<u32>> = groups
+        .split('/')
+        .map(|g| {
+            g.split(',')
+                .filter(|x| !x.trim().is_empty())
+                .map(|x| {
+                    x.trim()
+                        .parse::<u32>()
+                        .with_context(|| format!("{x:?} is not a limiter number"))
+                })
+                .collect::<anyhow::Result<Vec<u32>>>()
+        })
+        .collect::<anyhow::Result<_>>()?;
+    anyhow::ensure!(
+        groups.len() >= 2,
+        "a partition needs at least two groups separated by '/'"
+    );
+    Ok(FaultEvent::Partition {
+        groups,
+        from: parse_time(from)?,
+        until: parse_time(until)?,
+    })
+}
+
 fn build(which: &str, f: &Flags) -> anyhow::Result<Experiment> {
     use AlgorithmKind::*;
     let default_algs: Vec<AlgorithmKind> = match which {
@@ -188,6 +286,26 @@ fn build(which: &str, f: &Flags) -> anyhow::Result<Experiment> {
     base.gossip_loss = f.gossip_loss;
     base.compensation = compensation;
     base.data_loss = f.data_loss;
+    base.aggregation = f.aggregation;
+    base.gossip_jitter = ns(f.gossip_jitter_ms, "--gossip-jitter-ms")?;
+    base.gossip_duplicate = f.gossip_duplicate;
+    base.detection = ns(f.detection_ms, "--detection-ms")?;
+    base.stale_after = f
+        .stale_after_ms
+        .map(|ms| ns(ms, "--stale-after-ms"))
+        .transpose()?;
+    for k in &f.kill {
+        let (node, at) = parse_node_at(k).with_context(|| format!("--kill {k:?}"))?;
+        base.faults.push(FaultEvent::Kill { node, at });
+    }
+    for k in &f.restart {
+        let (node, at) = parse_node_at(k).with_context(|| format!("--restart {k:?}"))?;
+        base.faults.push(FaultEvent::Restart { node, at });
+    }
+    for p in &f.partition {
+        base.faults
+            .push(parse_partition(p).with_context(|| format!("--partition {p:?}"))?);
+    }
     base.start_spread = ns(f.start_spread_ms, "--start-spread-ms")?;
     base.jitter = ns(f.jitter_us / 1e3, "--jitter-us")?;
     base.packet_bytes = f.packet_bytes;

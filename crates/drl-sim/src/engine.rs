@@ -383,12 +383,12 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
                 if let Some(t) = lim.poll_timeout() {
                     q.schedule(t, Ev::Tick(n as u32, g));
                 }
-                while let Some(to) = limiters[n].poll_transmit(now, &mut buf) {
+                crate::node_trace::drain(&mut limiters[n], now, &mut buf, |to, bytes| {
                     gossip_sent += 1;
                     let cut = side[n] != side[to as usize];
                     if cut || (sc.gossip_loss > 0.0 && gossip_rng.random_bool(sc.gossip_loss)) {
                         gossip_lost += 1;
-                        continue;
+                        return;
                     }
                     let copies = if sc.gossip_duplicate > 0.0
                         && gossip_rng.random_bool(sc.gossip_duplicate)
@@ -408,11 +408,11 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
                             Ev::Datagram {
                                 from: n as u32,
                                 to,
-                                bytes: buf.clone(),
+                                bytes: bytes.to_vec(),
                             },
                         );
                     }
-                }
+                });
             }
             Ev::Datagram { from, to, bytes } => {
                 let t = to as usize;

@@ -549,11 +549,11 @@ fn simulate(sc: &Scenario, seed: u64) -> (Report, Vec<Bound>) {
                 }
             }
             nodes[i].handle_timeout(now);
-            while let Some(to) = nodes[i].poll_transmit(now, &mut buf) {
+            crate::node_trace::drain(&mut nodes[i], now, &mut buf, |to, bytes| {
                 report.payloads += 1;
                 let t = to as usize;
                 if side[i] != side[t] || rng.random_bool(sc.loss) {
-                    continue;
+                    return;
                 }
                 let copies = if rng.random_bool(sc.duplicate) { 2 } else { 1 };
                 for _ in 0..copies {
@@ -561,11 +561,11 @@ fn simulate(sc: &Scenario, seed: u64) -> (Report, Vec<Bound>) {
                     let ev = Ev::Datagram {
                         from: i as PeerId,
                         to,
-                        bytes: buf.clone(),
+                        bytes: bytes.to_vec(),
                     };
                     q.schedule(now + d, ev);
                 }
-            }
+            });
         }
         now += MS;
     }

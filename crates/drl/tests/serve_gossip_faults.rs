@@ -212,6 +212,11 @@ fn gossip_serve_partitioned_node_falls_back_to_one_nth_and_heals() {
         || live(&c) == [Some(2), Some(2), Some(1)],
     );
     let seen = cut.elapsed();
+    // Each side still counts the other's demand for half of stale_after
+    // after it declared it down (the other side may detect later); then
+    // the majority settles at 2/3.
+    let settled = c.wait_rate(&[0, 1], 2 * LIMIT / 3, Duration::from_secs(10));
+    eprintln!("majority at 2/3 after {settled:?} more");
     let during = c.loaded_rates(3, 4);
     eprintln!("partition seen after {seen:?}; then per node {during:?}");
     let third = LIMIT / 3;

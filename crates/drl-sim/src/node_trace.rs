@@ -8,7 +8,7 @@
 //! outgoing bytes are identical: the simulator runs the service's node,
 //! not a copy of it.
 
-use drl_cluster::cloud_control::{KeyLimit, KeyRef, Node, PeerId};
+use drl_cluster::cloud_control::{KeyLimit, KeyRef, Keys, Node, PeerId};
 use drl_core::Nanos;
 
 /// One input to a node.
@@ -75,6 +75,42 @@ pub enum Output {
     },
 }
 
+impl Input {
+    /// When it happens.
+    pub fn at(&self) -> Nanos {
+        match self {
+            Input::Admit { at, .. }
+            | Input::Datagram { at, .. }
+            | Input::Member { at, .. }
+            | Input::Timer { at } => *at,
+        }
+    }
+
+    /// For an [`Input::Admit`], the decision of `keys` (a node's key
+    /// table, as the request path reaches it); `None` for other inputs.
+    pub fn decide(&self, keys: &Keys) -> Option<Output> {
+        let Input::Admit {
+            at,
+            limit,
+            aggregate,
+            rate,
+            cost,
+            flow,
+        } = self
+        else {
+            return None;
+        };
+        let key = KeyRef { limit, aggregate };
+        Some(match keys.admit(*at, key, *rate, *cost, *flow) {
+            Ok(a) => Output::Verdict {
+                allowed: a.allowed,
+                headroom: a.headroom,
+            },
+            Err(_) => Output::Refused,
+        })
+    }
+}
+
 /// Hands every queued payload of `node` to `send`, in order.
 pub fn drain(node: &mut Node, now: Nanos, buf: &mut Vec<u8>, mut send: impl FnMut(PeerId, &[u8])) {
     while let Some(to) = node.poll_transmit(now, buf) {
@@ -88,28 +124,10 @@ pub fn replay(node: &mut Node, trace: &[Input]) -> Vec<Output> {
     let mut out = Vec::new();
     let mut buf = Vec::new();
     for input in trace {
-        let now = match input {
-            Input::Admit {
-                at,
-                limit,
-                aggregate,
-                rate,
-                cost,
-                flow,
-            } => {
-                let key = KeyRef { limit, aggregate };
-                out.push(match node.admit(*at, key, *rate, *cost, *flow) {
-                    Ok(a) => Output::Verdict {
-                        allowed: a.allowed,
-                        headroom: a.headroom,
-                    },
-                    Err(_) => Output::Refused,
-                });
-                *at
-            }
+        match input {
+            Input::Admit { .. } => out.extend(input.decide(node.keys())),
             Input::Datagram { at, from, bytes } => {
                 let _ = node.handle_datagram(*at, *from, bytes);
-                *at
             }
             Input::Member { at, peer, up } => {
                 if *up {
@@ -117,13 +135,10 @@ pub fn replay(node: &mut Node, trace: &[Input]) -> Vec<Output> {
                 } else {
                     node.peer_down(*at, *peer);
                 }
-                *at
             }
-            Input::Timer { at } => {
-                node.handle_timeout(*at);
-                *at
-            }
-        };
+            Input::Timer { at } => node.handle_timeout(*at),
+        }
+        let now = input.at();
         drain(node, now, &mut buf, |to, bytes| {
             out.push(Output::Transmit {
                 to,

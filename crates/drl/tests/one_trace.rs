@@ -147,28 +147,10 @@ fn through_driver(s: &Settings, trace: &[Input]) -> Vec<Output> {
     let mut d = Driver::new(Node::new(0, s.clone(), 100, 0).unwrap());
     let mut out = Vec::new();
     for input in trace {
-        let now = match input {
-            Input::Admit {
-                at,
-                limit,
-                aggregate,
-                rate,
-                cost,
-                flow,
-            } => {
-                let key = KeyRef { limit, aggregate };
-                out.push(match d.keys().admit(*at, key, *rate, *cost, *flow) {
-                    Ok(a) => Output::Verdict {
-                        allowed: a.allowed,
-                        headroom: a.headroom,
-                    },
-                    Err(_) => Output::Refused,
-                });
-                *at
-            }
+        match input {
+            Input::Admit { .. } => out.extend(input.decide(d.keys())),
             Input::Datagram { at, from, bytes } => {
                 let _ = d.on_datagram(*at, *from, bytes);
-                *at
             }
             Input::Member { at, peer, up } => {
                 let id = NodeIdent {
@@ -177,15 +159,14 @@ fn through_driver(s: &Settings, trace: &[Input]) -> Vec<Output> {
                     generation: 1,
                 };
                 d.on_membership(*at, if *up { Event::Up(id) } else { Event::Down(id) });
-                *at
             }
             Input::Timer { at } => {
                 if d.poll_timeout().is_some_and(|t| t <= *at) {
                     d.on_timer(*at);
                 }
-                *at
             }
-        };
+        }
+        let now = input.at();
         d.drain(now, |a, bytes| {
             let to = (a.port() - 9_000) as PeerId;
             out.push(Output::Transmit {

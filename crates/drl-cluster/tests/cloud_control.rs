@@ -153,18 +153,24 @@ fn a_partition_falls_back_to_k_over_n_and_heals() {
     nodes[0].peer_down(2_000 * MS, 2);
     nodes[1].peer_down(2_000 * MS, 0);
     nodes[2].peer_down(2_000 * MS, 0);
-    run(&mut nodes, 2_000 * MS, 500, &[2, 2, 2], &cut);
-    let got = run(&mut nodes, 2_500 * MS, 2_000, &[2, 2, 2], &cut);
+    // The other side's demand still counts for down_hold (half of
+    // stale_after: 1.2 s), then each side holds k/N.
+    let hold = nodes[0].settings().down_hold();
+    assert_eq!(hold, 1_200 * MS);
+    let under = run(&mut nodes, 2_000 * MS, 1_200, &[2, 2, 2], &cut);
+    assert!(under[0] < 400, "under while the hold lasts: {under:?}");
+    run(&mut nodes, 3_200 * MS, 300, &[2, 2, 2], &cut);
+    let got = run(&mut nodes, 3_500 * MS, 2_000, &[2, 2, 2], &cut);
     // k/N of the limit per side (+10%): 333/s and 667/s for 2 s.
     assert!(got[0] <= 733, "{got:?}");
     assert!(got[1] + got[2] <= 1_467, "{got:?}");
     assert!(got[0] >= 550, "{got:?}");
     // Heal: membership brings them back; the full limit returns, shared.
     for (a, b) in [(0, 1), (0, 2), (1, 0), (2, 0)] {
-        nodes[a].peer_up(4_500 * MS, b);
+        nodes[a].peer_up(5_500 * MS, b);
     }
-    run(&mut nodes, 4_500 * MS, 500, &[2, 2, 2], &none);
-    let got = run(&mut nodes, 5_000 * MS, 2_000, &[2, 2, 2], &none);
+    run(&mut nodes, 5_500 * MS, 500, &[2, 2, 2], &none);
+    let got = run(&mut nodes, 6_000 * MS, 2_000, &[2, 2, 2], &none);
     let total: u64 = got.iter().sum();
     assert!((1_800..=2_200).contains(&total), "{got:?}");
 }

@@ -104,7 +104,8 @@ fn sim_rejects_bad_flags_with_a_clear_error() {
     for (flag, value, expect) in [
         ("--kill", "2", "expected NODE@TIME"),
         ("--kill", "9@1s", "node 9 out of range"),
-        ("--restart", "1@soon", "is not a number"),
+        ("--restart", "1@soon", "unknown time unit"),
+        ("--restart", "1@5.5.5s", "is not a number"),
         ("--partition", "0,1@1s-2s", "at least two groups"),
         ("--partition", "0/1@3s-2s", "ends"),
         ("--aggregation", "gossip", "peer-table or push-sum"),

@@ -78,6 +78,12 @@ pub struct GossipConfig {
     /// Limit keys that are idle this long are forgotten (default 30,000).
     #[serde(default = "default_idle")]
     pub idle_expiry_ms: u64,
+    /// The 1/N rule raises the limit in force at most from 0 to the whole
+    /// limit in this time when peers are counted again (default: twice
+    /// the time in which a node sends to every peer,
+    /// `2 x ceil((N-1)/branching)` intervals).
+    #[serde(default)]
+    pub rise_ms: Option<u64>,
     /// Most limit keys tracked (and accepted from each peer), default 100,000.
     #[serde(default = "default_max_keys")]
     pub max_keys: usize,
@@ -286,6 +292,7 @@ impl GossipConfig {
             branching: default_branching(),
             stale_after_ms: None,
             idle_expiry_ms: default_idle(),
+            rise_ms: None,
             max_keys: default_max_keys(),
             flow_separator: None,
             membership: MembershipConfig::default(),
@@ -313,10 +320,13 @@ impl GossipConfig {
     /// How long a peer's estimate stays valid, ms.
     pub fn stale_after(&self) -> u64 {
         self.stale_after_ms.unwrap_or_else(|| {
-            let n = self.cluster_size().saturating_sub(1).max(1) as u64;
-            let rounds = n.div_ceil(self.branching.max(1) as u64);
-            let hear_everyone = self.estimate_interval_ms * (10 * rounds).max(10);
-            hear_everyone.max(2 * self.membership.detection_ms())
+            let ms = 1_000_000;
+            Settings::default_stale_after(
+                self.estimate_interval_ms.saturating_mul(ms),
+                self.cluster_size(),
+                self.branching,
+                self.membership.detection_ms().saturating_mul(ms),
+            ) / ms
         })
     }
 
@@ -337,7 +347,7 @@ impl GossipConfig {
             compensation: self.compensation,
             stale_after: ms(self.stale_after()),
             idle_after: ms(self.idle_expiry_ms),
-            rise: None,
+            rise: self.rise_ms.map(ms),
             max_keys: self.max_keys,
             fps: self.fps.apply(FpsConfig::default()),
             fps_mean: self.fps.apply(FpsConfig::mean_variant()),

@@ -118,6 +118,9 @@ pub struct Scenario {
     /// Peer values older than this do not count (`None`: the service's
     /// default for this cluster size, [`Settings::default_stale_after`]).
     pub stale_after: Option<Nanos>,
+    /// How fast the 1/N rule raises the limit in force (`None`: the
+    /// service's default, [`Settings::default_rise`]).
+    pub rise: Option<Nanos>,
     /// Kills, restarts and partitions.
     pub faults: Vec<FaultEvent>,
     /// Round-trip time of every flow (source to sink and back).
@@ -172,6 +175,7 @@ impl Scenario {
             aggregation: Aggregation::PeerTable,
             detection: 1_200 * MS,
             stale_after: None,
+            rise: None,
             faults: Vec::new(),
             flow_rtt: 40 * MS,
             limiter_rtt: 40 * MS,
@@ -232,7 +236,7 @@ impl Scenario {
                 )
             }),
             idle_after: self.duration.saturating_add(SEC),
-            rise: None,
+            rise: self.rise,
             max_keys: 16,
             fps: self.fps,
             fps_mean: self.fps_mean,

@@ -39,7 +39,7 @@ struct Peer {
     view: u64,
     /// Peer table: its latest published value per wire key, with arrival
     /// time.
-    values: HashMap<Vec<u8>, (f32, Nanos)>,
+    values: HashMap<Vec<u8>, (f32, Nanos), foldhash::fast::RandomState>,
 }
 
 impl Peer {

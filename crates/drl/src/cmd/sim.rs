@@ -128,6 +128,25 @@ struct Flags {
     /// max(2 x detection, 10 x ceil((N-1)/branching) intervals)].
     #[arg(long)]
     stale_after_ms: Option<f64>,
+    /// The 1/N rule raises the limit in force at most from 0 to the whole
+    /// limit in this time, ms [default: 2 x ceil((N-1)/branching) intervals].
+    #[arg(long)]
+    rise_ms: Option<f64>,
+    /// fps: most flows in the sample set.
+    #[arg(long, default_value_t = 16)]
+    fps_sample_capacity: usize,
+    /// fps: probability that an arrival of an unsampled flow adds it.
+    #[arg(long, default_value_t = 0.1)]
+    fps_resample_probability: f64,
+    /// fps: sampled flows idle this long are dropped, ms.
+    #[arg(long, default_value_t = 3000.0)]
+    fps_flow_expiry_ms: f64,
+    /// fps: upper bound on a weight.
+    #[arg(long, default_value_t = 1000.0)]
+    fps_max_weight: f64,
+    /// grd-smooth: upper bound on the drop probability.
+    #[arg(long, default_value_t = 0.5)]
+    grd_max_probability: f64,
     /// Kill limiter N (0-based) at time T: `--kill 1@30s` (repeatable).
     #[arg(long, value_name = "N@T")]
     kill: Vec<String>,
@@ -311,6 +330,14 @@ fn build(which: &str, f: &Flags) -> anyhow::Result<Experiment> {
     base.packet_bytes = f.packet_bytes;
     base.link_bps = (f.link_mbps * 1e6).round() as u64;
     base.grd_smooth.gain = f.grd_gain;
+    base.grd_smooth.max_probability = f.grd_max_probability;
+    base.rise = f.rise_ms.map(|ms| ns(ms, "--rise-ms")).transpose()?;
+    for fps in [&mut base.fps, &mut base.fps_mean] {
+        fps.sample_capacity = f.fps_sample_capacity;
+        fps.resample_probability = f.fps_resample_probability;
+        fps.flow_expiry = ns(f.fps_flow_expiry_ms, "--fps-flow-expiry-ms")?;
+        fps.max_weight = f.fps_max_weight;
+    }
     base.fps.flow_ewma = f.fps_flow_ewma;
     base.fps_mean.flow_rate = FlowRateEstimator::MeanAbove(f.fps_mean_fraction);
     let algorithms = f.algorithms.clone().unwrap_or(default_algs);

@@ -7,7 +7,6 @@ use drl_cluster::alloc::AlgorithmKind;
 use drl_cluster::cloud_control::Aggregation;
 use drl_sim::engine::run;
 use drl_sim::scenario::{SEC, Scenario};
-use rand::{Rng, SeedableRng};
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
@@ -20,19 +19,7 @@ fn main() {
         .unwrap();
     let loss: f64 = a.get(4).map_or(0.05, |s| s.parse().unwrap());
     let secs: u64 = a.get(5).map_or(30, |s| s.parse().unwrap());
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-    let flows: Vec<u32> = (0..n).map(|_| rng.random_range(0..=5)).collect();
-    let sc = Scenario {
-        flows_per_limiter: flows,
-        limit_bps: 50_000_000,
-        branching: 3,
-        gossip_loss: loss,
-        aggregation: agg,
-        duration: secs * SEC,
-        warmup: 10 * SEC,
-        start_spread: 5 * SEC,
-        ..Scenario::paper_baseline(alg)
-    };
+    let sc = Scenario::paper_scaling(n, alg, agg, loss, secs);
     let t = std::time::Instant::now();
     let r = run(&sc, &mut |_| {}).unwrap();
     let bins_per_s = (SEC / sc.bin) as usize;

@@ -195,6 +195,32 @@ impl Scenario {
         }
     }
 
+    /// The paper's scaling setup (§5.6): `limiters` limiters with 0–5
+    /// long-lived flows each (drawn from a fixed seed), a global limit of
+    /// 50 Mbps, branching factor 3, `gossip_loss` of the gossip lost; flows
+    /// start within the first 5 s; `secs` simulated, measured from 10 s.
+    pub fn paper_scaling(
+        limiters: usize,
+        algorithm: AlgorithmKind,
+        aggregation: Aggregation,
+        gossip_loss: f64,
+        secs: u64,
+    ) -> Self {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        Self {
+            flows_per_limiter: (0..limiters).map(|_| rng.random_range(0..=5)).collect(),
+            limit_bps: 50_000_000,
+            branching: 3,
+            gossip_loss,
+            aggregation,
+            duration: secs * SEC,
+            warmup: (10 * SEC).min(secs * SEC / 2),
+            start_spread: 5 * SEC,
+            ..Self::paper_baseline(algorithm)
+        }
+    }
+
     /// Number of limiters.
     pub fn limiters(&self) -> usize {
         self.flows_per_limiter.len()

@@ -129,7 +129,8 @@ struct Flags {
     #[arg(long)]
     stale_after_ms: Option<f64>,
     /// The 1/N rule raises the limit in force at most from 0 to the whole
-    /// limit in this time, ms [default: 2 x ceil((N-1)/branching) intervals].
+    /// limit in this time, ms [default: 2 x ceil((N-1)/branching)
+    /// intervals, at most 1 s].
     #[arg(long)]
     rise_ms: Option<f64>,
     /// fps: most flows in the sample set.

@@ -20,7 +20,12 @@ messages go through the wire codec and are lost, delayed (hence reordered) and \
 duplicated; nodes crash and restart; the network partitions and heals; the failure \
 detector lags and wrongly suspects live peers. The protocol's invariant (for orbit: \
 admitted <= cap for every key and window, capacity conserved, at most one live table \
-per window and lane) is checked after every event.\n\n\
+per window and lane) is checked after every event. For gossip (Cloud Control nodes, \
+the `scope: gossip` node): 3-12 nodes, loss up to 20 %, kills and restarts, \
+partitions and heals, membership that lags and wrongly suspects live peers; every \
+1 s window must admit at most the limit + 10 % (each partition side k/N + 10 %, the \
+survivors of a kill (N-1)/N + 10 %) and, in steady state with the peer table, at \
+least the limit - 10 %.\n\n\
 Seeds --first-seed .. --first-seed + --seeds - 1 run in order. On success one line \
 sums them up (seeds, admitted cost, crashes, partitions, simulated and wall time) \
 and the exit status is 0. The first failing seed stops the run: the violation, the \

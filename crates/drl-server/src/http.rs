@@ -133,7 +133,8 @@ struct Item<'a> {
     cost: Option<serde_json::Number>,
 }
 
-/// Validates a JSON cost: a whole number from 0 to `u64::MAX`.
+/// Validates a JSON cost: a whole number from 0 to `u64::MAX` (`1.0` and
+/// `2e3` are whole numbers too).
 fn cost_of(index: usize, n: Option<&serde_json::Number>) -> Result<u64, String> {
     let Some(n) = n else { return Ok(1) };
     if let Some(c) = n.as_u64() {
@@ -145,6 +146,10 @@ fn cost_of(index: usize, n: Option<&serde_json::Number>) -> Result<u64, String> 
         ));
     }
     match n.as_f64() {
+        // A whole number written with a fraction (`1.0`, `2e3`).
+        Some(f) if f.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(&f) => {
+            Ok(f as u64)
+        }
         Some(f) if f.fract() == 0.0 && f > 0.0 => Err(format!(
             "requests[{index}]: cost {n} is too large (at most {})",
             u64::MAX

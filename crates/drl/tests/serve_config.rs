@@ -71,6 +71,16 @@ fn errors_name_line_and_column() {
         ),
         ("limits: [\n", "FILE:2:", ""),
         (
+            "server:\n  max_batch: 0\nlimits:\n  - name: a\n    quota: 1/s\n",
+            "FILE:2:3:",
+            "server.max_batch must be at least 1",
+        ),
+        (
+            "server:\n  max_body_bytes: 0\nlimits:\n  - name: a\n    quota: 1/s\n",
+            "FILE:2:3:",
+            "server.max_body_bytes must be at least 1",
+        ),
+        (
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n",
             "FILE:5:",
             "invalid rate limit unit",

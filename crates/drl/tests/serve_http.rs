@@ -245,6 +245,17 @@ fn bad_requests_get_clear_errors_and_decide_nothing() {
         400,
         "whole number",
     );
+    // A whole number written with a fraction or an exponent is a cost.
+    let (s, _, v) = post_json(
+        &url,
+        r#"{"requests":[{"limit":"hourly","key":"w","cost":1.0},{"limit":"hourly","key":"w","cost":2e0}]}"#,
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["results"][0]["allowed"], true, "{v}");
+    // 3/h: cost 1.0 leaves 2, then cost 2e0 leaves 0.
+    assert_eq!(v["results"][0]["remaining"], 2, "{v}");
+    assert_eq!(v["results"][1]["allowed"], true, "{v}");
+    assert_eq!(v["results"][1]["remaining"], 0, "{v}");
     expect(
         r#"{"requests":[{"limit":"hourly","key":"a","cost":1e30}]}"#,
         400,

@@ -91,6 +91,20 @@ impl Config {
                 .map_err(|e| ConfigError::new(source, e.to_string()).locate(text, &["redis:"]))?;
         }
         self.validate_orbit(text, source)?;
+        for (field, zero) in [
+            ("max_body_bytes:", self.server.max_body_bytes == 0),
+            ("max_batch:", self.server.max_batch == 0),
+            ("max_cost:", self.server.max_cost == 0),
+        ] {
+            if zero {
+                let name = field.trim_end_matches(':');
+                return Err(ConfigError::new(
+                    source,
+                    format!("server.{name} must be at least 1 (0 would refuse every request)"),
+                )
+                .locate(text, &[field]));
+            }
+        }
         if let Some(l) = self.limits.iter().find(|l| l.scope == Scope::Gossip)
             && self.cluster.is_none()
         {

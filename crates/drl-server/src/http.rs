@@ -362,8 +362,21 @@ async fn forward_auth_bounded(
         if i > 0 {
             key.push('|');
         }
-        match headers.get(h).and_then(|v| v.to_str().ok()) {
-            Some(v) => key.push_str(v.trim()),
+        // A value with bytes outside visible ASCII is still the client's
+        // key when it is UTF-8 (`x-tenant: café`); any other bytes are a
+        // clear error, never the default key.
+        match headers.get(h).map(|v| std::str::from_utf8(v.as_bytes())) {
+            Some(Ok(v)) => key.push_str(v.trim()),
+            Some(Err(_)) => {
+                return bad_request(
+                    api,
+                    "invalid_key",
+                    &format!(
+                        "header {h} (the key of limit {:?}) is not valid UTF-8",
+                        limit.name
+                    ),
+                );
+            }
             None => match &limit.key.default {
                 Some(d) => key.push_str(d),
                 None => {

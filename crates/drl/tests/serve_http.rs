@@ -185,6 +185,29 @@ fn forward_auth_answers_200_then_429_with_headers_and_problem() {
     let (s, _, body) = http_request("GET", &url, &[], b"").unwrap();
     assert_eq!(s, 400);
     assert!(body.contains("x-tenant"), "{body}");
+    // A non-ASCII key is the client's own key (2/h: two allowed, then 429),
+    // not a missing header and not someone else's.
+    for want in [200, 200, 429] {
+        assert_eq!(get("café").0, want);
+    }
+    // Bytes that are not UTF-8: a clear 400, never the default key.
+    let raw = {
+        use std::io::{Read, Write};
+        let host = url
+            .strip_prefix("http://")
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap();
+        let mut c = std::net::TcpStream::connect(host).unwrap();
+        c.write_all(b"GET /v1/auth/edge HTTP/1.1\r\nHost: x\r\nConnection: close\r\nx-tenant: \xff\xfe\r\n\r\n")
+            .unwrap();
+        let mut out = Vec::new();
+        c.read_to_end(&mut out).unwrap();
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    assert!(raw.starts_with("HTTP/1.1 400"), "{raw}");
+    assert!(raw.contains("not valid UTF-8"), "{raw}");
     // Unknown limit: 404 naming the configured ones.
     let (s, _, body) =
         http_request("GET", &drl.url("/v1/auth/nope"), &[("x-tenant", "a")], b"").unwrap();

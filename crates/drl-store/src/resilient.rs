@@ -163,6 +163,8 @@ struct BreakerInner {
     failures: u32,
     /// Open: when to let a probe through. Half-open: when the probe started.
     since: Instant,
+    /// When the breaker last opened from closed (for the recovery log).
+    down_since: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -180,6 +182,7 @@ impl Breaker {
                 state: BreakerState::Closed,
                 failures: 0,
                 since: Instant::now(),
+                down_since: None,
             }),
         }
     }
@@ -190,6 +193,28 @@ impl Breaker {
 
     fn set(inner: &mut BreakerInner, to: BreakerState) {
         if inner.state != to {
+            // Logged on transitions only: a store that stays down is one
+            // warning, not one per request.
+            match (inner.state, to) {
+                (BreakerState::Closed, BreakerState::Open) => {
+                    inner.down_since = Some(Instant::now());
+                    tracing::warn!(
+                        failures = inner.failures,
+                        "store unreachable: circuit breaker open; requests follow the limit's on_store_error policy until a probe succeeds"
+                    );
+                }
+                (_, BreakerState::Closed) => {
+                    let down_ms = inner
+                        .down_since
+                        .take()
+                        .map_or(0, |t| t.elapsed().as_millis() as u64);
+                    tracing::info!(down_ms, "store reachable again: circuit breaker closed");
+                }
+                (_, BreakerState::HalfOpen) => tracing::debug!("store probe: breaker half-open"),
+                (_, BreakerState::Open) => {
+                    tracing::debug!("store probe failed: breaker open again")
+                }
+            }
             inner.state = to;
             metrics::gauge!("drl_store_breaker_state").set(to.gauge());
             metrics::counter!("drl_store_breaker_transitions_total", "to" => to.as_str())
@@ -475,6 +500,47 @@ mod tests {
             ok += s.decide(c).await.unwrap().allowed as u64;
         }
         ok
+    }
+
+    /// A store going down is logged once (a warning when the breaker
+    /// opens) and its recovery once (when it closes), not per request.
+    #[tokio::test]
+    async fn store_down_and_back_are_logged_once_each() {
+        use std::sync::Arc;
+        #[derive(Clone, Default)]
+        struct Buf(Arc<parking_lot::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let sink = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let s = store(OnStoreError::Deny, 1);
+        let spec = spec();
+        s.inner.mode.store(1, Ordering::SeqCst);
+        assert_eq!(admitted(&s, &spec, "k", 200).await, 0);
+        s.inner.mode.store(0, Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while s.breaker_state() != BreakerState::Closed {
+            assert!(Instant::now() < deadline, "breaker never closed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let _ = admitted(&s, &spec, "probe", 1).await;
+        }
+        let log = String::from_utf8(buf.0.lock().clone()).unwrap();
+        assert_eq!(log.matches("store unreachable").count(), 1, "{log}");
+        assert_eq!(log.matches("store reachable again").count(), 1, "{log}");
+        assert!(log.contains("WARN"), "{log}");
     }
 
     #[tokio::test]

@@ -130,6 +130,16 @@ fn tx_time(bytes: u32, bps: u64) -> Nanos {
     ((bytes as u128 * 8 * 1_000_000_000) / bps as u128) as Nanos
 }
 
+/// Every ordered pair (observer, peer) on different sides, observers in
+/// id order: whom a cut or a heal is reported to, about whom.
+pub(crate) fn crossing<T: PartialEq>(side: &[T]) -> Vec<(u32, u32)> {
+    let n = side.len() as u32;
+    (0..n)
+        .flat_map(|a| (0..n).map(move |b| (a, b)))
+        .filter(|&(a, b)| side[a as usize] != side[b as usize])
+        .collect()
+}
+
 /// Runs `sc`; `progress` is called with the fraction of simulated time done
 /// (about every simulated second).
 pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, ScenarioError> {
@@ -464,36 +474,28 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
             }
             Ev::Cut(p) => {
                 side.clone_from(&partitions[p].0);
-                for a in 0..nodes {
-                    for b in 0..nodes {
-                        if side[a as usize] != side[b as usize] {
-                            let ev = Ev::Member {
-                                at: a,
-                                peer: b,
-                                up: false,
-                                incarnation: incarnation[b as usize],
-                            };
-                            q.schedule(now + sc.detection, ev);
-                        }
-                    }
+                for (a, b) in crossing(&side) {
+                    let ev = Ev::Member {
+                        at: a,
+                        peer: b,
+                        up: false,
+                        incarnation: incarnation[b as usize],
+                    };
+                    q.schedule(now + sc.detection, ev);
                 }
             }
             Ev::Heal(p) => {
                 let was = std::mem::replace(&mut side, vec![0; nodes as usize]);
                 debug_assert_eq!(was, partitions[p].0);
-                for a in 0..nodes {
-                    for b in 0..nodes {
-                        if was[a as usize] != was[b as usize] {
-                            let ev = Ev::Member {
-                                at: a,
-                                peer: b,
-                                up: true,
-                                incarnation: incarnation[b as usize],
-                            };
-                            let after = member_rng.random_range(0..=sc.detection);
-                            q.schedule(now + after, ev);
-                        }
-                    }
+                for (a, b) in crossing(&was) {
+                    let ev = Ev::Member {
+                        at: a,
+                        peer: b,
+                        up: true,
+                        incarnation: incarnation[b as usize],
+                    };
+                    let after = member_rng.random_range(0..=sc.detection);
+                    q.schedule(now + after, ev);
                 }
             }
             Ev::Member {

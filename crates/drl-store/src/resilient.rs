@@ -502,6 +502,16 @@ mod tests {
         ok
     }
 
+    /// Probes (one request at a time) until the breaker has closed again.
+    async fn probe_until_closed(s: &Resilient<Fake>, spec: &LimitSpec) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while s.breaker_state() != BreakerState::Closed {
+            assert!(Instant::now() < deadline, "breaker never closed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let _ = admitted(s, spec, "probe", 1).await;
+        }
+    }
+
     /// A store going down is logged once (a warning when the breaker
     /// opens) and its recovery once (when it closes), not per request.
     #[tokio::test]
@@ -531,12 +541,7 @@ mod tests {
         s.inner.mode.store(1, Ordering::SeqCst);
         assert_eq!(admitted(&s, &spec, "k", 200).await, 0);
         s.inner.mode.store(0, Ordering::SeqCst);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while s.breaker_state() != BreakerState::Closed {
-            assert!(Instant::now() < deadline, "breaker never closed");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            let _ = admitted(&s, &spec, "probe", 1).await;
-        }
+        probe_until_closed(&s, &spec).await;
         let log = String::from_utf8(buf.0.lock().clone()).unwrap();
         assert_eq!(log.matches("store unreachable").count(), 1, "{log}");
         assert_eq!(log.matches("store reachable again").count(), 1, "{log}");
@@ -558,12 +563,7 @@ mod tests {
             "open: store untouched"
         );
         s.inner.mode.store(0, Ordering::SeqCst);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while s.breaker_state() != BreakerState::Closed {
-            assert!(Instant::now() < deadline, "breaker never closed");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            let _ = admitted(&s, &spec, "probe", 1).await;
-        }
+        probe_until_closed(&s, &spec).await;
         assert_eq!(admitted(&s, &spec, "fresh", 12).await, 10);
     }
 

@@ -12,7 +12,7 @@ use drl_cluster::gossip::LossCompensation;
 use serde::Deserialize;
 
 use crate::transport::fault::FaultConfig;
-use crate::transport::{ClusterKey, KeyError};
+use crate::transport::{ClusterKey, KeyError, KeyRing};
 
 /// Configuration of one gossip node (deserializable from YAML/JSON).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -30,9 +30,15 @@ pub struct GossipConfig {
     /// Each peer lost takes `1/N` of the global limit away.
     #[serde(default)]
     pub nodes: Option<u32>,
-    /// File holding the cluster key (at least 16 bytes).
+    /// File holding the cluster key (at least 16 bytes): the key frames are
+    /// sent with (and accepted under).
     #[serde(default)]
     pub key_file: Option<PathBuf>,
+    /// Files holding further cluster keys accepted on receive only, during
+    /// a key rotation (each at least 16 bytes, all distinct from each other
+    /// and from the send key; at most 7).
+    #[serde(default)]
+    pub previous_key_files: Vec<PathBuf>,
     /// Environment variable holding the cluster key (used if `key_file` is
     /// not set; default `DRL_CLUSTER_KEY`).
     #[serde(default)]
@@ -281,6 +287,7 @@ impl GossipConfig {
             seeds,
             nodes: None,
             key_file: None,
+            previous_key_files: Vec::new(),
             key_env: None,
             algorithm: default_algorithm(),
             aggregation: Aggregation::default(),
@@ -364,6 +371,20 @@ impl GossipConfig {
         }
     }
 
+    /// Loads every cluster key: the send key ([`GossipConfig::load_key`])
+    /// and the receive-only `previous_key_files`, checked (each at least 16
+    /// bytes, all distinct). What the transport is started with, and what a
+    /// reload passes to [`crate::GossipStore::set_keys`].
+    pub fn load_keys(&self) -> Result<KeyRing, KeyError> {
+        let send = self.load_key()?;
+        let previous = self
+            .previous_key_files
+            .iter()
+            .map(|p| ClusterKey::from_file(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        KeyRing::new(send, previous)
+    }
+
     /// Checks ranges.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: &str| Err(ConfigError::Invalid(m.to_string()));
@@ -421,6 +442,18 @@ impl GossipConfig {
         if m.suspect_to_down_ms == 0 {
             return bad("membership.suspect_to_down_ms must be positive");
         }
+        let prev = &self.previous_key_files;
+        if prev.len() >= crate::transport::keys::MAX_KEYS {
+            return bad("previous_key_files: at most 7 files");
+        }
+        for (i, p) in prev.iter().enumerate() {
+            if prev[..i].contains(p) || self.key_file.as_ref() == Some(p) {
+                return Err(ConfigError::Invalid(format!(
+                    "previous_key_files: {} is given twice (or is also key_file)",
+                    p.display()
+                )));
+            }
+        }
         Ok(())
     }
 }
@@ -428,6 +461,44 @@ impl GossipConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn previous_keys_load_and_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, content: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, content).unwrap();
+            p
+        };
+        let new = write("new.key", "the new cluster key, 32 bytes...\n");
+        let old = write("old.key", "the old cluster key, 32 bytes...\n");
+        let copy = write("copy.key", "the new cluster key, 32 bytes...");
+        let short = write("short.key", "too short\n");
+        let yaml = format!(
+            "node_id: 1\nbind: 127.0.0.1:1\nkey_file: {}\nprevious_key_files: [{}]\n",
+            new.display(),
+            old.display()
+        );
+        let mut c: GossipConfig = serde_norway::from_str(&yaml).unwrap();
+        c.validate().unwrap();
+        let ring = c.load_keys().unwrap();
+        let id = |p: &std::path::Path| ClusterKey::from_file(p).unwrap().id();
+        assert_eq!(ring.send_id(), id(&new));
+        assert_eq!(ring.ids(), vec![id(&new), id(&old)]);
+        // The same key under another file name is refused at load.
+        c.previous_key_files = vec![old.clone(), copy];
+        assert_eq!(c.load_keys().unwrap_err(), KeyError::Duplicate(2));
+        c.previous_key_files = vec![short.clone()];
+        let e = c.load_keys().unwrap_err().to_string();
+        assert!(e.contains("short.key") && e.contains("9 bytes"), "{e}");
+        // The same path twice, or the send key's path, is refused by validate.
+        c.previous_key_files = vec![old.clone(), old.clone()];
+        assert!(c.validate().unwrap_err().to_string().contains("twice"));
+        c.previous_key_files = vec![new.clone()];
+        assert!(c.validate().is_err());
+        c.previous_key_files = (0..8).map(|i| dir.path().join(format!("k{i}"))).collect();
+        assert!(c.validate().unwrap_err().to_string().contains("at most 7"));
+    }
 
     #[test]
     fn yaml_shape_parses_with_defaults() {

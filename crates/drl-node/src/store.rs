@@ -131,8 +131,8 @@ impl GossipStore {
     /// and starts the node loop on the current tokio runtime.
     pub async fn start(cfg: GossipConfig) -> Result<Self, StartError> {
         cfg.validate()?;
-        let key = cfg.load_key().map_err(ConfigError::from)?;
-        let udp = UdpTransport::bind(cfg.bind, cfg.node_id, key).await?;
+        let keys = cfg.load_keys().map_err(ConfigError::from)?;
+        let udp = UdpTransport::bind(cfg.bind, cfg.node_id, keys).await?;
         let local = udp.local_addr();
         let transport = Arc::new(FaultyTransport::new(udp, cfg.faults.clone()));
         let settings = cfg.settings();
@@ -215,6 +215,14 @@ impl GossipStore {
     /// decode, or came from a node with another algorithm or aggregation).
     pub fn gossip_rejected(&self) -> u64 {
         self.shared.gossip_rejected.load(Ordering::Relaxed)
+    }
+
+    /// Replaces the cluster keys at run time (key rotation): frames are sent
+    /// with `keys`' send key and accepted under any of its keys from the
+    /// next datagram on. A reload calls it with
+    /// [`GossipConfig::load_keys`] of the new config.
+    pub fn set_keys(&self, keys: crate::transport::KeyRing) {
+        self.transport.set_keys(keys);
     }
 
     /// Controls the fault injector (partitions, loss) at run time.

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use drl_cluster::alloc::AlgorithmKind;
 use drl_cluster::cloud_control::{KeyLimit, KeyRef, Node, wire};
 use drl_core::{Algorithm, Quota};
-use drl_node::transport::frame::{self, Header};
-use drl_node::transport::{ClusterKey, channel};
+use drl_node::transport::frame::{self, Header, Receiver};
+use drl_node::transport::{ClusterKey, KeyRing, channel};
 use drl_node::{GossipConfig, GossipStore};
 use drl_store::{Check, LimitSpec};
 
@@ -302,8 +302,9 @@ async fn partitioned_node_falls_back_to_one_nth() {
     assert!(r.iter().sum::<f64>() <= 1.1 * LIMIT as f64);
 }
 
-/// Forged, truncated, oversized and replayed gossip claiming a huge demand
-/// from node 2 never reaches node 1's estimate.
+/// Foreign-key, forged, truncated, oversized, replayed and misdirected
+/// gossip claiming a huge demand from node 2 never reaches node 1's
+/// estimate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_packets_never_change_an_estimate() {
     let c = cluster(216, 2, |_| {}).await;
@@ -341,17 +342,27 @@ async fn bad_packets_never_change_an_estimate() {
         assert!(claimed > 1.0e6, "the forged payload claims {claimed}");
         buf
     };
-    let good_key = ClusterKey::new(KEY).unwrap();
-    let bad_key = ClusterKey::new(b"an attacker's guess at the key!!").unwrap();
+    let good_key: KeyRing = ClusterKey::new(KEY).unwrap().into();
+    let bad_key: KeyRing = ClusterKey::new(b"an attacker's guess at the key!!")
+        .unwrap()
+        .into();
     let mut frames = Vec::new();
     for seq in 1..50u64 {
         let h = Header {
             channel: channel::GOSSIP,
             sender: 2,
+            instance: 0x5eed,
             seq: u64::MAX - seq,
+            to: Receiver::Node(1),
         };
+        // Sealed with a key the cluster does not hold.
+        let mut foreign = Vec::new();
+        frame::encode(&bad_key, h, &payload, &mut foreign).unwrap();
+        frames.push(foreign.clone());
+        // The cluster's key id, but a tampered ciphertext.
         let mut forged = Vec::new();
-        frame::encode(&bad_key, h, &payload, &mut forged).unwrap();
+        frame::encode(&good_key, h, &payload, &mut forged).unwrap();
+        forged[frame::OVERHEAD] ^= 0x40;
         frames.push(forged.clone());
         frames.push(forged[..forged.len() - 5].to_vec());
         let mut long = forged.clone();
@@ -362,6 +373,15 @@ async fn bad_packets_never_change_an_estimate() {
         let h = Header { seq, ..h };
         frame::encode(&good_key, h, &payload, &mut old).unwrap();
         frames.push(old);
+        // Correct key and fresh, but bound to node 2: misdirected.
+        let mut elsewhere = Vec::new();
+        let h = Header {
+            seq: u64::MAX - seq,
+            to: Receiver::Node(2),
+            ..h
+        };
+        frame::encode(&good_key, h, &payload, &mut elsewhere).unwrap();
+        frames.push(elsewhere);
     }
     let before = c.nodes[0].lock().transport_stats();
     let mut max_remote = 0.0f64;
@@ -384,7 +404,9 @@ async fn bad_packets_never_change_an_estimate() {
         max_remote > 500.0,
         "node 2's real demand is seen: {max_remote}"
     );
+    assert_eq!(after.unknown_key - before.unknown_key, 49);
     assert_eq!(after.forged - before.forged, 49);
+    assert_eq!(after.misdirected - before.misdirected, 49);
     assert_eq!(after.truncated - before.truncated, 49);
     assert_eq!(after.oversized - before.oversized, 49);
     assert_eq!(after.replayed - before.replayed, 49);

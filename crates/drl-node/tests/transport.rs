@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use drl_node::transport::fault::{FaultConfig, FaultyTransport};
-use drl_node::transport::frame::{self, Header};
+use drl_node::transport::frame::{self, Header, Receiver};
 use drl_node::transport::{ClusterKey, Transport, UdpTransport, channel};
 
 fn key() -> ClusterKey {
@@ -31,37 +31,35 @@ async fn bad_datagrams_are_dropped_and_counted() {
     let rx = bind("127.0.0.1", 1).await;
     let to = rx.local_addr();
     let raw = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let header = |seq: u64| Header {
+        channel: channel::GOSSIP,
+        sender: 2,
+        instance: 77,
+        seq,
+        to: Receiver::Node(1),
+    };
     let good = |seq: u64, payload: &[u8]| {
         let mut out = Vec::new();
-        frame::encode(
-            &key(),
-            Header {
-                channel: channel::GOSSIP,
-                sender: 2,
-                seq,
-            },
-            payload,
-            &mut out,
-        )
-        .unwrap();
+        frame::encode(&key().into(), header(seq), payload, &mut out).unwrap();
         out
     };
     let valid = good(10, b"valid");
     let mut forged = Vec::new();
     frame::encode(
-        &ClusterKey::new(b"some other key that is not ours").unwrap(),
-        Header {
-            channel: channel::GOSSIP,
-            sender: 2,
-            seq: 11,
-        },
+        &ClusterKey::new(b"some other key that is not ours")
+            .unwrap()
+            .into(),
+        header(11),
         b"forged",
         &mut forged,
     )
     .unwrap();
+    let mut tampered = good(11, b"tampered");
+    tampered[frame::OVERHEAD - frame::TAG_LEN] ^= 1;
     raw.send_to(&valid, to).await.unwrap();
     raw.send_to(&valid, to).await.unwrap(); // replay
-    raw.send_to(&forged, to).await.unwrap();
+    raw.send_to(&forged, to).await.unwrap(); // another cluster's key
+    raw.send_to(&tampered, to).await.unwrap();
     raw.send_to(&valid[..valid.len() - 3], to).await.unwrap(); // truncated
     raw.send_to(&[0u8; 1_500], to).await.unwrap(); // oversized
     raw.send_to(&good(9, b"older, still in window"), to)
@@ -90,10 +88,11 @@ async fn bad_datagrams_are_dropped_and_counted() {
     let s = rx.stats();
     assert_eq!(s.accepted, 3);
     assert_eq!(s.replayed, 1);
+    assert_eq!(s.unknown_key, 1);
     assert_eq!(s.forged, 1);
     assert_eq!(s.truncated, 1);
     assert_eq!(s.oversized, 1);
-    assert_eq!(s.rejected(), 4);
+    assert_eq!(s.rejected(), 5);
 }
 
 #[tokio::test]
@@ -125,7 +124,19 @@ async fn transports_talk_and_payload_bounds_hold() {
         drl_node::transport::MAX_PAYLOAD
     );
     assert_eq!(a.stats().sent, 2);
-    assert_eq!(a.stats().sent_bytes, (5 + 34 + 1_200) as u64);
+    // a has not heard from b: both frames are bound to b's IPv4 address.
+    let addr_overhead = frame::FIXED_LEN + 6 + frame::TAG_LEN;
+    assert_eq!(
+        a.stats().sent_bytes,
+        (5 + addr_overhead + drl_node::transport::MAX_PAYLOAD + addr_overhead) as u64
+    );
+    // Once a has heard from b, its frames are bound to b's node id.
+    let before = a.stats().sent_bytes;
+    b.send(a.local_addr(), 0, b"hi").await.unwrap();
+    assert_eq!(a.recv().await.unwrap().payload, b"hi");
+    a.send(b.local_addr(), 0, b"bound").await.unwrap();
+    assert_eq!(b.recv().await.unwrap().payload, b"bound");
+    assert_eq!(a.stats().sent_bytes - before, (5 + frame::OVERHEAD) as u64);
 }
 
 #[tokio::test]

@@ -9,8 +9,8 @@ use drl_core::{Algorithm, Nanos};
 use drl_store::LimitSpec;
 use serde::Deserialize;
 
-use crate::transport::ClusterKey;
 use crate::transport::fault::FaultConfig;
+use crate::transport::{ClusterKey, KeyRing};
 
 use super::OrbitError;
 
@@ -28,9 +28,12 @@ pub struct RingMember {
     pub addr: SocketAddr,
 }
 
-/// Where the shared cluster key (HMAC-SHA256, at least 16 bytes) comes
-/// from: exactly one of `file`, `env` or `inline`, e.g.
-/// `key: {file: cluster.key}` or `key: {env: DRL_CLUSTER_KEY}`.
+/// Where the shared cluster key (at least 16 bytes; frames are encrypted
+/// and authenticated with a key derived from it) comes from: exactly one of
+/// `file`, `env` or `inline` (the key frames are sent with, also accepted),
+/// plus any `previous_files` accepted on receive only during a key
+/// rotation, e.g. `key: {file: cluster.key}`, `key: {env: DRL_CLUSTER_KEY}`
+/// or `key: {file: new.key, previous_files: [old.key]}`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeySource {
@@ -44,6 +47,10 @@ pub struct KeySource {
     /// The key inline (tests only: it would end up in the config file).
     #[serde(default)]
     pub inline: Option<String>,
+    /// Files of further keys accepted on receive only (key rotation): each
+    /// at least 16 bytes, all distinct, at most 7.
+    #[serde(default)]
+    pub previous_files: Vec<PathBuf>,
 }
 
 impl KeySource {
@@ -71,7 +78,27 @@ impl KeySource {
         }
     }
 
-    /// Loads the key.
+    /// `self` with `files` accepted on receive only.
+    pub fn with_previous(mut self, files: Vec<PathBuf>) -> Self {
+        self.previous_files = files;
+        self
+    }
+
+    /// Loads every key: the send key ([`KeySource::load`]) and the
+    /// receive-only `previous_files`, checked (at least 16 bytes each, all
+    /// distinct). What the transport starts with, and what a reload passes
+    /// to [`crate::orbit::OrbitStore::set_keys`].
+    pub fn load_ring(&self) -> Result<KeyRing, OrbitError> {
+        let send = self.load()?;
+        let previous = self
+            .previous_files
+            .iter()
+            .map(|p| ClusterKey::from_file(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(KeyRing::new(send, previous)?)
+    }
+
+    /// Loads the send key.
     pub fn load(&self) -> Result<ClusterKey, OrbitError> {
         let k = match (&self.file, &self.env, &self.inline) {
             (Some(p), None, None) => ClusterKey::from_file(p),
@@ -90,13 +117,26 @@ impl KeySource {
         let n = usize::from(self.file.is_some())
             + usize::from(self.env.is_some())
             + usize::from(self.inline.is_some());
-        if n == 1 {
-            Ok(())
-        } else {
-            Err(OrbitError::Config(
+        if n != 1 {
+            return Err(OrbitError::Config(
                 "orbit.key needs exactly one of file, env, inline".into(),
-            ))
+            ));
         }
+        let prev = &self.previous_files;
+        if prev.len() >= crate::transport::keys::MAX_KEYS {
+            return Err(OrbitError::Config(
+                "orbit.key.previous_files: at most 7 files".into(),
+            ));
+        }
+        for (i, p) in prev.iter().enumerate() {
+            if prev[..i].contains(p) || self.file.as_ref() == Some(p) {
+                return Err(OrbitError::Config(format!(
+                    "orbit.key.previous_files: {} is given twice (or is also key.file)",
+                    p.display()
+                )));
+            }
+        }
+        Ok(())
     }
 }
 

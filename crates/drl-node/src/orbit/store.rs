@@ -137,8 +137,8 @@ impl OrbitStore {
     /// runtime.
     pub async fn start(config: OrbitConfig) -> Result<Self, OrbitError> {
         config.validate()?;
-        let key = config.key.load()?;
-        let udp = UdpTransport::bind(config.bind, config.node_id, key).await?;
+        let keys = config.key.load_ring()?;
+        let udp = UdpTransport::bind(config.bind, config.node_id, keys).await?;
         match config.fault.clone() {
             Some(f) => {
                 let t = FaultyTransport::new(udp, f);
@@ -164,6 +164,10 @@ impl OrbitStore {
                 transport.node_id(),
                 config.node_id
             )));
+        }
+        // Frames to ring members are bound to their ids from the first one.
+        for m in &config.ring {
+            transport.learn_peer(m.addr, m.id);
         }
         let now_i = Instant::now();
         let incarnation = SystemClock.now();
@@ -224,6 +228,14 @@ impl OrbitStore {
     /// The fault injector's handle, if `config.fault` was set.
     pub fn fault(&self) -> Option<&FaultHandle> {
         self.fault.as_ref()
+    }
+
+    /// Replaces the cluster keys at run time (key rotation): frames are sent
+    /// with `keys`' send key and accepted under any of its keys from the
+    /// next datagram on. A reload calls it with
+    /// [`crate::orbit::KeySource::load_ring`] of the new `orbit.key`.
+    pub fn set_keys(&self, keys: crate::transport::KeyRing) {
+        self.inner.transport.set_keys(keys);
     }
 
     /// The configuration.

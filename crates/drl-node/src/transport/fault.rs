@@ -20,7 +20,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Deserialize;
 
-use super::{Counters, Datagram, Transport, TransportError, TransportStats};
+use super::{Counters, Datagram, KeyRing, Transport, TransportError, TransportStats};
 
 /// Faults to inject (all off by default).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -255,5 +255,13 @@ impl<T: Transport> Transport for FaultyTransport<T> {
         let mut s = self.inner.stats();
         s.injected_drops += self.counters.snapshot().injected_drops;
         s
+    }
+
+    fn set_keys(&self, keys: KeyRing) {
+        self.inner.set_keys(keys);
+    }
+
+    fn learn_peer(&self, addr: SocketAddr, id: u32) {
+        self.inner.learn_peer(addr, id);
     }
 }

@@ -1,16 +1,23 @@
-//! Authenticated datagram transport shared by every cluster protocol
-//! (gossip, membership, and Orbit's ring messages).
+//! Encrypted, authenticated datagram transport shared by every cluster
+//! protocol (gossip, membership, and Orbit's ring messages).
 //!
 //! [`Transport`] sends and receives *authenticated payloads* on numbered
 //! channels ([`channel`]). [`UdpTransport`] is the real thing: every datagram
-//! is a [`frame`] (versioned header, HMAC-SHA256 tag, per-sender sequence
-//! number checked against a [`frame::ReplayWindow`]); anything forged,
-//! truncated, oversized or replayed is dropped and counted, never handed up.
+//! is a [`frame`] (versioned header, payload encrypted with
+//! XChaCha20-Poly1305 under a key derived from the cluster key
+//! ([`keys`]), the header as associated data, bound to its receiver, with a
+//! per-sender instance and sequence number checked by [`replay`]); anything
+//! forged, truncated, oversized, misdirected, sealed with an unknown key or
+//! replayed is dropped and counted, never handed up. The accepted keys can
+//! be replaced while the transport runs ([`Transport::set_keys`]), for key
+//! rotation.
 //! [`fault::FaultyTransport`] wraps any transport with seeded loss, delay and
 //! partitions for tests.
 
 pub mod fault;
 pub mod frame;
+pub mod keys;
+pub mod replay;
 mod udp;
 
 use std::net::SocketAddr;
@@ -18,7 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 
-pub use frame::{ClusterKey, KeyError, MAX_DATAGRAM, MAX_PAYLOAD, Reject};
+pub use frame::{MAX_DATAGRAM, MAX_PAYLOAD, Reject};
+pub use keys::{ClusterKey, KeyError, KeyId, KeyRing};
 pub use udp::UdpTransport;
 
 /// Channel numbers: which protocol a payload belongs to.
@@ -74,6 +82,12 @@ pub trait Transport: Send + Sync + 'static {
     fn node_id(&self) -> u32;
     /// Counters of the underlying socket.
     fn stats(&self) -> TransportStats;
+    /// Replaces the keys frames are sealed with and accepted under (key
+    /// rotation); takes effect for the next datagram sent or received.
+    fn set_keys(&self, keys: KeyRing);
+    /// Tells the transport that node `id` listens at `addr`, so that frames
+    /// to `addr` are bound to `id` from the first one on.
+    fn learn_peer(&self, addr: SocketAddr, id: u32);
 }
 
 /// Plain counters of a transport (also exported as `metrics` counters
@@ -89,6 +103,8 @@ pub struct Counters {
     oversized: AtomicU64,
     bad_version: AtomicU64,
     forged: AtomicU64,
+    unknown_key: AtomicU64,
+    misdirected: AtomicU64,
     replayed: AtomicU64,
     unknown_sender: AtomicU64,
     injected_drops: AtomicU64,
@@ -115,7 +131,13 @@ pub struct TransportStats {
     pub bad_version: u64,
     /// Dropped: tag did not verify.
     pub forged: u64,
-    /// Dropped: sequence number replayed or too old.
+    /// Dropped: sealed with a key id this node does not hold.
+    pub unknown_key: u64,
+    /// Dropped: authentic, but bound to another receiver (a frame captured
+    /// on its way to another node and replayed here).
+    pub misdirected: u64,
+    /// Dropped: sequence number replayed or too old, or an instance of the
+    /// sender that was superseded.
     pub replayed: u64,
     /// Dropped: too many distinct senders tracked already.
     pub unknown_sender: u64,
@@ -130,6 +152,8 @@ impl TransportStats {
             + self.oversized
             + self.bad_version
             + self.forged
+            + self.unknown_key
+            + self.misdirected
             + self.replayed
             + self.unknown_sender
     }
@@ -168,6 +192,8 @@ impl Counters {
             Reject::Oversized => &self.oversized,
             Reject::BadVersion => &self.bad_version,
             Reject::Forged => &self.forged,
+            Reject::UnknownKey => &self.unknown_key,
+            Reject::Misdirected => &self.misdirected,
             Reject::Replayed => &self.replayed,
             Reject::TooManySenders => &self.unknown_sender,
         };
@@ -196,6 +222,8 @@ impl Counters {
             oversized: g(&self.oversized),
             bad_version: g(&self.bad_version),
             forged: g(&self.forged),
+            unknown_key: g(&self.unknown_key),
+            misdirected: g(&self.misdirected),
             replayed: g(&self.replayed),
             unknown_sender: g(&self.unknown_sender),
             injected_drops: g(&self.injected_drops),

@@ -100,3 +100,40 @@ fn orbit_config_defaults_and_refusals() {
             .is_ok()
     );
 }
+
+/// `key.previous_files` (key rotation): parsed, checked for duplicates and
+/// count by `validate`, loaded into a key ring whose send key is `key.file`.
+#[test]
+fn previous_key_files_parse_validate_and_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let new = dir.path().join("new.key");
+    let old = dir.path().join("old.key");
+    std::fs::write(&new, "orbit new key, at least 32 bytes\n").unwrap();
+    std::fs::write(&old, "orbit old key, at least 32 bytes\n").unwrap();
+    let yaml = format!(
+        "node_id: 1\nbind: 127.0.0.1:0\nkey: {{file: {}, previous_files: [{}]}}\nring:\n  - {{id: 1, addr: 127.0.0.1:1}}\n",
+        new.display(),
+        old.display()
+    );
+    let mut c: OrbitConfig = serde_norway::from_str(&yaml).unwrap();
+    c.validate().unwrap();
+    assert_eq!(
+        c.key,
+        KeySource::file(&new).with_previous(vec![old.clone()])
+    );
+    let ring = c.key.load_ring().unwrap();
+    let id = |p: &std::path::Path| drl_node::transport::ClusterKey::from_file(p).unwrap().id();
+    assert_eq!(ring.ids(), vec![id(&new), id(&old)]);
+    c.key.previous_files = vec![old.clone(), old.clone()];
+    assert!(c.validate().unwrap_err().to_string().contains("twice"));
+    c.key.previous_files = vec![new.clone()];
+    assert!(c.validate().is_err(), "the send key again");
+    c.key.previous_files = vec![dir.path().join("missing.key")];
+    c.validate().unwrap();
+    let e = c.key.load_ring().unwrap_err().to_string();
+    assert!(e.contains("missing.key"), "{e}");
+    let bad: Result<OrbitConfig, _> = serde_norway::from_str(
+        "node_id: 1\nbind: 127.0.0.1:0\nkey: {file: a, previous: [b]}\nring: []\n",
+    );
+    assert!(bad.unwrap_err().to_string().contains("previous_files"));
+}

@@ -15,7 +15,7 @@ pub mod time;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use decision::{Decision, DenyReason};
-pub use keyed::{AtomicLimiter, KeyedConfig, KeyedLimiter, KeyedStats};
+pub use keyed::{AtomicLimiter, KeyBytes, KeyedConfig, KeyedLimiter, KeyedStats};
 pub use limiter::{Limiter, State};
 pub use multi::MultiLimiter;
 pub use quota::{Quota, QuotaError};

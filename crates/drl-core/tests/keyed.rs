@@ -125,6 +125,7 @@ fn memory_is_bounded_and_fresh_state_goes_first() {
         max_keys: 64,
         shards: 4,
         sweep_interval: 1,
+        ..KeyedConfig::default()
     };
     for alg in Algorithm::ALL {
         let keyed = KeyedLimiter::<u64>::new(MultiLimiter::uniform(alg, &[q]), cfg);
@@ -152,6 +153,7 @@ fn when_nothing_is_fresh_the_bound_still_holds_and_evictions_are_counted() {
         max_keys: 32,
         shards: 2,
         sweep_interval: 1,
+        ..KeyedConfig::default()
     };
     let keyed = KeyedLimiter::<u64>::new(MultiLimiter::uniform(Algorithm::Gcra, &[q]), cfg);
     for k in 0..1_000u64 {
@@ -194,9 +196,107 @@ fn entries_are_compact_and_the_slot_kind_follows_the_algorithm() {
         // A u64 key and a 16-byte-aligned 128-bit cell, or a u64 key and a
         // mutex over a boxed slice: 32 bytes, no enum tag.
         assert_eq!(k.entry_bytes(), 32, "{algorithm:?}");
+        // A String key (24 bytes, padded to the cell's 16-byte alignment):
+        // 48 bytes, as docs/config.md and docs/semantics.md state.
+        let s: KeyedLimiter<String> =
+            KeyedLimiter::new(MultiLimiter::uniform(algorithm, &[q]), big());
+        assert_eq!(s.entry_bytes(), 48, "{algorithm:?}");
     }
     // Two quotas never take the cell, even for GCRA.
     let two: KeyedLimiter<u64> =
         KeyedLimiter::new(MultiLimiter::uniform(Algorithm::Gcra, &[q, q]), big());
     assert!(!two.is_lock_free());
+}
+
+/// Issue 14, defect 1: the bound counted keys, not bytes. 4 KiB keys under
+/// a 64-key bound held 64 x 4 KiB; the byte budget now caps what long
+/// keys hold (keys x (entry + key bytes) <= max_bytes), evicting as the key
+/// bound does, and counts live evictions.
+#[test]
+fn long_keys_are_bounded_by_the_byte_budget() {
+    let q = Quota::new(1, u64::MAX / 4).unwrap();
+    for alg in [Algorithm::Gcra, Algorithm::FixedWindow] {
+        let cfg = KeyedConfig {
+            max_keys: 1_000,
+            max_bytes: 64 * 1024,
+            shards: 4,
+            sweep_interval: 1,
+        };
+        let keyed = KeyedLimiter::<String>::new(MultiLimiter::uniform(alg, &[q]), cfg);
+        let per_key = keyed.entry_bytes() + 4096;
+        for i in 0..2_000u64 {
+            let key = format!("{i:04096}");
+            assert!(keyed.decide(key.as_str(), 5, 1).allowed);
+            let st = keyed.stats();
+            assert!(st.bytes <= 64 * 1024, "{alg}: {st:?}");
+            assert_eq!(st.bytes, st.keys * per_key, "{alg}: {st:?}");
+        }
+        let st = keyed.stats();
+        // Each of 4 shards holds at most 16 KiB: 3 keys of 4,144 bytes.
+        assert!(st.keys <= 12 && st.keys >= 4, "{alg}: {st:?}");
+        // Nothing was fresh (the window never ends): every eviction was live.
+        assert_eq!(st.evicted_live, 2_000 - st.keys as u64, "{alg}: {st:?}");
+        // The last key is still limited.
+        let last = format!("{:04096}", 1_999);
+        assert!(!keyed.decide(last.as_str(), 6, 1).allowed, "{alg}");
+    }
+}
+
+/// Short keys never hit the default byte budget before the key bound, and
+/// the bytes counted are exactly entry + key per held key.
+#[test]
+fn the_byte_count_is_entry_plus_key_per_held_key() {
+    let q = Quota::new(5, 1_000).unwrap();
+    let keyed = KeyedLimiter::<String>::new(MultiLimiter::uniform(Algorithm::Gcra, &[q]), big());
+    let keys: Vec<String> = (0..500).map(|i| "k".repeat(1 + i % 90)).collect();
+    let mut held = std::collections::HashSet::new();
+    for k in &keys {
+        keyed.decide(k.as_str(), 10, 1);
+        held.insert(k.clone());
+    }
+    let want: usize = held.iter().map(|k| keyed.entry_bytes() + k.len()).sum();
+    assert_eq!(keyed.stats().bytes, want);
+    assert_eq!(keyed.stats().keys, held.len());
+    // Every state is fresh long after: a sweep returns every byte.
+    keyed.sweep(1_000_000_000);
+    assert_eq!((keyed.stats().keys, keyed.stats().bytes), (0, 0));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever the keys' lengths, times and costs: the keys held never
+    /// exceed max_keys, the bytes never exceed max_bytes (unless a single
+    /// key alone is larger than a shard's share), the byte count always
+    /// equals entry + key bytes per held key, and a sweep far in the
+    /// future returns every byte.
+    #[test]
+    fn keys_and_bytes_stay_within_their_bounds(
+        alg in prop::sample::select(Algorithm::ALL.to_vec()),
+        max_keys in 1usize..40,
+        max_bytes in 64usize..4_000,
+        shards in prop::sample::select(vec![1usize, 2, 4]),
+        steps in prop::collection::vec((0u64..50, 0u32..60, 0usize..300, 0u64..3), 1..300),
+    ) {
+        let q = Quota::with_burst(2, 100, 3).unwrap();
+        let cfg = KeyedConfig { max_keys, max_bytes, shards, sweep_interval: 20 };
+        let keyed = KeyedLimiter::<String>::new(MultiLimiter::uniform(alg, &[q]), cfg);
+        let entry = keyed.entry_bytes();
+        let share = max_bytes.div_ceil(shards);
+        let mut t = 1;
+        let mut longest = 0;
+        for (dt, k, len, cost) in steps {
+            t += dt;
+            let key = format!("{k:0len$}");
+            longest = longest.max(entry + key.len());
+            keyed.decide(key.as_str(), t, cost);
+            let st = keyed.stats();
+            prop_assert!(st.keys <= max_keys.div_ceil(shards) * shards, "{:?}", st);
+            // A shard over its share holds exactly one key.
+            prop_assert!(st.bytes <= shards * share.max(longest), "{:?}", st);
+        }
+        keyed.sweep(u64::MAX / 2);
+        let st = keyed.stats();
+        prop_assert_eq!((st.keys, st.bytes), (0, 0));
+    }
 }

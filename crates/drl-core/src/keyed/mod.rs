@@ -7,14 +7,20 @@
 //! leaky meter and GCRA then decide lock-free on a 128-bit cell
 //! ([`cell`]); other algorithms and multi-quota limits take a per-key mutex.
 //! A limiter's table holds one kind of slot only, so an entry of a `u64` key
-//! and a cell is 32 bytes ([`KeyedLimiter::entry_bytes`]).
+//! and a cell is 32 bytes, of a `String` key and a cell 48 bytes
+//! ([`KeyedLimiter::entry_bytes`]).
 //!
-//! **The bound.** At most `max_keys` keys are held (each shard holds at most
-//! its share). When a shard is full and a new key arrives, it first drops
+//! **The bound.** At most `max_keys` keys are held, and the entries count at
+//! most `max_bytes` bytes: each entry counts [`KeyedLimiter::entry_bytes`]
+//! plus what its key owns on the heap ([`KeyBytes`]; a `String`'s capacity).
+//! Each shard holds at most its share of both. When a new key does not fit
+//! its shard (too many keys, or too many bytes), the shard first drops
 //! every fresh state in the shard (at most once per `sweep_interval` of
 //! `now`), since a fresh state decides exactly as a missing one. If nothing
 //! fresh is left, it evicts, among a sample of [`EVICTION_SAMPLE`] entries,
-//! the one nearest to fresh (smallest `reset_after`). That key then starts
+//! the one nearest to fresh (smallest `reset_after`), until the new key
+//! fits (a key larger than a shard's byte share is still held, alone; the
+//! service bounds key length before it gets here). That key then starts
 //! over from a fresh state: it may be admitted up to what its evicted state
 //! was still holding back. Such evictions are counted as `evicted_live` in
 //! [`KeyedStats`]; size `max_keys` so that it stays at zero.
@@ -42,11 +48,60 @@ use table::Table;
 /// How many entries a full shard with no fresh state looks at to choose a victim.
 pub const EVICTION_SAMPLE: usize = 16;
 
+/// Bytes per key that the default byte budget allows (`max_bytes` =
+/// `max_keys` x this): a 48-byte entry (a `String` key and a cell) and a
+/// key of up to 80 bytes.
+pub const DEFAULT_BYTES_PER_KEY: usize = 128;
+
+/// What a key owns on the heap, counted against
+/// [`KeyedConfig::max_bytes`] on top of the entry itself.
+pub trait KeyBytes {
+    /// Heap bytes this key owns (0 for plain values).
+    fn heap_bytes(&self) -> usize;
+}
+
+impl KeyBytes for String {
+    #[inline]
+    fn heap_bytes(&self) -> usize {
+        self.capacity()
+    }
+}
+
+impl KeyBytes for Box<str> {
+    #[inline]
+    fn heap_bytes(&self) -> usize {
+        self.len()
+    }
+}
+
+impl KeyBytes for Vec<u8> {
+    #[inline]
+    fn heap_bytes(&self) -> usize {
+        self.capacity()
+    }
+}
+
+macro_rules! plain_keys {
+    ($($t:ty),*) => {$(
+        impl KeyBytes for $t {
+            #[inline]
+            fn heap_bytes(&self) -> usize {
+                0
+            }
+        }
+    )*};
+}
+plain_keys!(u8, u16, u32, u64, u128, usize, i32, i64, (u64, u64));
+
 /// Bounds and layout of a [`KeyedLimiter`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyedConfig {
     /// The most keys held at once (default 1,000,000).
     pub max_keys: usize,
+    /// The most bytes held at once: [`KeyedLimiter::entry_bytes`] per key
+    /// plus each key's [`KeyBytes::heap_bytes`] (default 128,000,000:
+    /// 1,000,000 x [`DEFAULT_BYTES_PER_KEY`]).
+    pub max_bytes: usize,
     /// Number of shards (default 64; rounded up to a power of two).
     pub shards: usize,
     /// The least time between two fresh-state sweeps of one full shard
@@ -58,6 +113,7 @@ impl Default for KeyedConfig {
     fn default() -> Self {
         Self {
             max_keys: 1_000_000,
+            max_bytes: 1_000_000 * DEFAULT_BYTES_PER_KEY,
             shards: 64,
             sweep_interval: crate::time::SECOND,
         }
@@ -69,9 +125,12 @@ impl Default for KeyedConfig {
 pub struct KeyedStats {
     /// Keys held now.
     pub keys: usize,
+    /// Bytes held now, as counted against `max_bytes`.
+    pub bytes: usize,
     /// Fresh states dropped (no effect on decisions).
     pub evicted_fresh: u64,
-    /// Live states evicted because the bound was hit with nothing fresh.
+    /// Live states evicted because a bound (keys or bytes) was hit with
+    /// nothing fresh.
     pub evicted_live: u64,
 }
 
@@ -112,11 +171,12 @@ impl<K> std::fmt::Debug for KeyedLimiter<K> {
     }
 }
 
-impl<K: Hash + Eq + Clone + Send + Sync> KeyedLimiter<K> {
+impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes> KeyedLimiter<K> {
     /// A keyed limiter deciding with `limiter`, bounded by `config`.
     pub fn new(limiter: MultiLimiter, config: KeyedConfig) -> Self {
         let config = KeyedConfig {
             max_keys: config.max_keys.max(1),
+            max_bytes: config.max_bytes.max(1),
             shards: config.shards.clamp(1, 1 << 16).next_power_of_two(),
             ..config
         };
@@ -196,10 +256,14 @@ impl<K: Hash + Eq + Clone + Send + Sync> KeyedLimiter<K> {
 
     /// Counters.
     pub fn stats(&self) -> KeyedStats {
-        with_table!(self, |t, _ctx| KeyedStats {
-            keys: t.len(),
-            evicted_fresh: t.evicted_fresh.load(Ordering::Relaxed),
-            evicted_live: t.evicted_live.load(Ordering::Relaxed),
+        with_table!(self, |t, _ctx| {
+            let (keys, bytes) = t.usage();
+            KeyedStats {
+                keys,
+                bytes,
+                evicted_fresh: t.evicted_fresh.load(Ordering::Relaxed),
+                evicted_live: t.evicted_live.load(Ordering::Relaxed),
+            }
         })
     }
 

@@ -3,7 +3,9 @@
 //!
 //! Keys are spread over shards, each a `RwLock<HashTable>`; one hash of the
 //! key picks the shard (high bits) and the bucket. A decision on a known key
-//! takes the shard's read lock only.
+//! takes the shard's read lock only. Each shard also counts the bytes its
+//! entries take ([`Table::ENTRY_BYTES`] plus what each key owns on the
+//! heap, [`KeyBytes`]), under the same write lock that inserts and removes.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -13,7 +15,7 @@ use hashbrown::HashTable;
 use parking_lot::RwLock;
 
 use super::slot::Slot;
-use super::{EVICTION_SAMPLE, KeyedConfig};
+use super::{EVICTION_SAMPLE, KeyBytes, KeyedConfig};
 use crate::decision::Decision;
 use crate::limiter::State;
 use crate::time::Nanos;
@@ -38,16 +40,25 @@ struct Entry<K, S> {
     slot: S,
 }
 
+/// One shard's entries and the bytes they take.
+struct ShardMap<K, S> {
+    table: HashTable<Entry<K, S>>,
+    /// Sum of [`Table::bytes_of`] over the entries.
+    bytes: usize,
+}
+
 struct Shard<K, S> {
-    map: RwLock<HashTable<Entry<K, S>>>,
+    map: RwLock<ShardMap<K, S>>,
     last_sweep: AtomicU64,
 }
 
-/// Sharded per-key slots with a bound on the number of keys.
+/// Sharded per-key slots with a bound on the number of keys and on the
+/// bytes they take.
 pub(crate) struct Table<K, S> {
     shards: Box<[Shard<K, S>]>,
     mask: u64,
     per_shard: usize,
+    per_shard_bytes: usize,
     sweep_interval: Nanos,
     hasher: Hasher,
     /// Fresh states dropped (no effect on decisions).
@@ -56,7 +67,7 @@ pub(crate) struct Table<K, S> {
     pub evicted_live: AtomicU64,
 }
 
-impl<K: Hash + Eq + Clone + Send + Sync, S: Slot> Table<K, S> {
+impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
     /// An empty table; `config.shards` must be a power of two and
     /// `config.max_keys` at least 1.
     pub fn new(config: &KeyedConfig) -> Self {
@@ -65,12 +76,16 @@ impl<K: Hash + Eq + Clone + Send + Sync, S: Slot> Table<K, S> {
         Self {
             shards: (0..n)
                 .map(|_| Shard {
-                    map: RwLock::new(HashTable::new()),
+                    map: RwLock::new(ShardMap {
+                        table: HashTable::new(),
+                        bytes: 0,
+                    }),
                     last_sweep: AtomicU64::new(0),
                 })
                 .collect(),
             mask: (n - 1) as u64,
             per_shard: config.max_keys.div_ceil(n),
+            per_shard_bytes: config.max_bytes.div_ceil(n),
             sweep_interval: config.sweep_interval,
             hasher: Hasher::default(),
             evicted_fresh: AtomicU64::new(0),
@@ -97,7 +112,7 @@ impl<K: Hash + Eq + Clone + Send + Sync, S: Slot> Table<K, S> {
         let eq = |e: &Entry<K, S>| e.key.borrow() == key;
         {
             let map = shard.map.read();
-            if let Some(e) = map.find(hash, eq) {
+            if let Some(e) = map.table.find(hash, eq) {
                 return e.slot.decide(ctx, now, cost);
             }
         }
@@ -126,52 +141,72 @@ impl<K: Hash + Eq + Clone + Send + Sync, S: Slot> Table<K, S> {
         if !d.allowed || cost == 0 {
             return d;
         }
+        // The owned key is made before taking the write lock (an allocation
+        // for a String key); it is dropped unused in the rare case that
+        // another thread inserted the key meanwhile.
+        let owned: K = key.to_owned();
+        let need = Self::bytes_of(&owned);
         let eq = |e: &Entry<K, S>| e.key.borrow() == key;
         let mut map = shard.map.write();
-        if let Some(e) = map.find(hash, eq) {
+        if let Some(e) = map.table.find(hash, eq) {
             // Someone inserted it meanwhile: decide on the real state.
             return e.slot.decide(ctx, now, cost);
         }
-        if map.len() >= self.per_shard {
-            self.make_room(ctx, shard, &mut map, now);
+        if self.is_full(&map, need) {
+            self.make_room(ctx, shard, &mut map, now, need);
         }
-        let entry = Entry {
-            key: key.to_owned(),
-            slot,
-        };
-        map.insert_unique(hash, entry, |e| self.hasher.hash_one(&e.key));
+        map.bytes += need;
+        let entry = Entry { key: owned, slot };
+        map.table
+            .insert_unique(hash, entry, |e| self.hasher.hash_one(&e.key));
         d
     }
 
+    /// Bytes an entry holding `key` counts against the budget: the entry
+    /// itself and what the key owns on the heap.
+    #[inline]
+    fn bytes_of(key: &K) -> usize {
+        Self::ENTRY_BYTES + key.heap_bytes()
+    }
+
+    /// True if a new entry of `need` bytes does not fit the shard.
+    #[inline]
+    fn is_full(&self, map: &ShardMap<K, S>, need: usize) -> bool {
+        map.table.len() >= self.per_shard || map.bytes.saturating_add(need) > self.per_shard_bytes
+    }
+
+    /// Makes room for an entry of `need` bytes: drops every fresh state
+    /// (at most once per `sweep_interval`), then evicts the entry nearest
+    /// to fresh among a sample until the entry fits (or the shard is
+    /// empty: one entry larger than a shard's budget is still held).
     fn make_room(
         &self,
         ctx: &S::Ctx,
         shard: &Shard<K, S>,
-        map: &mut HashTable<Entry<K, S>>,
+        map: &mut ShardMap<K, S>,
         now: Nanos,
+        need: usize,
     ) {
         let last = shard.last_sweep.load(Ordering::Relaxed);
         if now >= last.saturating_add(self.sweep_interval) || last == 0 {
             shard.last_sweep.store(now.max(1), Ordering::Relaxed);
-            let before = map.len();
-            map.retain(|e| !e.slot.is_fresh(ctx, now));
-            let dropped = before - map.len();
+            let dropped = Self::drop_fresh(ctx, map, now);
             self.evicted_fresh
                 .fetch_add(dropped as u64, Ordering::Relaxed);
-            if map.len() < self.per_shard {
-                return;
-            }
         }
-        let victim = map
-            .iter()
-            .take(EVICTION_SAMPLE)
-            .map(|e| (e.slot.reset_after(ctx, now), &e.key))
-            .min_by_key(|(r, _)| *r)
-            .map(|(r, k)| (r, k.clone()));
-        if let Some((reset, k)) = victim {
+        while self.is_full(map, need) && !map.table.is_empty() {
+            let victim = map
+                .table
+                .iter()
+                .take(EVICTION_SAMPLE)
+                .map(|e| (e.slot.reset_after(ctx, now), &e.key))
+                .min_by_key(|(r, _)| *r)
+                .map(|(r, k)| (r, k.clone()));
+            let Some((reset, k)) = victim else { break };
             let hash = self.hasher.hash_one(&k);
-            if let Ok(e) = map.find_entry(hash, |e| e.key == k) {
-                e.remove();
+            if let Ok(e) = map.table.find_entry(hash, |e| e.key == k) {
+                let (gone, _) = e.remove();
+                map.bytes -= Self::bytes_of(&gone.key);
             }
             let counter = if reset == 0 {
                 &self.evicted_fresh
@@ -182,14 +217,26 @@ impl<K: Hash + Eq + Clone + Send + Sync, S: Slot> Table<K, S> {
         }
     }
 
+    /// Drops every fresh state of one shard; returns how many.
+    fn drop_fresh(ctx: &S::Ctx, map: &mut ShardMap<K, S>, now: Nanos) -> usize {
+        let before = map.table.len();
+        let mut freed = 0;
+        map.table.retain(|e| {
+            let fresh = e.slot.is_fresh(ctx, now);
+            if fresh {
+                freed += Self::bytes_of(&e.key);
+            }
+            !fresh
+        });
+        map.bytes -= freed;
+        before - map.table.len()
+    }
+
     /// Drops every fresh state; returns how many.
     pub fn sweep(&self, ctx: &S::Ctx, now: Nanos) -> usize {
         let mut dropped = 0;
         for shard in self.shards.iter() {
-            let mut map = shard.map.write();
-            let before = map.len();
-            map.retain(|e| !e.slot.is_fresh(ctx, now));
-            dropped += before - map.len();
+            dropped += Self::drop_fresh(ctx, &mut shard.map.write(), now);
         }
         self.evicted_fresh
             .fetch_add(dropped as u64, Ordering::Relaxed);
@@ -198,7 +245,16 @@ impl<K: Hash + Eq + Clone + Send + Sync, S: Slot> Table<K, S> {
 
     /// Keys currently held.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.map.read().len()).sum()
+        self.shards.iter().map(|s| s.map.read().table.len()).sum()
+    }
+
+    /// Keys held and the bytes they count against the budget, read shard
+    /// by shard.
+    pub fn usage(&self) -> (usize, usize) {
+        self.shards.iter().fold((0, 0), |(n, b), s| {
+            let m = s.map.read();
+            (n + m.table.len(), b + m.bytes)
+        })
     }
 
     /// A copy of `key`'s states (`None` if not held).
@@ -209,7 +265,12 @@ impl<K: Hash + Eq + Clone + Send + Sync, S: Slot> Table<K, S> {
     {
         let (hash, shard) = self.shard(key);
         let map = shard.map.read();
-        Some(map.find(hash, |e| e.key.borrow() == key)?.slot.states(ctx))
+        Some(
+            map.table
+                .find(hash, |e| e.key.borrow() == key)?
+                .slot
+                .states(ctx),
+        )
     }
 
     /// Bytes one entry takes in a shard's table (key and slot).

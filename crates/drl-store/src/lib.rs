@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use drl_core::{Decision, Nanos};
 
 pub use memory::MemoryStore;
-pub use redis_store::{Engine, RedisConfig, RedisStore, TimeSource};
+pub use redis_store::{Engine, RedisConfig, RedisStore, RedisTls, TimeSource};
 pub use resilient::{
     BreakerConfig, BreakerState, FailurePolicy, OnStoreError, ResilienceConfig, Resilient,
 };

@@ -53,7 +53,7 @@ async fn missing_module_is_a_clear_error_and_the_policy_applies() {
         now: 0,
     };
     let e = store.decide(c).await.unwrap_err();
-    assert_clear(&e, &format!("redis://127.0.0.1:{}", server.port));
+    assert_clear(&e, &format!("redis://:***@127.0.0.1:{}", server.port));
     assert!(!e.to_string().contains("secret"), "password leaked: {e}");
     // Every call says so again (nothing was written, no Lua fallback).
     let e = store.decide_many(&[c, c]).await;

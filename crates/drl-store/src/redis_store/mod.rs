@@ -21,9 +21,13 @@
 //! See `docs/redis.md` for the configuration and the arithmetic.
 
 pub(crate) mod batch;
+pub(crate) mod credentials;
+pub(crate) mod errors;
 pub(crate) mod module;
 pub(crate) mod script;
+pub mod tls;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -34,10 +38,12 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, IntoConnectionInfo, RedisError, ServerErrorKind, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::{Check, LimitSpec, Store, StoreError};
+use credentials::{Credentials, redact};
+pub use tls::RedisTls;
 
 /// Where `now` comes from for decisions made in Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -68,15 +74,28 @@ pub enum Engine {
 
 /// How to reach Redis, as written under `scope: redis` in the config.
 ///
-/// Exactly one of `url` and `cluster` must be given.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Exactly one of `url` and `cluster` must be given. `Debug` shows URLs
+/// with their password replaced by `***` (see [`RedisConfig::redacted`]).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
-    /// A single Redis server: `redis://[user:pass@]host:port[/db]`.
+    /// A single Redis server: `redis://[user:pass@]host:port[/db]`, or
+    /// `rediss://...` for TLS.
     pub url: Option<String>,
-    /// Redis Cluster: some of its nodes (`redis://host:port`); the rest of
-    /// the topology is discovered, and MOVED/ASK and failovers are followed.
+    /// Redis Cluster: some of its nodes (`redis://host:port`, or all
+    /// `rediss://` for TLS); the rest of the topology is discovered, and
+    /// MOVED/ASK and failovers are followed.
     pub cluster: Vec<String>,
+    /// TLS settings for `rediss://` URLs: a private CA, a client
+    /// certificate. Refused with `redis://` URLs.
+    pub tls: Option<RedisTls>,
+    /// An ACL user to authenticate as (with `password_file`), instead of a
+    /// user name in the URL.
+    pub username: Option<String>,
+    /// A file holding the password (whole content, trimmed; must not be
+    /// empty), instead of a password in the URL. Read at config load and at
+    /// connect; a changed password needs a restart.
+    pub password_file: Option<PathBuf>,
     /// Where `now` comes from (default `redis`).
     pub time: TimeSource,
     /// What decides: `lua` scripts (default) or the native `module`.
@@ -118,6 +137,9 @@ impl Default for RedisConfig {
         Self {
             url: None,
             cluster: Vec::new(),
+            tls: None,
+            username: None,
+            password_file: None,
             time: TimeSource::Redis,
             engine: Engine::Lua,
             key_prefix: "drl:".to_string(),
@@ -162,7 +184,38 @@ impl RedisConfig {
         }
     }
 
-    /// Checks the config without connecting.
+    /// The server URLs: `url`, or the `cluster` nodes.
+    fn urls(&self) -> impl Iterator<Item = &str> {
+        self.url
+            .iter()
+            .chain(self.cluster.iter())
+            .map(String::as_str)
+    }
+
+    /// True if the URLs are `rediss://` (TLS).
+    pub fn uses_tls(&self) -> bool {
+        self.urls().next().is_some_and(tls::is_tls_url)
+    }
+
+    /// The server (or cluster) as named in logs and errors: URLs with
+    /// passwords replaced by `***`.
+    pub fn redacted(&self) -> String {
+        match &self.url {
+            Some(url) => redact(url),
+            None => format!(
+                "the cluster of {}",
+                self.cluster
+                    .iter()
+                    .map(|u| redact(u))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
+    /// Checks the config without connecting. Reads the files it names
+    /// (`tls.*`, `password_file`): a missing, unreadable or malformed one is
+    /// an error naming it.
     pub fn validate(&self) -> Result<(), StoreError> {
         let invalid = |s: &str| Err(StoreError::Invalid(format!("redis config: {s}")));
         match (&self.url, self.cluster.is_empty()) {
@@ -170,6 +223,24 @@ impl RedisConfig {
             (None, true) => return invalid("missing `url` (one server) or `cluster` (node list)"),
             _ => {}
         }
+        let tls_urls = self.urls().filter(|u| tls::is_tls_url(u)).count();
+        if tls_urls != 0 && tls_urls != self.urls().count() {
+            return invalid(
+                "`cluster` mixes rediss:// (TLS) and redis:// (plain) nodes: use one scheme \
+                 for every node",
+            );
+        }
+        if let Some(t) = &self.tls {
+            if tls_urls == 0 {
+                return Err(StoreError::Invalid(format!(
+                    "redis config: `tls:` needs rediss:// URLs, but {} is plain TCP: write \
+                     rediss://host:port (the port of Redis's `tls-port`)",
+                    redact(self.urls().next().unwrap_or_default())
+                )));
+            }
+            t.validate()?;
+        }
+        self.credentials()?;
         if self.key_prefix.contains(['{', '}']) {
             return invalid(
                 "`key_prefix` must not contain `{` or `}` (they would break the hash tag)",
@@ -182,6 +253,71 @@ impl RedisConfig {
             return invalid("`batch_max` and `batch_in_flight` must be at least 1");
         }
         Ok(())
+    }
+
+    /// The user name and password beyond what the URLs say, with the
+    /// password file read. Refuses a password (or user name) given twice,
+    /// and a user name without a password.
+    fn credentials(&self) -> Result<Credentials, StoreError> {
+        let invalid = |s: &str| Err(StoreError::Invalid(format!("redis config: {s}")));
+        let in_url = |pick: fn((Option<&str>, Option<&str>)) -> bool| {
+            self.urls().any(|u| pick(credentials::url_userinfo(u)))
+        };
+        let url_user = in_url(|(u, _)| u.is_some());
+        let url_password = in_url(|(_, p)| p.is_some());
+        if let Some(u) = &self.username {
+            if u.is_empty() || u.contains(char::is_whitespace) {
+                return invalid("`username` must be a non-empty name without spaces");
+            }
+            if url_user {
+                return invalid(
+                    "the user name is given twice: in the URL and in `username`; keep one",
+                );
+            }
+            if self.password_file.is_none() && !url_password {
+                return invalid("`username` needs a password: set `password_file`");
+            }
+        }
+        let password = match &self.password_file {
+            Some(path) => {
+                if url_password {
+                    return invalid(
+                        "the password is given twice: in the URL and in `password_file`; keep one \
+                         (the file keeps it out of the config)",
+                    );
+                }
+                Some(credentials::read_password_file(path)?)
+            }
+            None => None,
+        };
+        Ok(Credentials {
+            username: self.username.clone(),
+            password,
+        })
+    }
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &self.url.as_deref().map(redact))
+            .field(
+                "cluster",
+                &self.cluster.iter().map(|u| redact(u)).collect::<Vec<_>>(),
+            )
+            .field("tls", &self.tls)
+            .field("username", &self.username)
+            .field("password_file", &self.password_file)
+            .field("time", &self.time)
+            .field("engine", &self.engine)
+            .field("key_prefix", &self.key_prefix)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("response_timeout_ms", &self.response_timeout_ms)
+            .field("expiry_grace_ms", &self.expiry_grace_ms)
+            .field("fast_path", &self.fast_path)
+            .field("batch_max", &self.batch_max)
+            .field("batch_in_flight", &self.batch_in_flight)
+            .finish()
     }
 }
 
@@ -224,7 +360,7 @@ pub(crate) fn backend(e: RedisError) -> StoreError {
     if e.is_timeout() {
         StoreError::Timeout(0)
     } else {
-        StoreError::Backend(e.to_string())
+        StoreError::Backend(errors::describe(&e))
     }
 }
 
@@ -239,16 +375,59 @@ impl RedisStore {
     ///
     /// A single server is connected lazily: this returns at once even if
     /// Redis is down (decisions fail, and the failure policy applies, until
-    /// it is up; the connection is re-established automatically). A cluster
-    /// needs one reachable node to learn the topology, so this fails if none
-    /// answers within `connect_timeout_ms`.
+    /// it is up; the connection is re-established automatically). A first
+    /// connection is tried at once in the background, and its outcome
+    /// logged in one line: an error naming the fix for a TLS or credential
+    /// problem (wrong CA, missing client certificate, wrong password), a
+    /// warning for an unreachable server. A cluster needs one reachable
+    /// node to learn the topology, so this fails if none answers within
+    /// `connect_timeout_ms` (with the same explanations).
+    ///
+    /// The config's files (`tls.*`, `password_file`) are read here; with
+    /// `rediss://` URLs rustls's ring provider is installed as the process
+    /// default if none is (see [`tls::install_crypto_provider`]).
     pub async fn connect(config: &RedisConfig) -> Result<RedisStore, StoreError> {
         config.validate()?;
+        let creds = config.credentials()?;
+        if let Some(path) = &config.password_file
+            && credentials::world_readable(path)
+        {
+            tracing::warn!(
+                file = %path.display(),
+                "the Redis password file is readable by every user: chmod 600 (or 640 for a \
+                 group) it"
+            );
+        }
+        let certs = match (&config.tls, config.uses_tls()) {
+            (Some(t), true) => Some(t.certificates()?),
+            _ => None,
+        };
+        if config.uses_tls() {
+            tls::install_crypto_provider();
+        }
         let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
         let response_timeout = Duration::from_millis(config.response_timeout_ms);
-        let bad_url = |e: RedisError| StoreError::Invalid(format!("redis config: {e}"));
+        let server = config.redacted();
+        let bad_url = |e: RedisError| {
+            StoreError::Invalid(format!("redis config: {server}: {}", errors::describe(&e)))
+        };
         let conn = if let Some(url) = &config.url {
-            let client = redis::Client::open(url.as_str()).map_err(bad_url)?;
+            let mut info = url.as_str().into_connection_info().map_err(bad_url)?;
+            if !creds.is_empty() {
+                let mut settings = info.redis_settings().clone();
+                if let Some(u) = &creds.username {
+                    settings = settings.set_username(u);
+                }
+                if let Some(p) = &creds.password {
+                    settings = settings.set_password(p);
+                }
+                info = info.set_redis_settings(settings);
+            }
+            let client = match certs {
+                Some(certs) => redis::Client::build_with_tls(info, certs),
+                None => redis::Client::open(info),
+            }
+            .map_err(bad_url)?;
             let cfg = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(connect_timeout))
                 .set_response_timeout(Some(response_timeout))
@@ -257,33 +436,34 @@ impl RedisStore {
                 .set_max_delay(Duration::from_millis(200));
             Conn::Single(ConnectionManager::new_lazy_with_config(client, cfg).map_err(bad_url)?)
         } else {
-            let client = ClusterClientBuilder::new(config.cluster.iter().map(String::as_str))
+            let mut builder = ClusterClientBuilder::new(config.cluster.iter().map(String::as_str))
                 .connection_timeout(connect_timeout)
                 .response_timeout(response_timeout)
                 .retries(4)
                 .min_retry_wait(5)
-                .max_retry_wait(100)
-                .build()
-                .map_err(bad_url)?;
+                .max_retry_wait(100);
+            if let Some(u) = &creds.username {
+                builder = builder.username(u);
+            }
+            if let Some(p) = &creds.password {
+                builder = builder.password(p);
+            }
+            if let Some(certs) = certs {
+                builder = builder.certs(certs);
+            }
+            let client = builder.build().map_err(bad_url)?;
             let conn = tokio::time::timeout(connect_timeout, client.get_async_connection())
                 .await
-                .map_err(|_| StoreError::Timeout(config.connect_timeout_ms))?
-                .map_err(backend)?;
+                .map_err(|_| {
+                    StoreError::Backend(format!(
+                        "{server}: no node answered within {} ms (connect_timeout_ms)",
+                        config.connect_timeout_ms
+                    ))
+                })?
+                .map_err(|e| StoreError::Backend(format!("{server}: {}", errors::describe(&e))))?;
             Conn::Cluster(conn)
         };
         let shas = script::SCRIPTS.map(|s| redis::Script::new(s).get_hash().to_string());
-        let server = match &config.url {
-            Some(url) => module::redact(url),
-            None => format!(
-                "the cluster of {}",
-                config
-                    .cluster
-                    .iter()
-                    .map(|u| module::redact(u))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
         let shared = Arc::new(batch::Shared {
             conn,
             shas,
@@ -299,6 +479,13 @@ impl RedisStore {
         // first decision.
         if config.engine == Engine::Module && matches!(shared.conn, Conn::Cluster(_)) {
             shared.ensure_module().await?;
+        }
+        if let Conn::Single(_) = shared.conn {
+            probe(
+                shared.conn.clone(),
+                shared.server.clone(),
+                config.uses_tls(),
+            );
         }
         let batcher = batch::Batcher::start(shared.clone(), config.batch_max, config.in_flight());
         Ok(RedisStore {
@@ -335,7 +522,10 @@ impl RedisStore {
             .query(&redis::cmd("PING"))
             .await
             .map(|_| ())
-            .map_err(backend)
+            .map_err(|e| match backend(e) {
+                StoreError::Timeout(_) => StoreError::Timeout(self.config.response_timeout_ms),
+                other => other,
+            })
     }
 
     /// Loads the decision script (`SCRIPT LOAD`; on a cluster, on every
@@ -438,6 +628,43 @@ impl RedisStore {
             .map_err(|_| StoreError::Backend("the Redis batching task has stopped".into()))??;
         script::finish(check.spec, reply.items(), check.cost)
     }
+}
+
+/// Tries the lazily connected server once (`PING`) and logs the outcome
+/// in one line (see [`RedisStore::connect`]).
+fn probe(conn: Conn, server: String, tls: bool) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    rt.spawn(async move {
+        match conn.query(&redis::cmd("PING")).await {
+            Ok(_) => tracing::info!(server = %server, tls, "Redis answers"),
+            Err(e) if e.is_timeout() => tracing::warn!(
+                "Redis at {server} does not answer within the configured timeouts{} \
+                 (decisions follow the failure policy until it does)",
+                if tls {
+                    "; a rediss:// URL needs Redis's `tls-port` (a plain port never completes \
+                     the TLS handshake)"
+                } else {
+                    ""
+                }
+            ),
+            Err(e) => {
+                let text = errors::describe(&e);
+                if errors::cause(&e).is_some() {
+                    tracing::error!(
+                        "cannot use Redis at {server}: {text} (decisions follow the failure \
+                         policy until this is fixed)"
+                    );
+                } else {
+                    tracing::warn!(
+                        "Redis at {server} does not answer yet: {text} (decisions follow the \
+                         failure policy until it does)"
+                    );
+                }
+            }
+        }
+    });
 }
 
 fn validate(check: &Check<'_>) -> Result<(), StoreError> {

@@ -85,14 +85,6 @@ pub(crate) fn is_unknown_command(e: &RedisError) -> bool {
     text.contains("unknown command") && text.to_ascii_lowercase().contains("drl.")
 }
 
-/// `url` without its password (for messages).
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}{}", &url[..s + 3], &url[at + 1..]),
-        _ => url.to_string(),
-    }
-}
-
 /// The error for a server that lacks the module.
 pub(crate) fn missing(server: &str) -> StoreError {
     StoreError::Backend(format!(
@@ -256,11 +248,5 @@ mod tests {
             text.contains("has no drl module") && text.contains("--loadmodule"),
             "{text}"
         );
-    }
-
-    #[test]
-    fn urls_are_redacted() {
-        assert_eq!(redact("redis://u:pw@h:1/0"), "redis://h:1/0");
-        assert_eq!(redact("redis://h:1"), "redis://h:1");
     }
 }

@@ -6,10 +6,13 @@
 //! explanation; they never skip.
 #![allow(dead_code)]
 
+pub mod tls;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const MISSING: &str = "these tests need a real Redis: install the Debian packages \
@@ -90,11 +93,14 @@ fn ping(port: u16) -> bool {
 
 /// One `redis-server` process.
 pub struct RedisServer {
-    /// Its port on 127.0.0.1.
+    /// Its port on 127.0.0.1 (the TLS port of a TLS server, whose plain
+    /// port is off).
     pub port: u16,
     child: Option<Running>,
     dir: tempfile::TempDir,
     extra: Vec<String>,
+    /// The certificates of a TLS server.
+    tls: Option<Arc<tls::Pki>>,
 }
 
 impl RedisServer {
@@ -119,11 +125,35 @@ impl RedisServer {
 
     /// A server on `port` with extra arguments.
     pub fn start_with(port: u16, extra: &[&str]) -> Self {
+        Self::start_inner(port, extra.iter().map(|s| s.to_string()).collect(), None)
+    }
+
+    /// A TLS-only server (plain port off) on a free port, its certificate
+    /// from `pki`, client certificates `auth_clients` (`yes`, `optional`,
+    /// `no`), with extra arguments.
+    pub fn start_tls(pki: &Arc<tls::Pki>, auth_clients: &str, extra: &[&str]) -> Self {
+        Self::start_tls_on(free_port(false), pki, auth_clients, extra)
+    }
+
+    /// [`RedisServer::start_tls`] on `port`.
+    pub fn start_tls_on(
+        port: u16,
+        pki: &Arc<tls::Pki>,
+        auth_clients: &str,
+        extra: &[&str],
+    ) -> Self {
+        let mut args = pki.server_args(port, auth_clients);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Self::start_inner(port, args, Some(pki.clone()))
+    }
+
+    fn start_inner(port: u16, extra: Vec<String>, tls: Option<Arc<tls::Pki>>) -> Self {
         let mut s = RedisServer {
             port,
             child: None,
             dir: tempfile::tempdir().expect("tempdir"),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+            extra,
+            tls,
         };
         s.spawn();
         s
@@ -151,10 +181,11 @@ impl RedisServer {
                 "redis-server \"$@\" >/dev/null 2>&1 & pid=$!; echo $pid; \
                  cat >/dev/null; kill -CONT $pid 2>/dev/null; kill -9 $pid 2>/dev/null; wait",
             )
-            .arg("redis-watchdog")
-            .arg("--port")
-            .arg(self.port.to_string())
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("redis-watchdog");
+        if self.tls.is_none() {
+            cmd.arg("--port").arg(self.port.to_string());
+        }
+        cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--protected-mode", "no", "--loglevel", "warning"])
             .arg("--dir")
             .arg(self.dir.path())
@@ -180,7 +211,12 @@ impl RedisServer {
         wait_until(
             Duration::from_secs(10),
             "redis-server to answer PING",
-            || ping(port),
+            || match &self.tls {
+                None => ping(port),
+                Some(_) => self
+                    .try_admin()
+                    .is_some_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok()),
+            },
         );
     }
 
@@ -189,9 +225,17 @@ impl RedisServer {
         self.dir.path()
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// `redis://127.0.0.1:PORT` (`rediss://` for a TLS server).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match self.tls {
+            None => format!("redis://127.0.0.1:{}", self.port),
+            Some(_) => format!("rediss://127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// The test PKI of a TLS server.
+    pub fn pki(&self) -> Option<&Arc<tls::Pki>> {
+        self.tls.as_ref()
     }
 
     /// The process id.
@@ -239,12 +283,27 @@ impl RedisServer {
         self.signal("-CONT");
     }
 
-    /// A synchronous admin connection.
+    /// A synchronous admin connection (over TLS with the client
+    /// certificate, for a TLS server).
     pub fn admin(&self) -> redis::Connection {
-        redis::Client::open(self.url())
-            .unwrap()
+        let client = match &self.tls {
+            None => redis::Client::open(self.url()).unwrap(),
+            Some(pki) => pki.client(&self.url()),
+        };
+        client
             .get_connection_with_timeout(Duration::from_secs(2))
             .expect("admin connection")
+    }
+
+    /// [`RedisServer::admin`], or `None` if the server does not answer.
+    pub fn try_admin(&self) -> Option<redis::Connection> {
+        let client = match &self.tls {
+            None => redis::Client::open(self.url()).ok()?,
+            Some(pki) => pki.client(&self.url()),
+        };
+        client
+            .get_connection_with_timeout(Duration::from_secs(1))
+            .ok()
     }
 }
 
@@ -310,7 +369,23 @@ impl RedisCluster {
         Self::start_nodes(masters, replicas, with_module)
     }
 
+    /// `masters` masters over TLS only (client connections, the cluster
+    /// bus and replication: `--tls-cluster yes --tls-replication yes`),
+    /// certificates from `pki`, client certificates optional.
+    pub fn start_tls(masters: usize, pki: &Arc<tls::Pki>) -> Self {
+        Self::start_all(masters, 0, false, Some(pki))
+    }
+
     fn start_nodes(masters: usize, replicas: usize, with_module: bool) -> Self {
+        Self::start_all(masters, replicas, with_module, None)
+    }
+
+    fn start_all(
+        masters: usize,
+        replicas: usize,
+        with_module: bool,
+        tls: Option<&Arc<tls::Pki>>,
+    ) -> Self {
         let module = if with_module {
             Some(module_path().to_str().expect("utf-8 path").to_string())
         } else {
@@ -334,14 +409,22 @@ impl RedisCluster {
             if let Some(m) = &module {
                 args.extend(["--loadmodule", m.as_str()]);
             }
-            let s = RedisServer::start_with(port, &args);
+            let s = match tls {
+                None => RedisServer::start_with(port, &args),
+                Some(pki) => {
+                    args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"]);
+                    RedisServer::start_tls_on(port, pki, "optional", &args)
+                }
+            };
             nodes.push(s);
         }
         let addrs: Vec<String> = nodes
             .iter()
             .map(|s| format!("127.0.0.1:{}", s.port))
             .collect();
-        let mut args: Vec<&str> = vec!["--cluster", "create"];
+        let cli_tls = tls.map(|p| p.cli_args()).unwrap_or_default();
+        let mut args: Vec<&str> = cli_tls.iter().map(String::as_str).collect();
+        args.extend(["--cluster", "create"]);
         args.extend(addrs.iter().map(String::as_str));
         let replicas = replicas.to_string();
         args.extend(["--cluster-replicas", replicas.as_str(), "--cluster-yes"]);
@@ -354,13 +437,9 @@ impl RedisCluster {
     /// Waits until every node reports `cluster_state:ok` and knows every slot.
     pub fn wait_ok(&self) {
         for s in &self.nodes {
-            let port = s.port;
             wait_until(Duration::from_secs(20), "cluster_state:ok", || {
-                let mut c = match redis::Client::open(format!("redis://127.0.0.1:{port}"))
-                    .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
-                {
-                    Ok(c) => c,
-                    Err(_) => return false,
+                let Some(mut c) = s.try_admin() else {
+                    return false;
                 };
                 let info: String = redis::cmd("CLUSTER")
                     .arg("INFO")

@@ -1,0 +1,353 @@
+//! The checks, from the clients' own counts ([`crate::load::Counts`]),
+//! run every second over what is complete (seconds and windows that ended
+//! more than [`LAG`] ago, so that every request of them has been answered
+//! or has timed out):
+//!
+//! - **Orbit**: per window, the admissions of all 5 nodes sum to at most
+//!   the cap. No exclusion: Orbit's invariant holds through every fault.
+//! - **Gossip**: per second (by send time), the 3 nodes admit at most the
+//!   limit + 10 %, except in the first [`GOSSIP_WARMUP_S`] s and within
+//!   [`GOSSIP_EXCLUDE_S`] s after a fault on a gossip node starts or ends
+//!   (docs/gossip.md: a peer is declared down within the detection bound
+//!   of 1.2 s, its demand is kept for half of `stale_after` (1.2 s), the
+//!   limit in force then rises over `rise`; a restarted node starts at
+//!   1/N until membership confirms its peers; the 1 s EWMA of demand needs
+//!   about a second to follow. 1.2 + 1.2 + 1 s, rounded up to 4 s). A
+//!   second over the bound is also excused when the demand offered in one
+//!   of the two seconds before it was under the limit: GRD drops with
+//!   probability from a 1 s EWMA of demand, so a step in demand (a client
+//!   starved by a loaded machine catching up) is admitted until the
+//!   estimate follows. Such seconds are logged with both numbers.
+//! - **Redis** (2 nodes, one Redis) and **local**: per window, admissions
+//!   never exceed the quota, and equal it when demand exceeded it (sent in
+//!   that window: at least 1.5 x quota, every request answered) — except
+//!   windows that overlap a Redis restart (the counters are lost, and the
+//!   `deny` failure policy answers meanwhile) or, for the local node, its
+//!   own restart (its counters are in memory).
+//! - **Answers**: every request got decisions, or a clear error
+//!   (problem+json, a gRPC status) or a failed connection while its node
+//!   was killed, stopped or restarting (plus [`GRACE_S`]); every bad input
+//!   got a 4xx with problem+json (or a gRPC NOT_FOUND/INVALID_ARGUMENT).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use crate::faults::Injected;
+use crate::load::{Counts, Recorder, TIMEOUT};
+use crate::processes::Group;
+use crate::topology::{
+    GOSSIP_LIMIT, LOCAL_QUOTA, LOCAL_WINDOW_MS, ORBIT_CAP, ORBIT_WINDOW_MS, REDIS_OPEN_MS,
+    REDIS_QUOTA, REDIS_WINDOW_MS,
+};
+
+/// A second or window is checked once it ended this long ago (ns).
+pub const LAG: u64 = TIMEOUT.as_nanos() as u64 + 3_000_000_000;
+/// Gossip is not checked in the first seconds of the load (membership
+/// forms, estimates converge).
+pub const GOSSIP_WARMUP_S: u64 = 10;
+/// Seconds excluded from the gossip check after a fault edge (see the
+/// module doc).
+pub const GOSSIP_EXCLUDE_S: u64 = 4;
+/// A failed connection to a node counts as expected this long after the
+/// node was back (pooled connections to the old process fail once).
+pub const GRACE_S: u64 = 2;
+/// Gossip's tolerance over the limit, per second.
+pub const GOSSIP_TOLERANCE: f64 = 0.10;
+
+const S: u64 = 1_000_000_000;
+
+/// Tallies of one check.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    /// Seconds or windows checked and passed.
+    pub passed: u64,
+    /// Checked and failed.
+    pub failed: u64,
+    /// Not checked (excluded), with the reason in the log.
+    pub excluded: u64,
+    /// Largest value seen in a checked unit (admissions).
+    pub max: u64,
+}
+
+/// The incremental checker.
+pub struct Checker {
+    names: Vec<String>,
+    groups: Vec<Group>,
+    t0_ns: u64,
+    next_second: u64,
+    next_window: BTreeMap<&'static str, u64>,
+    next_unanswered: usize,
+    /// Per check name, its tallies.
+    pub tallies: BTreeMap<&'static str, Tally>,
+    /// Every failure, as printed.
+    pub failures: Vec<String>,
+    log: Box<dyn Write + Send>,
+}
+
+impl Checker {
+    /// A checker for processes `names`/`groups` (indexed as the
+    /// topology), writing its per-second lines to `log`.
+    pub fn new(
+        names: Vec<String>,
+        groups: Vec<Group>,
+        t0_ns: u64,
+        log: Box<dyn Write + Send>,
+    ) -> Checker {
+        Checker {
+            names,
+            groups,
+            t0_ns,
+            next_second: 0,
+            next_window: BTreeMap::new(),
+            next_unanswered: 0,
+            tallies: BTreeMap::new(),
+            failures: Vec::new(),
+            log,
+        }
+    }
+
+    fn line(&mut self, s: String) {
+        let _ = writeln!(self.log, "{s}");
+    }
+
+    fn fail(&mut self, check: &'static str, s: String) {
+        eprintln!("FAIL {s}");
+        self.line(format!("FAIL {s}"));
+        self.failures.push(s);
+        self.tallies.entry(check).or_default().failed += 1;
+    }
+
+    /// Checks everything that ended before `now_ns - LAG`.
+    pub fn step(&mut self, rec: &Recorder, faults: &[Injected], now_ns: u64) {
+        self.upto(rec, faults, now_ns.saturating_sub(LAG));
+    }
+
+    /// Checks everything that ended before `horizon_ns` (the end of the
+    /// load, once every request is answered).
+    pub fn upto(&mut self, rec: &Recorder, faults: &[Injected], horizon_ns: u64) {
+        rec.with(|c| {
+            self.gossip(c, faults, horizon_ns);
+            self.windows(c, faults, horizon_ns, "o");
+            self.windows(c, faults, horizon_ns, "r");
+            self.windows(c, faults, horizon_ns, "l");
+            self.answers(c, faults, horizon_ns);
+        });
+        let _ = self.log.flush();
+    }
+
+    fn sec_of(&self, ns: u64) -> u64 {
+        ns.saturating_sub(self.t0_ns) / S
+    }
+
+    fn gossip(&mut self, c: &Counts, faults: &[Injected], horizon_ns: u64) {
+        let limit = GOSSIP_LIMIT as f64 * (1.0 + GOSSIP_TOLERANCE);
+        let gossip: Vec<usize> = (0..self.groups.len())
+            .filter(|&i| self.groups[i] == Group::Gossip)
+            .collect();
+        while self.t0_ns + (self.next_second + 1) * S <= horizon_ns {
+            let s = self.next_second;
+            self.next_second += 1;
+            let slot = c.seconds.get(&("g", s)).copied().unwrap_or_default();
+            let (from, to) = (self.t0_ns + s * S, self.t0_ns + (s + 1) * S);
+            let edge = faults.iter().find(|f| {
+                f.kind != "reload-spare"
+                    && f.kind != "reload-same"
+                    && f.nodes.iter().any(|n| gossip.contains(n))
+                    && [f.start_ns, f.end_ns]
+                        .iter()
+                        .any(|&e| e < to && e.saturating_add(GOSSIP_EXCLUDE_S * S) > from)
+            });
+            // GRD enforces the limit on a 1 s EWMA of demand: after demand
+            // rose from under the limit (a starved client catching up, a
+            // node back), the estimate needs a moment to follow.
+            let before = |d: u64| {
+                c.seconds
+                    .get(&("g", s.wrapping_sub(d)))
+                    .map_or(0, |x| x.offered)
+            };
+            let rose = s >= 2 && (before(1) < GOSSIP_LIMIT || before(2) < GOSSIP_LIMIT);
+            let t = self.tallies.entry("gossip").or_default();
+            let head = format!(
+                "s={s:>5} gossip admitted={} offered={} unknown={}",
+                slot.admitted, slot.offered, slot.unknown
+            );
+            if s < GOSSIP_WARMUP_S {
+                t.excluded += 1;
+                self.line(format!("{head} excluded (warm-up)"));
+            } else if let Some(f) = edge {
+                t.excluded += 1;
+                self.line(format!(
+                    "{head} excluded ({} at s={})",
+                    f.kind,
+                    self.sec_of(f.start_ns)
+                ));
+            } else if rose && slot.admitted as f64 > limit {
+                t.excluded += 1;
+                self.line(format!(
+                    "{head} excluded (demand under the limit in s-1 or s-2: {}, {})",
+                    before(1),
+                    before(2)
+                ));
+            } else if slot.admitted as f64 > limit {
+                let per: Vec<String> = gossip
+                    .iter()
+                    .map(|&n| {
+                        format!(
+                            "{}={}",
+                            self.names[n],
+                            c.node_seconds.get(&(n, s)).copied().unwrap_or(0)
+                        )
+                    })
+                    .collect();
+                self.fail(
+                    "gossip",
+                    format!(
+                        "s={s} gossip: admitted {} > {GOSSIP_LIMIT} + 10% = {limit:.0} in one second ({})",
+                        slot.admitted,
+                        per.join(" ")
+                    ),
+                );
+            } else {
+                t.passed += 1;
+                t.max = t.max.max(slot.admitted);
+                self.line(format!("{head} ok (<= {limit:.0})"));
+            }
+        }
+    }
+
+    fn windows(&mut self, c: &Counts, faults: &[Injected], horizon_ns: u64, limit: &'static str) {
+        let (check, cap, window_ms, group) = match limit {
+            "o" => ("orbit", ORBIT_CAP, ORBIT_WINDOW_MS, Group::Orbit),
+            "r" => ("redis", REDIS_QUOTA, REDIS_WINDOW_MS, Group::Redis),
+            _ => ("local", LOCAL_QUOTA, LOCAL_WINDOW_MS, Group::Local),
+        };
+        let w_ns = window_ms * 1_000_000;
+        let first = self.t0_ns / w_ns + 1; // the first whole window of the run
+        let next = self.next_window.entry(limit).or_insert(first);
+        let mut todo = Vec::new();
+        while (*next + 1) * w_ns <= horizon_ns {
+            todo.push(*next);
+            *next += 1;
+        }
+        for w in todo {
+            let (from, to) = (w * w_ns, (w + 1) * w_ns);
+            let s = self.sec_of(from);
+            let adm = c
+                .windows
+                .get(&(limit, w))
+                .copied()
+                .unwrap_or_default()
+                .admitted;
+            let sent = c.sent_windows.get(&(limit, w)).copied().unwrap_or_default();
+            let before = c
+                .sent_windows
+                .get(&(limit, w.wrapping_sub(1)))
+                .copied()
+                .unwrap_or_default();
+            let per: Vec<String> = (0..self.groups.len())
+                .filter(|&i| self.groups[i] == group)
+                .map(|n| {
+                    format!(
+                        "{}={}",
+                        self.names[n],
+                        c.node_windows.get(&(limit, w, n)).copied().unwrap_or(0)
+                    )
+                })
+                .collect();
+            let head = format!(
+                "s={s:>5} {check} window={w} admitted={adm} offered={} unknown={}",
+                sent.offered, sent.unknown
+            );
+            // Counters lost or a failure policy deciding: Redis restarts
+            // for the Redis limit, the local node's restart for its limit.
+            let reset = faults.iter().find(|f| {
+                let touches = match limit {
+                    "r" => f.kind == "redis-restart",
+                    "l" => {
+                        f.kind == "kill-restart"
+                            && f.nodes.iter().any(|&n| self.groups[n] == Group::Local)
+                    }
+                    _ => false,
+                };
+                let end = f.end_ns.saturating_add(REDIS_OPEN_MS * 1_000_000 + S);
+                touches && f.start_ns < to && end > from
+            });
+            if let Some(f) = reset {
+                self.tallies.entry(check).or_default().excluded += 1;
+                self.line(format!(
+                    "{head} excluded ({} at s={})",
+                    f.kind,
+                    self.sec_of(f.start_ns)
+                ));
+                continue;
+            }
+            if adm > cap {
+                self.fail(
+                    check,
+                    format!(
+                        "s={s} {check} window {w}: admitted {adm} > cap {cap} ({})",
+                        per.join(" ")
+                    ),
+                );
+                continue;
+            }
+            let must_fill = limit != "o"
+                && sent.offered >= cap * 3 / 2
+                && sent.unknown == 0
+                && before.unknown == 0;
+            if must_fill && adm != cap {
+                self.fail(
+                    check,
+                    format!(
+                        "s={s} {check} window {w}: admitted {adm} != quota {cap} with {} offered, all answered ({})",
+                        sent.offered,
+                        per.join(" ")
+                    ),
+                );
+                continue;
+            }
+            let t = self.tallies.entry(check).or_default();
+            t.passed += 1;
+            t.max = t.max.max(adm);
+            let how = if must_fill {
+                format!("ok (== {cap})")
+            } else {
+                format!("ok (<= {cap})")
+            };
+            self.line(format!("{head} {how}"));
+        }
+    }
+
+    fn answers(&mut self, c: &Counts, faults: &[Injected], horizon_ns: u64) {
+        while let Some(u) = c.unanswered.get(self.next_unanswered) {
+            if u.done_ns >= horizon_ns {
+                break;
+            }
+            self.next_unanswered += 1;
+            let disturbed = |node: usize| {
+                faults.iter().any(|f| {
+                    matches!(f.kind, "kill-restart" | "stop-cont")
+                        && f.nodes.contains(&node)
+                        && f.start_ns <= u.done_ns
+                        && f.end_ns.saturating_add(GRACE_S * S) >= u.sent_ns
+                })
+            };
+            let excused = !u.bad && (u.transport || u.clear) && disturbed(u.node)
+                || u.bad && u.transport && disturbed(u.node);
+            let t = self.tallies.entry("answers").or_default();
+            if excused {
+                t.excluded += 1;
+            } else {
+                let s = self.sec_of(u.sent_ns);
+                let msg = format!(
+                    "s={s} answers: {} got {:?} after {} ms (clear: {})",
+                    self.names[u.node],
+                    u.kind,
+                    (u.done_ns - u.sent_ns) / 1_000_000,
+                    u.clear
+                );
+                self.fail("answers", msg);
+            }
+        }
+    }
+}

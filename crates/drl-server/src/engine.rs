@@ -15,9 +15,6 @@ use crate::limits::{Limit, Limits};
 use crate::metrics::ApiMetrics;
 use crate::scope::Stores;
 
-/// The longest key accepted, in bytes.
-pub const MAX_KEY_BYTES: usize = 4096;
-
 /// One check of a batch.
 #[derive(Debug, Clone, Copy)]
 pub struct CheckRequest<'a> {
@@ -52,13 +49,15 @@ pub enum CheckError {
         /// `server.max_cost`.
         max: u64,
     },
-    /// A key longer than [`MAX_KEY_BYTES`].
-    #[error("requests[{index}]: key is {len} bytes; at most {MAX_KEY_BYTES}")]
+    /// A key longer than `server.max_key_bytes`.
+    #[error("requests[{index}]: key is {len} bytes; at most {max} (server.max_key_bytes)")]
     KeyTooLong {
         /// Position in the batch.
         index: usize,
         /// Its length.
         len: usize,
+        /// `server.max_key_bytes`.
+        max: usize,
     },
     /// Too many requests in one batch.
     #[error("{n} requests in one call; at most {max}")]
@@ -93,6 +92,17 @@ impl CheckError {
             CheckError::Store { .. } => "store_unavailable",
         }
     }
+}
+
+/// What started a reload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// SIGHUP: the operator asked for it; it may remove limits.
+    Signal,
+    /// The watched file changed: it may remove limits only if the new file
+    /// sets `server.allow_limit_removal: true` (a truncated or half-written
+    /// file must never drop limits).
+    FileChange,
 }
 
 /// What a reload did.
@@ -171,12 +181,13 @@ impl Engine {
     }
 
     /// Re-reads the config file; on any error the old config keeps serving.
-    pub fn reload(&self) -> Result<ReloadReport, ConfigError> {
+    pub fn reload(&self, trigger: Trigger) -> Result<ReloadReport, ConfigError> {
         let cfg = self.load()?;
-        self.apply(&cfg)
+        self.apply_from(&cfg, trigger)
     }
 
-    /// Reads and parses the config file (without applying it).
+    /// Reads and parses the config file (without applying it). An empty
+    /// file is refused ([`load_config_file`]).
     pub fn load(&self) -> Result<Config, ConfigError> {
         let Some(path) = &self.source else {
             return Err(ConfigError::new(
@@ -184,13 +195,34 @@ impl Engine {
                 "no config file to reload (started without --config)",
             ));
         };
-        config::load_file(path)
+        load_config_file(path)
     }
 
-    /// Serves `cfg` from now on, keeping the state of unchanged limits.
+    /// Serves `cfg` from now on, keeping the state of unchanged limits (it
+    /// may remove limits: what SIGHUP does).
     pub fn apply(&self, cfg: &Config) -> Result<ReloadReport, ConfigError> {
+        self.apply_from(cfg, Trigger::Signal)
+    }
+
+    /// Like [`Engine::apply`], for a reload started by `trigger`: after a
+    /// file change, a config that would remove limits or Envoy domains is
+    /// refused unless it sets `server.allow_limit_removal: true`.
+    pub fn apply_from(&self, cfg: &Config, trigger: Trigger) -> Result<ReloadReport, ConfigError> {
         let _guard = self.reload_lock.lock();
         let name = source_name(self.source.as_ref());
+        if trigger == Trigger::FileChange && !cfg.server.allow_limit_removal {
+            let old = self.limits();
+            let gone = removed(&old, cfg);
+            if !gone.is_empty() {
+                return Err(ConfigError::new(
+                    &name,
+                    format!(
+                        "the changed file would remove {}; a reload on file change never removes limits (a truncated or half-written file must not drop them): set `server.allow_limit_removal: true` in the new file, or send SIGHUP",
+                        gone.join(", ")
+                    ),
+                ));
+            }
+        }
         if let Some(r) = &cfg.redis
             && !self
                 .stores
@@ -228,6 +260,7 @@ impl Engine {
         };
         self.overrides
             .retain_domains(|d| new.domains.contains_key(d));
+        self.overrides.drop_stateless(self.now());
         *self.current.write() = Arc::new(new);
         self.stores.retain(&live);
         if let Some(c) = &cfg.cluster {
@@ -316,6 +349,49 @@ impl Engine {
     }
 }
 
+/// The native limits and Envoy domains serving in `old` that `new` lacks,
+/// described for an error message.
+fn removed(old: &Limits, new: &Config) -> Vec<String> {
+    let mut gone: Vec<String> = old
+        .names()
+        .into_iter()
+        .filter(|n| !new.limits.iter().any(|l| l.name == *n))
+        .map(|n| format!("limit {n:?}"))
+        .collect();
+    let mut domains: Vec<&String> = old
+        .domains
+        .keys()
+        .filter(|d| !new.envoy.iter().any(|e| &e.domain == *d))
+        .collect();
+    domains.sort_unstable();
+    gone.extend(domains.into_iter().map(|d| format!("envoy domain {d:?}")));
+    gone
+}
+
+/// Reads and parses a config file, refusing one that holds no document
+/// (empty, whitespace or comments only): an empty file is never a config
+/// (a file truncated while being rewritten would otherwise remove every
+/// limit).
+pub fn load_config_file(path: &std::path::Path) -> Result<Config, ConfigError> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(&name, format!("cannot read: {e}")))?;
+    if is_empty_document(&text) {
+        return Err(ConfigError::new(
+            &name,
+            "the file is empty (no YAML document, only whitespace or comments); an empty file is never a config, the previous config keeps serving",
+        ));
+    }
+    config::parse(&text, &name)
+}
+
+/// True if `text` holds no YAML document (empty, whitespace, comments).
+pub fn is_empty_document(text: &str) -> bool {
+    text.lines()
+        .map(str::trim)
+        .all(|l| l.is_empty() || l.starts_with('#') || l == "---" || l == "...")
+}
+
 fn source_name(p: Option<&PathBuf>) -> String {
     p.map_or_else(|| "<embedded>".to_string(), |p| p.display().to_string())
 }
@@ -358,10 +434,11 @@ pub fn resolve<'l>(
                 max: s.max_cost,
             });
         }
-        if r.key.len() > MAX_KEY_BYTES {
+        if r.key.len() > s.max_key_bytes {
             return Err(CheckError::KeyTooLong {
                 index,
                 len: r.key.len(),
+                max: s.max_key_bytes,
             });
         }
         prev = Some((r.limit, l));

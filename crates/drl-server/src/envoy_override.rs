@@ -12,30 +12,74 @@
 //! limiter each distinct descriptor (its keys and values) counts
 //! separately. Overrides outlive reloads (a domain that is gone drops its
 //! overrides); at most [`MAX_OVERRIDE_LIMITS`] distinct overrides are held
-//! (the values come from Envoy's route config, so there are few).
+//! (the values come from Envoy's route config, so there are few), each
+//! holding at most [`OVERRIDE_MAX_KEYS`] keys (and the default bytes per key).
+//!
+//! **Bounded, never stuck.** A request's overrides are all validated before
+//! any is made, so a refused request leaves nothing behind. When the table
+//! is full and a request needs new overrides, room is made first from
+//! overrides that hold no live state (dropping them changes no decision;
+//! a reload drops those too), then from the least recently used override
+//! idle for at least [`OVERRIDE_IDLE`] (its counters start over, like a
+//! key's `evicted_live`; counted as
+//! `drl_override_evictions_total{kind="live"}`). Only while every held
+//! override was used within the last [`OVERRIDE_IDLE`] is a new one refused
+//! (RESOURCE_EXHAUSTED).
 //!
 //! Metrics label every override of a domain `DOMAIN.limit_override`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use drl_core::{Algorithm, KeyedConfig, KeyedLimiter, Quota};
+use drl_core::{Algorithm, KeyedLimiter, Nanos, Quota};
 use drl_store::LimitSpec;
 
 use crate::config::envoy::Unit;
-use crate::config::{DEFAULT_MAX_KEYS, KeyConfig, Scope};
+use crate::config::{KeyConfig, Scope};
 use crate::headers;
 use crate::limits::{EnvoyRule, KeyMapping, Limit, RuleKind};
 use crate::metrics::LimitMetrics;
-use crate::scope::Backend;
+use crate::scope::{Backend, KeyBounds};
 
 type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
+/// One held override: its rule and when it was last used.
+#[derive(Debug)]
+struct Held {
+    rule: Arc<EnvoyRule>,
+    last_used: AtomicU64,
+}
+
+impl Held {
+    /// True if dropping it changes no decision (no key holds live state).
+    fn is_stateless(&self, now: Nanos) -> bool {
+        match &self.rule.kind {
+            RuleKind::Limited(l) => match &l.backend {
+                Backend::Local(k) => {
+                    k.sweep(now);
+                    k.is_empty()
+                }
+                Backend::Store(_) => false,
+            },
+            RuleKind::Block(_) | RuleKind::Unlimited => true,
+        }
+    }
+}
+
 /// The override rules of one domain, by (unit, requests_per_unit).
-type DomainRules = FastMap<(Unit, u32), Arc<EnvoyRule>>;
+type DomainRules = FastMap<(Unit, u32), Held>;
 
 /// The most distinct (domain, unit, requests_per_unit) overrides held.
 pub const MAX_OVERRIDE_LIMITS: usize = 1024;
+
+/// The most keys one override holds (with the default bytes per key: at
+/// most 2 MiB of keys and state per override, 2 GiB for all of them).
+pub const OVERRIDE_MAX_KEYS: usize = 16_384;
+
+/// An override unused for this long may be evicted to make room for a new
+/// one when the table is full (1 s).
+pub const OVERRIDE_IDLE: Nanos = drl_core::time::SECOND;
 
 /// Why an override cannot be applied (the whole request is refused).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -50,9 +94,10 @@ pub enum OverrideError {
         /// The unit sent.
         unit: i32,
     },
-    /// [`MAX_OVERRIDE_LIMITS`] distinct overrides are already held.
+    /// [`MAX_OVERRIDE_LIMITS`] distinct overrides are held, each used
+    /// within the last [`OVERRIDE_IDLE`] (or one request asks for more).
     #[error(
-        "descriptors[{index}]: too many distinct limit overrides in use (at most {MAX_OVERRIDE_LIMITS} (domain, unit, requests_per_unit) combinations)"
+        "descriptors[{index}]: too many distinct limit overrides in use (at most {MAX_OVERRIDE_LIMITS} (domain, unit, requests_per_unit) combinations, all used within the last second)"
     )]
     TooMany {
         /// Position of the descriptor.
@@ -82,33 +127,89 @@ impl Overrides {
         Self::default()
     }
 
-    /// The rule for an override of descriptor `index` in `domain`; made on
-    /// first use.
-    pub fn rule(
+    /// The rules for the overrides of one request in `domain`: `wanted`
+    /// holds (descriptor index, requests_per_unit, unit) per override.
+    /// Made on first use. Every unit is checked and room for every new
+    /// override is found before any is made: on an error nothing was added.
+    pub fn rules(
         &self,
-        index: usize,
         domain: &str,
-        requests_per_unit: u32,
-        unit: i32,
-    ) -> Result<Arc<EnvoyRule>, OverrideError> {
-        let unit = Unit::from_proto(unit).ok_or(OverrideError::UnknownUnit { index, unit })?;
-        let k = (unit, requests_per_unit);
-        if let Some(r) = self.rules.read().get(domain).and_then(|m| m.get(&k)) {
-            return Ok(r.clone());
+        wanted: &[(usize, u32, i32)],
+        now: Nanos,
+    ) -> Result<Vec<Arc<EnvoyRule>>, OverrideError> {
+        let keys = wanted
+            .iter()
+            .map(|&(index, rpu, unit)| {
+                Unit::from_proto(unit)
+                    .map(|u| (index, (u, rpu)))
+                    .ok_or(OverrideError::UnknownUnit { index, unit })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        {
+            let rules = self.rules.read();
+            if let Some(m) = rules.get(domain) {
+                let found: Option<Vec<_>> = keys
+                    .iter()
+                    .map(|(_, k)| m.get(k).map(|h| touch(h, now)))
+                    .collect();
+                if let Some(found) = found {
+                    return Ok(found);
+                }
+            }
         }
         let mut rules = self.rules.write();
-        if let Some(r) = rules.get(domain).and_then(|m| m.get(&k)) {
-            return Ok(r.clone());
+        // Those held are used now (so never evicted below); the rest are new.
+        let mut new: Vec<(usize, (Unit, u32))> = Vec::new();
+        if let Some(m) = rules.get(domain) {
+            for &(i, k) in &keys {
+                match m.get(&k) {
+                    Some(h) => {
+                        touch(h, now);
+                    }
+                    None if !new.iter().any(|(_, n)| *n == k) => new.push((i, k)),
+                    None => {}
+                }
+            }
+        } else {
+            for &(i, k) in &keys {
+                if !new.iter().any(|(_, n)| *n == k) {
+                    new.push((i, k));
+                }
+            }
         }
-        if rules.values().map(FastMap::len).sum::<usize>() >= MAX_OVERRIDE_LIMITS {
+        if let Some(&(index, _)) = new.get(MAX_OVERRIDE_LIMITS) {
             return Err(OverrideError::TooMany { index });
         }
-        let rule = Arc::new(make_rule(domain, unit, requests_per_unit));
-        rules
-            .entry(domain.to_string())
-            .or_default()
-            .insert(k, rule.clone());
-        Ok(rule)
+        let held = count(&rules);
+        if held + new.len() > MAX_OVERRIDE_LIMITS {
+            make_room(&mut rules, held + new.len() - MAX_OVERRIDE_LIMITS, now);
+            let held = count(&rules);
+            if held + new.len() > MAX_OVERRIDE_LIMITS {
+                let index = new[MAX_OVERRIDE_LIMITS - held].0;
+                return Err(OverrideError::TooMany { index });
+            }
+        }
+        let m = rules.entry(domain.to_string()).or_default();
+        for (_, (unit, rpu)) in new {
+            let held = Held {
+                rule: Arc::new(make_rule(domain, unit, rpu)),
+                last_used: AtomicU64::new(now),
+            };
+            m.insert((unit, rpu), held);
+        }
+        Ok(keys.iter().map(|(_, k)| touch(&m[k], now)).collect())
+    }
+
+    /// Drops every override that holds no live state (dropping it changes
+    /// no decision); returns how many. A reload calls it.
+    pub fn drop_stateless(&self, now: Nanos) -> usize {
+        let mut rules = self.rules.write();
+        let before = count(&rules);
+        for m in rules.values_mut() {
+            m.retain(|_, h| !h.is_stateless(now));
+        }
+        rules.retain(|_, m| !m.is_empty());
+        before - count(&rules)
     }
 
     /// Drops the overrides of domains for which `keep` is false (after a
@@ -119,13 +220,59 @@ impl Overrides {
 
     /// How many distinct overrides are held.
     pub fn len(&self) -> usize {
-        self.rules.read().values().map(FastMap::len).sum()
+        count(&self.rules.read())
     }
 
     /// True when no override is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Marks `h` used at `now`; returns its rule.
+fn touch(h: &Held, now: Nanos) -> Arc<EnvoyRule> {
+    h.last_used.fetch_max(now, Ordering::Relaxed);
+    h.rule.clone()
+}
+
+fn count(rules: &FastMap<String, DomainRules>) -> usize {
+    rules.values().map(FastMap::len).sum()
+}
+
+/// Frees up to `need` slots: first overrides with no live state, then the
+/// least recently used ones idle for at least [`OVERRIDE_IDLE`].
+fn make_room(rules: &mut FastMap<String, DomainRules>, need: usize, now: Nanos) {
+    let mut freed = 0;
+    for m in rules.values_mut() {
+        m.retain(|_, h| {
+            // Not those this request uses (marked at `now`).
+            let drop =
+                freed < need && h.last_used.load(Ordering::Relaxed) < now && h.is_stateless(now);
+            freed += usize::from(drop);
+            !drop
+        });
+    }
+    metrics::counter!("drl_override_evictions_total", "kind" => "fresh").increment(freed as u64);
+    if freed < need {
+        let mut idle: Vec<(Nanos, String, (Unit, u32))> = rules
+            .iter()
+            .flat_map(|(d, m)| {
+                m.iter().filter_map(move |(k, h)| {
+                    let used = h.last_used.load(Ordering::Relaxed);
+                    (now.saturating_sub(used) >= OVERRIDE_IDLE).then(|| (used, d.clone(), *k))
+                })
+            })
+            .collect();
+        idle.sort_unstable_by_key(|(used, _, _)| *used);
+        let evict = idle.len().min(need - freed);
+        for (_, d, k) in idle.into_iter().take(evict) {
+            if let Some(m) = rules.get_mut(&d) {
+                m.remove(&k);
+            }
+        }
+        metrics::counter!("drl_override_evictions_total", "kind" => "live").increment(evict as u64);
+    }
+    rules.retain(|_, m| !m.is_empty());
 }
 
 fn make_rule(domain: &str, unit: Unit, requests_per_unit: u32) -> EnvoyRule {
@@ -140,21 +287,17 @@ fn make_rule(domain: &str, unit: Unit, requests_per_unit: u32) -> EnvoyRule {
                 Algorithm::FixedWindow,
                 vec![quota],
             );
-            let limiter = KeyedLimiter::new(
-                spec.limiter(),
-                KeyedConfig {
-                    max_keys: DEFAULT_MAX_KEYS,
-                    ..KeyedConfig::default()
-                },
-            );
+            let bounds = KeyBounds::keys(OVERRIDE_MAX_KEYS);
+            let limiter = Arc::new(KeyedLimiter::new(spec.limiter(), bounds.keyed_config()));
+            crate::metrics::register_table(&path, &limiter);
             RuleKind::Limited(Arc::new(Limit {
                 policy: headers::policy(&path, &[quota]),
                 metrics: LimitMetrics::new(&path),
                 name: path.clone(),
                 spec,
                 scope: Scope::Local,
-                max_keys: DEFAULT_MAX_KEYS,
-                backend: Backend::Local(Arc::new(limiter)),
+                bounds,
+                backend: Backend::Local(limiter),
                 shadow: false,
                 key: KeyMapping::from_config(&KeyConfig::default()),
             }))
@@ -189,20 +332,37 @@ pub fn state_key<'a>(out: &mut String, entries: impl IntoIterator<Item = (&'a st
 mod tests {
     use super::*;
 
+    const S: Nanos = drl_core::time::SECOND;
+
+    fn one(o: &Overrides, index: usize, domain: &str, rpu: u32, unit: i32) -> Arc<EnvoyRule> {
+        o.rules(domain, &[(index, rpu, unit)], S).unwrap()[0].clone()
+    }
+
+    /// Uses override `rule` once for key "k" at `now` (live state for an
+    /// hour-long window).
+    fn hit(rule: &EnvoyRule, now: Nanos) {
+        let RuleKind::Limited(l) = &rule.kind else {
+            panic!("limited")
+        };
+        let d = l.backend.decide_now("k", 1, now).unwrap();
+        assert!(d.allowed);
+    }
+
     #[test]
     fn one_rule_per_domain_unit_and_rate() {
         let o = Overrides::new();
-        let a = o.rule(0, "d", 5, 1).unwrap();
-        assert!(Arc::ptr_eq(&a, &o.rule(3, "d", 5, 1).unwrap()));
-        assert!(!Arc::ptr_eq(&a, &o.rule(0, "d", 6, 1).unwrap()));
-        assert!(!Arc::ptr_eq(&a, &o.rule(0, "d", 5, 2).unwrap()));
-        assert!(!Arc::ptr_eq(&a, &o.rule(0, "e", 5, 1).unwrap()));
+        let a = one(&o, 0, "d", 5, 1);
+        assert!(Arc::ptr_eq(&a, &one(&o, 3, "d", 5, 1)));
+        assert!(!Arc::ptr_eq(&a, &one(&o, 0, "d", 6, 1)));
+        assert!(!Arc::ptr_eq(&a, &one(&o, 0, "d", 5, 2)));
+        assert!(!Arc::ptr_eq(&a, &one(&o, 0, "e", 5, 1)));
         assert_eq!(o.len(), 4);
-        assert!(matches!(
-            o.rule(0, "d", 0, 4).unwrap().kind,
-            RuleKind::Block(_)
-        ));
+        assert!(matches!(one(&o, 0, "d", 0, 4).kind, RuleKind::Block(_)));
         o.retain_domains(|d| d == "e");
+        assert_eq!(o.len(), 1);
+        // One request naming the same override twice gets the same rule.
+        let two = o.rules("e", &[(0, 5, 1), (1, 5, 1)], S).unwrap();
+        assert!(Arc::ptr_eq(&two[0], &two[1]));
         assert_eq!(o.len(), 1);
     }
 
@@ -210,25 +370,90 @@ mod tests {
     fn unknown_units_are_refused_with_the_descriptor_index() {
         let o = Overrides::new();
         for unit in [0, 8, -1] {
-            let e = o.rule(2, "d", 5, unit).unwrap_err();
+            let e = o.rules("d", &[(2, 5, unit)], S).unwrap_err();
             assert_eq!(e, OverrideError::UnknownUnit { index: 2, unit });
             assert!(e.to_string().starts_with("descriptors[2]: "), "{e}");
         }
         assert!(o.is_empty());
     }
 
+    /// Issue 14, defect 2: one refused call filled every slot (overrides
+    /// were made descriptor by descriptor until the bad one). Now nothing
+    /// is left behind: not by a bad unit, not by too many at once.
     #[test]
-    fn the_number_of_overrides_is_bounded() {
+    fn a_refused_request_leaves_nothing_behind() {
         let o = Overrides::new();
-        for rpu in 1..=MAX_OVERRIDE_LIMITS as u32 {
-            o.rule(0, "d", rpu, 1).unwrap();
-        }
+        let mut wanted: Vec<(usize, u32, i32)> =
+            (1..=1000u32).map(|r| (r as usize, r, 3)).collect();
+        wanted.push((1000, 7, 0));
         assert_eq!(
-            o.rule(1, "d", 0xffff_ffff, 1).unwrap_err(),
+            o.rules("d", &wanted, S).unwrap_err(),
+            OverrideError::UnknownUnit {
+                index: 1000,
+                unit: 0
+            }
+        );
+        assert!(o.is_empty());
+        let too_many: Vec<(usize, u32, i32)> = (1..=MAX_OVERRIDE_LIMITS as u32 + 1)
+            .map(|r| (r as usize, r, 3))
+            .collect();
+        assert_eq!(
+            o.rules("d", &too_many, S).unwrap_err(),
+            OverrideError::TooMany {
+                index: MAX_OVERRIDE_LIMITS + 1
+            }
+        );
+        assert!(o.is_empty());
+        one(&o, 0, "d", 5, 1);
+        assert_eq!(o.len(), 1);
+    }
+
+    /// The table is bounded, but never stuck: overrides without live state
+    /// make room at once; live ones once idle for OVERRIDE_IDLE (least
+    /// recently used first); only while all were used within it is a new
+    /// one refused. A reload drops the stateless ones.
+    #[test]
+    fn the_number_of_overrides_is_bounded_but_idle_ones_make_room() {
+        let o = Overrides::new();
+        // An attacker's 1,024 distinct overrides, each with live state.
+        for rpu in 1..=MAX_OVERRIDE_LIMITS as u32 {
+            let r = o.rules("d", &[(0, rpu, 3)], S).unwrap();
+            hit(&r[0], S);
+        }
+        assert_eq!(o.len(), MAX_OVERRIDE_LIMITS);
+        // All used within the last second: a new one is refused...
+        assert_eq!(
+            o.rules("d", &[(1, 0xffff_ffff, 3)], S + S / 2).unwrap_err(),
             OverrideError::TooMany { index: 1 }
         );
-        // Those already held keep working.
-        o.rule(0, "d", 7, 1).unwrap();
+        // ...those held keep working...
+        let kept = o.rules("d", &[(0, 7, 3)], S + S / 2).unwrap();
+        hit(&kept[0], S + S / 2);
+        // ...and once the attacker's are idle, a new one is served in place
+        // of a least recently used one (never 7, used since).
+        let late = 3 * S;
+        let r = o.rules("d", &[(0, 0xffff_ffff, 3)], late).unwrap();
+        hit(&r[0], late);
+        assert_eq!(o.len(), MAX_OVERRIDE_LIMITS);
+        let again = o.rules("d", &[(0, 7, 3)], late).unwrap();
+        assert!(
+            Arc::ptr_eq(&kept[0], &again[0]),
+            "recently used override kept"
+        );
+        // A reload an hour later drops every override without live state.
+        assert_eq!(o.drop_stateless(3600 * S + late), MAX_OVERRIDE_LIMITS);
+        assert!(o.is_empty());
+    }
+
+    #[test]
+    fn overrides_without_live_state_make_room_at_once() {
+        let o = Overrides::new();
+        for rpu in 1..=MAX_OVERRIDE_LIMITS as u32 {
+            o.rules("d", &[(0, rpu, 3)], S).unwrap();
+        }
+        // Same instant, all just used, but none holds state.
+        o.rules("d", &[(0, 0xffff_ffff, 3)], S + 1).unwrap();
+        assert_eq!(o.len(), MAX_OVERRIDE_LIMITS);
     }
 
     #[test]

@@ -392,8 +392,10 @@ async fn forward_auth_bounded(
             },
         }
     }
-    if key.len() > engine::MAX_KEY_BYTES {
-        return bad_request(api, "key_too_long", "the key headers are too long");
+    if key.len() > limits.server.max_key_bytes {
+        let (len, max) = (key.len(), limits.server.max_key_bytes);
+        let detail = format!("the key is {len} bytes; at most {max} (server.max_key_bytes)");
+        return bad_request(api, "key_too_long", &detail);
     }
     let d = match engine::decide(limit, &key, cost, app.engine.now()).await {
         Ok(d) => d,

@@ -13,7 +13,7 @@ use crate::config::envoy::{EnvoyDescriptor, EnvoyDomain, EnvoyLimitKind, Unit, c
 use crate::config::{Config, ConfigError, KeyConfig, ListenConfig, Scope, ServerConfig};
 use crate::headers;
 use crate::metrics::LimitMetrics;
-use crate::scope::{Backend, Stores};
+use crate::scope::{Backend, KeyBounds, Stores};
 
 type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
@@ -49,8 +49,8 @@ pub struct Limit {
     pub spec: LimitSpec,
     /// Where state lives.
     pub scope: Scope,
-    /// Most keys held.
-    pub max_keys: usize,
+    /// Most keys and bytes held.
+    pub bounds: KeyBounds,
     /// How it decides.
     pub backend: Backend,
     /// Always allow, but count what would have been denied.
@@ -178,9 +178,16 @@ impl Limits {
         let mut by_name = FastMap::default();
         for (i, l) in config.limits.iter().enumerate() {
             let spec = LimitSpec::new(l.name.clone(), l.algorithm, l.quotas.clone());
+            let bounds = KeyBounds {
+                max_keys: l.max_keys,
+                max_bytes: l.max_bytes,
+            };
             let backend = stores
-                .backend(l.scope, &spec, l.max_keys)
+                .backend(l.scope, &spec, bounds)
                 .map_err(|e| ConfigError::new(source, format!("limit {:?}: {e}", l.name)))?;
+            if let Backend::Local(t) = &backend {
+                crate::metrics::register_table(&l.name, t);
+            }
             let name: Arc<str> = Arc::from(l.name.as_str());
             limits.push(Arc::new(Limit {
                 policy: headers::policy(&name, &l.quotas),
@@ -188,7 +195,7 @@ impl Limits {
                 name,
                 spec,
                 scope: l.scope,
-                max_keys: l.max_keys,
+                bounds,
                 backend,
                 shadow: l.shadow,
                 key: KeyMapping::from_config(&l.key),
@@ -207,7 +214,7 @@ impl Limits {
             domains,
             envoy_limits,
             server: config.server,
-            listen: config.listen,
+            listen: config.listen.clone(),
         })
     }
 
@@ -217,12 +224,12 @@ impl Limits {
         self.by_name.get(name).map(|&i| &self.limits[i])
     }
 
-    /// (scope, spec, max_keys) of every limit: what a reload must keep.
-    pub fn live(&self) -> Vec<(Scope, LimitSpec, usize)> {
+    /// (scope, spec, bounds) of every limit: what a reload must keep.
+    pub fn live(&self) -> Vec<(Scope, LimitSpec, KeyBounds)> {
         self.limits
             .iter()
             .chain(self.envoy_limits.iter())
-            .map(|l| (l.scope, l.spec.clone(), l.max_keys))
+            .map(|l| (l.scope, l.spec.clone(), l.bounds))
             .collect()
     }
 
@@ -230,6 +237,12 @@ impl Limits {
     pub fn names(&self) -> Vec<&str> {
         self.limits.iter().map(|l| &*l.name).collect()
     }
+}
+
+/// The bounds of every limit made from an Envoy descriptor (the file
+/// format has no field for them): the defaults.
+pub fn envoy_bounds() -> KeyBounds {
+    KeyBounds::keys(crate::config::DEFAULT_MAX_KEYS)
 }
 
 fn build_domain(
@@ -270,15 +283,18 @@ fn build_level(
                         let spec =
                             LimitSpec::new(path.to_string(), Algorithm::FixedWindow, vec![quota]);
                         let backend = stores
-                            .backend(Scope::Local, &spec, crate::config::DEFAULT_MAX_KEYS)
+                            .backend(Scope::Local, &spec, envoy_bounds())
                             .map_err(|e| ConfigError::new(source, format!("{path}: {e}")))?;
+                        if let Backend::Local(t) = &backend {
+                            crate::metrics::register_table(&path, t);
+                        }
                         let limit = Arc::new(Limit {
                             policy: headers::policy(&path, &[quota]),
                             metrics: LimitMetrics::new(&path),
                             name: path.clone(),
                             spec,
                             scope: Scope::Local,
-                            max_keys: crate::config::DEFAULT_MAX_KEYS,
+                            bounds: envoy_bounds(),
                             backend,
                             shadow: d.shadow_mode,
                             key: KeyMapping::from_config(&KeyConfig::default()),

@@ -10,6 +10,11 @@
 //! - `drl_requests_rejected_total{api,reason}`: requests refused before
 //!   deciding (bad JSON, unknown limit, bad cost, ...).
 //! - `drl_config_reloads_total{result}`: `ok` or `error`.
+//! - `drl_keys_held{limit}`, `drl_key_bytes_held{limit}` (gauges) and
+//!   `drl_keys_evicted_total{limit,kind}` (`fresh`: no effect on decisions;
+//!   `live`: that key's state started over, a bounded over-admission): the
+//!   in-memory table of every `local` limit, read at scrape time
+//!   ([`register_table`]), never on the decision path.
 //!
 //! The first three are written on every decision and live in per-thread
 //! shards ([`crate::sharded`]), rendered by [`render`]; everything else
@@ -22,6 +27,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+use drl_core::KeyedLimiter;
 
 use crate::sharded::{Counters, LATENCY_BOUNDS_NS, LatencyHistogram, le_label};
 
@@ -76,6 +83,108 @@ impl LimitMetrics {
             self.counts.get(DENIED),
             self.counts.get(SHADOW),
         )
+    }
+}
+
+/// A keyed table reported under a limit name.
+struct Table {
+    limiter: std::sync::Weak<KeyedLimiter<String>>,
+    /// (evicted_fresh, evicted_live) when last read.
+    seen: (u64, u64),
+}
+
+/// What the tables of one name reported: live ones, and the evictions of
+/// tables already dropped (as last read).
+#[derive(Default)]
+struct Tables {
+    live: Vec<Table>,
+    dropped: (u64, u64),
+}
+
+fn table_registry() -> &'static Mutex<BTreeMap<String, Tables>> {
+    static R: OnceLock<Mutex<BTreeMap<String, Tables>>> = OnceLock::new();
+    R.get_or_init(Default::default)
+}
+
+/// Reports the in-memory table `limiter` under limit `name` in the
+/// keys-held and eviction series (once per table; several tables may share
+/// a name, e.g. the overrides of a domain, and are summed). Held weakly:
+/// a table dropped by a reload leaves the series, its evictions (as last
+/// scraped) stay counted.
+pub fn register_table(name: &str, limiter: &Arc<KeyedLimiter<String>>) {
+    let mut r = table_registry().lock().unwrap_or_else(|e| e.into_inner());
+    let t = r.entry(name.to_string()).or_default();
+    let weak = Arc::downgrade(limiter);
+    if !t.live.iter().any(|x| x.limiter.ptr_eq(&weak)) {
+        t.live.push(Table {
+            limiter: weak,
+            seen: (0, 0),
+        });
+    }
+}
+
+/// Keys held, bytes held, evicted fresh, evicted live, per limit name.
+type TableRow = (String, usize, usize, u64, u64);
+
+/// Reads every registered table (shard read locks, at scrape time).
+fn table_rows() -> Vec<TableRow> {
+    let mut r = table_registry().lock().unwrap_or_else(|e| e.into_inner());
+    let mut rows = Vec::with_capacity(r.len());
+    for (name, t) in r.iter_mut() {
+        let (mut keys, mut bytes) = (0, 0);
+        let mut dropped = t.dropped;
+        t.live.retain_mut(|x| match x.limiter.upgrade() {
+            Some(l) => {
+                let s = l.stats();
+                x.seen = (s.evicted_fresh, s.evicted_live);
+                keys += s.keys;
+                bytes += s.bytes;
+                true
+            }
+            None => {
+                dropped.0 += x.seen.0;
+                dropped.1 += x.seen.1;
+                false
+            }
+        });
+        t.dropped = dropped;
+        let (fresh, live) = t
+            .live
+            .iter()
+            .fold(dropped, |(f, l), x| (f + x.seen.0, l + x.seen.1));
+        rows.push((name.clone(), keys, bytes, fresh, live));
+    }
+    rows
+}
+
+/// Appends the keyed-table series.
+fn render_tables(out: &mut String) {
+    let rows = table_rows();
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str("# HELP drl_keys_held Keys held in memory per local limit (at most max_keys).\n");
+    out.push_str("# TYPE drl_keys_held gauge\n");
+    for (name, keys, ..) in &rows {
+        out.push_str("drl_keys_held{limit=\"");
+        label_value(out, name);
+        let _ = writeln!(out, "\"}} {keys}");
+    }
+    out.push_str("# HELP drl_key_bytes_held Bytes of keys and state held per local limit (entries plus key bytes; at most max_bytes).\n");
+    out.push_str("# TYPE drl_key_bytes_held gauge\n");
+    for (name, _, bytes, ..) in &rows {
+        out.push_str("drl_key_bytes_held{limit=\"");
+        label_value(out, name);
+        let _ = writeln!(out, "\"}} {bytes}");
+    }
+    out.push_str("# HELP drl_keys_evicted_total Keys dropped to stay within max_keys / max_bytes: fresh (no effect on decisions) or live (that key started over: bounded over-admission).\n");
+    out.push_str("# TYPE drl_keys_evicted_total counter\n");
+    for (name, _, _, fresh, live) in &rows {
+        for (kind, n) in [("fresh", fresh), ("live", live)] {
+            out.push_str("drl_keys_evicted_total{limit=\"");
+            label_value(out, name);
+            let _ = writeln!(out, "\",kind=\"{kind}\"}} {n}");
+        }
     }
 }
 
@@ -217,6 +326,7 @@ fn render_hot(out: &mut String) {
 pub fn render(handle: &PrometheusHandle) -> String {
     let mut out = String::with_capacity(8192);
     render_hot(&mut out);
+    render_tables(&mut out);
     out.push_str(&handle.render());
     out
 }

@@ -44,6 +44,35 @@ pub fn check_supported(scope: Scope) -> Result<(), String> {
     }
 }
 
+/// The memory bounds of a limit's keyed table: keys and bytes held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KeyBounds {
+    /// Most keys held.
+    pub max_keys: usize,
+    /// Most bytes held (entries plus key bytes).
+    pub max_bytes: usize,
+}
+
+impl KeyBounds {
+    /// `max_keys` with the default byte budget (`max_keys` x
+    /// [`crate::config::DEFAULT_BYTES_PER_KEY`]).
+    pub fn keys(max_keys: usize) -> Self {
+        Self {
+            max_keys,
+            max_bytes: max_keys.saturating_mul(crate::config::DEFAULT_BYTES_PER_KEY),
+        }
+    }
+
+    /// The keyed-table configuration with these bounds.
+    pub fn keyed_config(self) -> KeyedConfig {
+        KeyedConfig {
+            max_keys: self.max_keys,
+            max_bytes: self.max_bytes,
+            ..KeyedConfig::default()
+        }
+    }
+}
+
 /// How one limit decides.
 #[derive(Clone)]
 pub enum Backend {
@@ -100,8 +129,8 @@ impl Backend {
 /// limits keep their counters.
 #[derive(Default)]
 pub struct Stores {
-    /// One memory store per distinct `max_keys` bound.
-    memory: Mutex<BTreeMap<usize, Arc<MemoryStore>>>,
+    /// One memory store per distinct pair of bounds.
+    memory: Mutex<BTreeMap<KeyBounds, Arc<MemoryStore>>>,
     /// The Redis store (with its failure policy), once connected, and the
     /// config it was connected with.
     redis: Mutex<Option<(RedisSettings, Arc<dyn Store>)>>,
@@ -266,12 +295,12 @@ impl Stores {
     }
 
     /// The backend for a limit of `scope` with `spec`, holding at most
-    /// `max_keys` keys. This is the extension point for new scopes.
+    /// `bounds` (keys and bytes). This is the extension point for new scopes.
     pub fn backend(
         &self,
         scope: Scope,
         spec: &LimitSpec,
-        max_keys: usize,
+        bounds: KeyBounds,
     ) -> Result<Backend, String> {
         check_supported(scope)?;
         match scope {
@@ -279,13 +308,8 @@ impl Stores {
                 let store = self
                     .memory
                     .lock()
-                    .entry(max_keys)
-                    .or_insert_with(|| {
-                        Arc::new(MemoryStore::new(KeyedConfig {
-                            max_keys,
-                            ..KeyedConfig::default()
-                        }))
-                    })
+                    .entry(bounds)
+                    .or_insert_with(|| Arc::new(MemoryStore::new(bounds.keyed_config())))
                     .clone();
                 Ok(Backend::Local(store.limiter(spec)))
             }
@@ -317,8 +341,8 @@ impl Stores {
     }
 
     /// After a reload: keep state of the limits in `live` (scope, spec,
-    /// max_keys), drop everything else.
-    pub fn retain(&self, live: &[(Scope, LimitSpec, usize)]) {
+    /// bounds), drop everything else.
+    pub fn retain(&self, live: &[(Scope, LimitSpec, KeyBounds)]) {
         if let Some((_, store)) = &*self.redis.lock() {
             let specs: Vec<LimitSpec> = live
                 .iter()
@@ -344,10 +368,10 @@ impl Stores {
             store.retain(&specs);
         }
         let mut memory = self.memory.lock();
-        memory.retain(|max_keys, store| {
+        memory.retain(|bounds, store| {
             let specs: Vec<LimitSpec> = live
                 .iter()
-                .filter(|(s, _, m)| *s == Scope::Local && m == max_keys)
+                .filter(|(s, _, b)| *s == Scope::Local && b == bounds)
                 .map(|(_, spec, _)| spec.clone())
                 .collect();
             store.retain(&specs);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::config::{self, Config};
-use crate::engine::{Engine, ReloadReport};
+use crate::engine::{Engine, ReloadReport, Trigger};
 use crate::listeners::Listeners;
 
 /// What `drl serve` was asked to do.
@@ -24,10 +24,11 @@ pub struct ServeOptions {
     pub watch: bool,
 }
 
-/// Loads the config named by `opts` (or the embedded default).
+/// Loads the config named by `opts` (or the embedded default). An empty
+/// file is refused.
 pub fn load(opts: &ServeOptions) -> Result<Config, config::ConfigError> {
     match &opts.config {
-        Some(p) => config::load_file(p),
+        Some(p) => crate::engine::load_config_file(p),
         None => Ok(config::embedded()),
     }
 }
@@ -144,10 +145,17 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
 /// apply it, then move the listeners. Any error refuses the whole reload
 /// and the previous config (and listeners) keep serving.
 fn reload(engine: &Engine, listeners: &Listeners, why: &str) {
+    let trigger = if why == FILE_CHANGE {
+        Trigger::FileChange
+    } else {
+        Trigger::Signal
+    };
     let result = (|| -> anyhow::Result<(ReloadReport, Vec<String>)> {
         let cfg = engine.load().map_err(|e| anyhow::anyhow!("{e}"))?;
         let pending = listeners.prepare(&cfg)?;
-        let report = engine.apply(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let report = engine
+            .apply_from(&cfg, trigger)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok((report, listeners.commit(pending, cfg.server)))
     })();
     match result {
@@ -182,6 +190,49 @@ fn reload(engine: &Engine, listeners: &Listeners, why: &str) {
     }
 }
 
+/// The reload trigger of a file-watch event.
+const FILE_CHANGE: &str = "file change";
+
+/// What identifies one version of the config file: its size, mtime and a
+/// hash of its content (`None`: unreadable, e.g. between an unlink and a
+/// rename).
+type Fingerprint = Option<(u64, Option<std::time::SystemTime>, u64)>;
+
+fn fingerprint(path: &Path) -> Fingerprint {
+    use std::hash::{Hash, Hasher};
+    let meta = std::fs::metadata(path).ok()?;
+    let bytes = std::fs::read(path).ok()?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    Some((meta.len(), meta.modified().ok(), h.finish()))
+}
+
+/// Waits until the file at `path` stays the same (size, mtime, content)
+/// for `settle` with no further change event: a file written in pieces
+/// (two writes 300 ms apart, an editor's truncate-then-write) is read only
+/// once complete. Returns true if a SIGHUP arrived meanwhile.
+async fn settle(
+    path: &Path,
+    settle: Duration,
+    rx: &mut tokio::sync::mpsc::Receiver<&'static str>,
+) -> bool {
+    let mut seen = fingerprint(path);
+    let mut hup = false;
+    loop {
+        tokio::time::sleep(settle).await;
+        let mut changed = false;
+        while let Ok(why) = rx.try_recv() {
+            changed |= why == FILE_CHANGE;
+            hup |= why != FILE_CHANGE;
+        }
+        let now = fingerprint(path);
+        if !changed && now == seen {
+            return hup;
+        }
+        seen = now;
+    }
+}
+
 fn spawn_reloaders(
     engine: &Arc<Engine>,
     listeners: &Arc<Listeners>,
@@ -207,12 +258,18 @@ fn spawn_reloaders(
     }
     let engine = engine.clone();
     let listeners = listeners.clone();
+    let path = opts.config.clone();
     tokio::spawn(async move {
-        while let Some(why) = rx.recv().await {
-            if why == "file change" {
-                // Let a burst of writes (editors, atomic renames) settle.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                while rx.try_recv().is_ok() {}
+        while let Some(mut why) = rx.recv().await {
+            if why == FILE_CHANGE
+                && let Some(path) = &path
+            {
+                // Reload a settled file only. A SIGHUP that arrives
+                // meanwhile is served by this reload, as a SIGHUP.
+                let ms = engine.limits().server.reload_settle_ms;
+                if settle(path, Duration::from_millis(ms), &mut rx).await {
+                    why = "SIGHUP";
+                }
             }
             let (e, l) = (engine.clone(), listeners.clone());
             let _ = tokio::task::spawn_blocking(move || reload(&e, &l, why)).await;
@@ -242,7 +299,7 @@ fn watch_file(
             .iter()
             .any(|p| p.file_name().map(|n| n.to_os_string()) == name)
         {
-            let _ = tx.try_send("file change");
+            let _ = tx.try_send(FILE_CHANGE);
         }
     })
     .context("cannot watch the config file")?;

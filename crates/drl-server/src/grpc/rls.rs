@@ -10,6 +10,14 @@
 //!
 //! One difference, per drl's SEMANTICS.md: a denied request consumes
 //! nothing (envoyproxy/ratelimit counts hits over the limit too).
+//!
+//! Another: a limited descriptor whose state key (its values, or its keys
+//! and values under an override) is longer than `server.max_key_bytes` is
+//! answered OVER_LIMIT without being held, and counted as
+//! `drl_requests_rejected_total{api="envoy_rls",reason="key_too_long"}`. An
+//! error status would not do: Envoy lets a request through when its rate
+//! limit service fails (unless `failure_mode_deny` is set), so an error
+//! would let any long header value bypass the limit.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -98,30 +106,28 @@ impl RateLimitService for RlsService {
         // apply, matched or not (as envoyproxy/ratelimit does).
         let mut overridden: Vec<Option<Arc<EnvoyRule>>> = Vec::new();
         if req.descriptors.iter().any(|d| d.limit.is_some()) {
-            overridden.reserve_exact(req.descriptors.len());
-            for (i, d) in req.descriptors.iter().enumerate() {
-                let Some(o) = &d.limit else {
-                    overridden.push(None);
-                    continue;
-                };
-                match self
-                    .engine
-                    .overrides
-                    .rule(i, &req.domain, o.requests_per_unit, o.unit)
-                {
-                    Ok(r) => overridden.push(Some(r)),
-                    Err(e) => {
-                        rejected(Api::EnvoyRls, e.kind());
-                        return Err(match e {
-                            OverrideError::UnknownUnit { .. } => {
-                                Status::invalid_argument(e.to_string())
-                            }
-                            OverrideError::TooMany { .. } => {
-                                Status::resource_exhausted(e.to_string())
-                            }
-                        });
+            let wanted: Vec<(usize, u32, i32)> = req
+                .descriptors
+                .iter()
+                .enumerate()
+                .filter_map(|(i, d)| d.limit.as_ref().map(|o| (i, o.requests_per_unit, o.unit)))
+                .collect();
+            let made = self
+                .engine
+                .overrides
+                .rules(&req.domain, &wanted, self.engine.now())
+                .map_err(|e| {
+                    rejected(Api::EnvoyRls, e.kind());
+                    match e {
+                        OverrideError::UnknownUnit { .. } => {
+                            Status::invalid_argument(e.to_string())
+                        }
+                        OverrideError::TooMany { .. } => Status::resource_exhausted(e.to_string()),
                     }
-                }
+                })?;
+            overridden.resize(req.descriptors.len(), None);
+            for (&(i, _, _), r) in wanted.iter().zip(made) {
+                overridden[i] = Some(r);
             }
         }
         let is_override = |i: usize| overridden.get(i).is_some_and(Option::is_some);
@@ -206,32 +212,47 @@ impl RateLimitService for RlsService {
                             key.push_str(&e.value);
                         }
                     }
-                    let dec = match engine::decide(limit, &key, cost, now).await {
-                        Ok(dec) => dec,
-                        Err(e) => {
-                            rejected(Api::EnvoyRls, e.kind());
-                            return Err(Status::unavailable(e.to_string()));
+                    if key.len() > limits.server.max_key_bytes {
+                        // Too long to hold. Envoy takes an RLS error as a
+                        // failure and, by default (`failure_mode_deny:
+                        // false`), lets the request through: an error would
+                        // let any long header value bypass the limit. So
+                        // this descriptor is over the limit instead.
+                        rejected(Api::EnvoyRls, "key_too_long");
+                        DescriptorStatus {
+                            code: Code::OverLimit as i32,
+                            current_limit: Some(current_limit(rule)),
+                            limit_remaining: 0,
+                            ..Default::default()
                         }
-                    };
-                    let reset = if dec.reset_after == 0 {
-                        let window = rule.unit.window();
-                        window - now % window
                     } else {
-                        dec.reset_after
-                    };
-                    if tightest.is_none_or(|t| t.0 > dec.remaining) {
-                        tightest = Some((dec.remaining, rule, reset));
-                    }
-                    DescriptorStatus {
-                        code: if dec.allowed {
-                            Code::Ok
+                        let dec = match engine::decide(limit, &key, cost, now).await {
+                            Ok(dec) => dec,
+                            Err(e) => {
+                                rejected(Api::EnvoyRls, e.kind());
+                                return Err(Status::unavailable(e.to_string()));
+                            }
+                        };
+                        let reset = if dec.reset_after == 0 {
+                            let window = rule.unit.window();
+                            window - now % window
                         } else {
-                            Code::OverLimit
-                        } as i32,
-                        current_limit: Some(current_limit(rule)),
-                        limit_remaining: u32::try_from(dec.remaining).unwrap_or(u32::MAX),
-                        duration_until_reset: Some(duration(reset)),
-                        ..Default::default()
+                            dec.reset_after
+                        };
+                        if tightest.is_none_or(|t| t.0 > dec.remaining) {
+                            tightest = Some((dec.remaining, rule, reset));
+                        }
+                        DescriptorStatus {
+                            code: if dec.allowed {
+                                Code::Ok
+                            } else {
+                                Code::OverLimit
+                            } as i32,
+                            current_limit: Some(current_limit(rule)),
+                            limit_remaining: u32::try_from(dec.remaining).unwrap_or(u32::MAX),
+                            duration_until_reset: Some(duration(reset)),
+                            ..Default::default()
+                        }
                     }
                 }
             };

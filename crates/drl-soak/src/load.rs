@@ -469,7 +469,14 @@ async fn bad(
             Ok(_) => Ok(200),
             Err(s) if s.code() == tonic::Code::NotFound => Ok(404),
             Err(s) if matches!(s.code(), tonic::Code::InvalidArgument) => Ok(400),
-            Err(s) => Err((format!("grpc {:?}", s.code()), false)),
+            Err(s) => Err((
+                match s.code() {
+                    tonic::Code::Cancelled | tonic::Code::DeadlineExceeded => "timeout".into(),
+                    tonic::Code::Unavailable | tonic::Code::Unknown => "connect".into(),
+                    c => format!("grpc {c:?}"),
+                },
+                false,
+            )),
         }
     } else {
         match http

@@ -309,6 +309,58 @@ async fn passwords_from_files_and_acl_users() {
     assert_says(&e, &["Redis requires a password", "password_file"]);
 }
 
+/// `engine: module` over TLS as an ACL user that may run only drl's
+/// module commands (and `PING`): the module's ACL of docs/redis.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn module_engine_over_tls_with_its_minimal_acl() {
+    let pki = Arc::new(Pki::generate());
+    let module = common::module_path();
+    let server = tokio::task::block_in_place(|| {
+        RedisServer::start_tls(
+            &pki,
+            "optional",
+            &["--loadmodule", module.to_str().expect("utf-8 path")],
+        )
+    });
+    acl(
+        &server,
+        &[
+            "SETUSER",
+            "drl",
+            "reset",
+            "on",
+            ">module-Pa55",
+            "~drl:*",
+            "+ping",
+            "+drl.decide",
+            "+drl.version",
+        ]
+        .map(String::from),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let pw = dir.path().join("pw");
+    std::fs::write(&pw, "module-Pa55").unwrap();
+    let cfg = RedisConfig {
+        engine: drl_store::Engine::Module,
+        username: Some("drl".into()),
+        password_file: Some(pw),
+        ..tls_config(server.url(), ca_only(&pki, "ca.pem"))
+    };
+    let store = RedisStore::connect(&cfg).await.unwrap();
+    store.load_script().await.unwrap();
+    assert_exact(&store, "module").await;
+    // The scripts are not allowed to this user: the Lua engine is told so.
+    let lua = RedisStore::connect(&RedisConfig {
+        engine: drl_store::Engine::Lua,
+        ..cfg
+    })
+    .await
+    .unwrap();
+    let spec = five_per_hour("x");
+    let e = lua.decide(check(&spec, "k")).await.unwrap_err().to_string();
+    assert_says(&e, &["lacks a permission drl needs", "evalsha"]);
+}
+
 #[test]
 fn passwords_are_never_shown() {
     let cfg = RedisConfig::single("rediss://drl:Sup3r-Secret@127.0.0.1:6380/0");

@@ -12,13 +12,20 @@
 //! - [`http`]: `POST /v1/check`, forward-auth, health, metrics (axum).
 //! - [`grpc`]: the native batched API and Envoy RLS v3 (tonic).
 //! - [`listeners`]: the HTTP and gRPC listeners, moved on reload.
+//! - [`conn`]: the accept loop: connection cap, idle and header-read
+//!   timeouts, HTTP/1.1 and HTTP/2, plain or TLS.
+//! - [`tls`]: listener certificates (rustls), reloaded when they change.
+//! - [`auth`]: optional bearer tokens; [`guard`]: the services behind them.
 //! - [`server`]: signals, hot reload, graceful drain.
 
+pub mod auth;
 pub mod config;
+pub mod conn;
 pub mod deadline;
 pub mod engine;
 pub mod envoy_override;
 pub mod grpc;
+pub mod guard;
 pub mod headers;
 pub mod http;
 pub mod limits;
@@ -27,6 +34,7 @@ pub mod metrics;
 pub mod scope;
 pub mod server;
 pub mod sharded;
+pub mod tls;
 
 pub use config::{Config, ConfigError};
 pub use engine::Engine;

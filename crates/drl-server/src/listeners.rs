@@ -19,14 +19,17 @@ use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tonic::transport::server::TcpIncoming;
 
+use crate::auth::Auth;
 use crate::config::{Config, ServerConfig};
+use crate::conn::{ConnLimits, Registry};
 use crate::engine::Engine;
 use crate::grpc::native::NativeService;
 use crate::grpc::pb::rate_limiter_server::RateLimiterServer;
 use crate::grpc::rls::RlsService;
+use crate::guard::{GrpcGuard, HttpGuard};
 use crate::http::{AppState, router};
+use crate::tls::{self, TlsSlot};
 
 /// Which API a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +53,14 @@ impl Kind {
         match self {
             Kind::Http => "HTTP",
             Kind::Grpc => "gRPC",
+        }
+    }
+
+    /// The ALPN protocols offered over TLS.
+    fn alpn(self) -> &'static [&'static [u8]] {
+        match self {
+            Kind::Http => &[b"h2", b"http/1.1"],
+            Kind::Grpc => &[b"h2"],
         }
     }
 }
@@ -86,11 +97,14 @@ enum Change {
     Start(SocketAddr, TcpListener),
 }
 
-/// Sockets bound for a new config, not serving yet; dropping it closes
-/// them.
+/// Sockets bound and TLS material and tokens loaded for a new config, not
+/// serving yet; dropping it closes the sockets.
 pub struct Pending {
     http: Change,
     grpc: Change,
+    http_tls: tls::Prepared,
+    grpc_tls: tls::Prepared,
+    auth: crate::auth::PreparedAuth,
 }
 
 /// The live listeners.
@@ -102,6 +116,15 @@ pub struct Listeners {
     state: Mutex<State>,
     /// Errors of listeners that stopped without being asked to.
     failed: mpsc::UnboundedSender<anyhow::Error>,
+    http_tls: TlsSlot,
+    grpc_tls: TlsSlot,
+    auth: Auth,
+    http_conns: Arc<Registry>,
+    grpc_conns: Arc<Registry>,
+    /// Connections each listener may hold within the fd limit.
+    fd_cap: usize,
+    /// Stops the certificate watchers (started with the first listener).
+    watchers: Mutex<Option<watch::Sender<bool>>>,
 }
 
 impl std::fmt::Debug for Listeners {
@@ -127,8 +150,39 @@ impl Listeners {
             flag_grpc: grpc,
             state: Mutex::new(State::default()),
             failed,
+            http_tls: TlsSlot::default(),
+            grpc_tls: TlsSlot::default(),
+            auth: Auth::default(),
+            http_conns: Registry::new("http"),
+            grpc_conns: Registry::new("grpc"),
+            fd_cap: crate::conn::fd_cap(2),
+            watchers: Mutex::new(None),
         });
         (l, rx)
+    }
+
+    fn tls(&self, kind: Kind) -> &TlsSlot {
+        match kind {
+            Kind::Http => &self.http_tls,
+            Kind::Grpc => &self.grpc_tls,
+        }
+    }
+
+    fn registry(&self, kind: Kind) -> &Arc<Registry> {
+        match kind {
+            Kind::Http => &self.http_conns,
+            Kind::Grpc => &self.grpc_conns,
+        }
+    }
+
+    /// Open connections of the `kind` listener.
+    pub fn open_connections(&self, kind: Kind) -> usize {
+        self.registry(kind).open()
+    }
+
+    /// The connection cap of `server` after the fd limit.
+    pub fn conn_limits(&self, server: &ServerConfig) -> ConnLimits {
+        ConnLimits::from_server(server, self.fd_cap)
     }
 
     /// The addresses `cfg` asks for, flags first.
@@ -139,15 +193,21 @@ impl Listeners {
         )
     }
 
-    /// Binds the addresses of `cfg` that differ from the live ones. Nothing
-    /// changes if any cannot be bound (the error says which and why).
-    /// Must be called within a Tokio runtime.
+    /// Binds the addresses of `cfg` that differ from the live ones, and
+    /// loads its TLS certificates and token files. Nothing changes if any
+    /// of it fails (the error says which and why). Must be called within
+    /// a Tokio runtime.
     pub fn prepare(&self, cfg: &Config) -> anyhow::Result<Pending> {
         let (http, grpc) = self.wanted(cfg);
         anyhow::ensure!(
             http.is_some() || grpc.is_some(),
             "nothing to serve: no HTTP or gRPC listener configured"
         );
+        let http_tls = tls::prepare(cfg.listen.http_tls.as_ref(), Kind::Http.alpn())
+            .context("listen.http_tls")?;
+        let grpc_tls = tls::prepare(cfg.listen.grpc_tls.as_ref(), Kind::Grpc.alpn())
+            .context("listen.grpc_tls")?;
+        let auth = crate::auth::prepare(&cfg.auth).map_err(|e| anyhow::anyhow!(e))?;
         let state = self.state.lock();
         let change = |kind: Kind, want: Option<SocketAddr>, cur: &Option<Running>| match (want, cur)
         {
@@ -159,6 +219,9 @@ impl Listeners {
         Ok(Pending {
             http: change(Kind::Http, http, &state.http)?,
             grpc: change(Kind::Grpc, grpc, &state.grpc)?,
+            http_tls,
+            grpc_tls,
+            auth,
         })
     }
 
@@ -167,6 +230,10 @@ impl Listeners {
     /// one line per listener that changed. Must be called within a Tokio
     /// runtime.
     pub fn commit(&self, pending: Pending, server: ServerConfig) -> Vec<String> {
+        self.http_tls.set(pending.http_tls);
+        self.grpc_tls.set(pending.grpc_tls);
+        self.auth.set(pending.auth);
+        self.start_watchers();
         let mut state = self.state.lock();
         state.tasks.retain(|t| !t.is_finished());
         let mut changes = Vec::new();
@@ -178,6 +245,7 @@ impl Listeners {
                     let (running, task) = self.spawn(kind, requested, listener, server);
                     state.tasks.push(task);
                     let local = running.local;
+                    self.warn_if_exposed(kind, local);
                     let old = state.slot(kind).replace(running);
                     changes.push(match &old {
                         Some(o) => {
@@ -208,16 +276,20 @@ impl Listeners {
         let local = listener.local_addr().unwrap_or(requested);
         let (stop, rx) = watch::channel(false);
         let grace = Duration::from_millis(s.shutdown_grace_ms);
+        let limits = self.conn_limits(&s);
+        let tls = self.tls(kind).clone();
+        let registry = self.registry(kind).clone();
+        let auth = self.auth.clone();
         let serve: futures::future::BoxFuture<'static, anyhow::Result<()>> = match kind {
             Kind::Http => {
-                let app = router(AppState {
+                let router = router(AppState {
                     engine: self.engine.clone(),
                     metrics: self.metrics.clone(),
                 });
+                let svc = HttpGuard { router, auth };
                 let rx = rx.clone();
                 Box::pin(async move {
-                    axum::serve(listener, app)
-                        .with_graceful_shutdown(stopped(rx))
+                    crate::conn::serve(listener, tls, svc, limits, false, registry, rx)
                         .await
                         .context("HTTP server failed")
                 })
@@ -229,17 +301,17 @@ impl Listeners {
                     RlsService::new(self.engine.clone()),
                 )
                 .max_decoding_message_size(s.max_body_bytes);
-                let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+                let routes = tonic::service::Routes::new(native)
+                    .add_service(rls)
+                    .prepare();
+                let svc = GrpcGuard {
+                    routes,
+                    auth,
+                    timeout: Duration::from_millis(s.request_timeout_ms),
+                };
                 let rx = rx.clone();
                 Box::pin(async move {
-                    let mut builder = tonic::transport::Server::builder();
-                    if s.request_timeout_ms > 0 {
-                        builder = builder.timeout(Duration::from_millis(s.request_timeout_ms));
-                    }
-                    builder
-                        .add_service(native)
-                        .add_service(rls)
-                        .serve_with_incoming_shutdown(incoming, stopped(rx))
+                    crate::conn::serve(listener, tls, svc, limits, true, registry, rx)
                         .await
                         .context("gRPC server failed")
                 })
@@ -285,6 +357,49 @@ impl Listeners {
         )
     }
 
+    /// Starts the certificate watchers once (they poll the TLS files of
+    /// both listeners until [`Listeners::shutdown`]).
+    fn start_watchers(&self) {
+        let mut w = self.watchers.lock();
+        if w.is_some() {
+            return;
+        }
+        let (tx, rx) = watch::channel(false);
+        for kind in [Kind::Http, Kind::Grpc] {
+            tokio::spawn(tls::watch(
+                self.tls(kind).clone(),
+                kind.alpn(),
+                kind.name(),
+                Duration::from_secs(1),
+                rx.clone(),
+            ));
+        }
+        *w = Some(tx);
+    }
+
+    /// Warns when a listener is reachable beyond loopback without TLS or
+    /// without tokens.
+    fn warn_if_exposed(&self, kind: Kind, local: SocketAddr) {
+        if local.ip().is_loopback() {
+            return;
+        }
+        if !self.tls(kind).is_tls() {
+            tracing::warn!(listener = kind.name(), %local, "listening beyond loopback without TLS: requests, limit keys and tokens travel in clear (set listen.{}_tls)", kind.name());
+            eprintln!(
+                "drl serve: warning: the {} listener on {local} is reachable beyond loopback without TLS (set listen.{}_tls)",
+                kind.name(),
+                kind.name()
+            );
+        }
+        if !self.auth.guards_api() {
+            tracing::warn!(listener = kind.name(), %local, "listening beyond loopback without bearer tokens: anyone who can reach it can spend any tenant's quota (set auth.tokens_file)");
+            eprintln!(
+                "drl serve: warning: the {} listener on {local} is reachable beyond loopback without bearer tokens (set auth.tokens_file)",
+                kind.name()
+            );
+        }
+    }
+
     /// `http=ADDR grpc=ADDR` of the live listeners.
     pub fn bound(&self) -> String {
         let state = self.state.lock();
@@ -307,6 +422,9 @@ impl Listeners {
     /// requests, including those of listeners a reload replaced. Returns
     /// false if the wait timed out.
     pub async fn shutdown(&self, grace: Duration) -> bool {
+        if let Some(w) = self.watchers.lock().take() {
+            let _ = w.send(true);
+        }
         let tasks = {
             let mut state = self.state.lock();
             for r in [state.http.take(), state.grpc.take()].into_iter().flatten() {

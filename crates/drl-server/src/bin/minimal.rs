@@ -6,6 +6,10 @@
 //!
 //! Also: `drl-minimal-server encode-grpc N` writes a framed gRPC
 //! `CheckRequest` of N items to stdout (the body h2load sends).
+//!
+//! With `--tls-cert FILE --tls-key FILE` both listeners speak TLS through
+//! the same stack as `drl serve` (rustls with ring, tokio-rustls,
+//! hyper-util), in the plainest accept loop: the baseline of the TLS rows.
 
 use std::borrow::Cow;
 use std::io::Write as _;
@@ -129,6 +133,8 @@ fn main() -> anyhow::Result<()> {
     let mut http: SocketAddr = "127.0.0.1:18080".parse()?;
     let mut grpc: SocketAddr = "127.0.0.1:18081".parse()?;
     let mut threads = None;
+    let mut tls_cert = None;
+    let mut tls_key = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -144,6 +150,20 @@ fn main() -> anyhow::Result<()> {
                     .ok_or_else(|| anyhow::anyhow!("--grpc ADDR"))?
                     .parse()?
             }
+            "--tls-cert" => {
+                tls_cert = Some(
+                    it.next()
+                        .ok_or_else(|| anyhow::anyhow!("--tls-cert FILE"))?
+                        .clone(),
+                )
+            }
+            "--tls-key" => {
+                tls_key = Some(
+                    it.next()
+                        .ok_or_else(|| anyhow::anyhow!("--tls-key FILE"))?
+                        .clone(),
+                )
+            }
             "--threads" => {
                 threads = Some(
                     it.next()
@@ -152,7 +172,7 @@ fn main() -> anyhow::Result<()> {
                 )
             }
             other => anyhow::bail!(
-                "usage: drl-minimal-server [--http ADDR] [--grpc ADDR] [--threads N] | encode-grpc N [LIMIT] (got {other:?})"
+                "usage: drl-minimal-server [--http ADDR] [--grpc ADDR] [--threads N] [--tls-cert FILE --tls-key FILE] | encode-grpc N [LIMIT] (got {other:?})"
             ),
         }
     }
@@ -170,6 +190,27 @@ fn main() -> anyhow::Result<()> {
             http_l.local_addr()?,
             grpc_l.local_addr()?
         );
+        if let (Some(cert), Some(key)) = (&tls_cert, &tls_key) {
+            let tls = |alpn: &[&[u8]]| {
+                drl_server::tls::server_config(
+                    &drl_server::tls::TlsConfig {
+                        cert_file: cert.into(),
+                        key_file: key.into(),
+                        client_ca_file: None,
+                    },
+                    alpn,
+                )
+                .map(tokio_rustls::TlsAcceptor::from)
+            };
+            let routes = tonic::service::Routes::new(RateLimiterServer::new(Minimal)).prepare();
+            let h = serve_tls(http_l, tls(&[b"h2", b"http/1.1"])?, app, false);
+            let g = serve_tls(grpc_l, tls(&[b"h2"])?, routes, true);
+            tokio::select! {
+                r = g => r?,
+                r = h => r?,
+            }
+            return anyhow::Ok(());
+        }
         let incoming = tonic::transport::server::TcpIncoming::from(grpc_l).with_nodelay(Some(true));
         let g = tonic::transport::Server::builder()
             .add_service(RateLimiterServer::new(Minimal))
@@ -181,4 +222,47 @@ fn main() -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })
+}
+
+/// The plainest TLS accept loop: handshake, then hyper-util's auto
+/// HTTP/1.1 + HTTP/2 (HTTP/2 only for gRPC).
+async fn serve_tls<S, B>(
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    service: S,
+    http2_only: bool,
+) -> anyhow::Result<()>
+where
+    S: tower::Service<
+            axum::http::Request<hyper::body::Incoming>,
+            Response = axum::http::Response<B>,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut builder =
+        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    if http2_only {
+        builder = builder.http2_only();
+    }
+    let builder = std::sync::Arc::new(builder);
+    loop {
+        let (tcp, _) = listener.accept().await?;
+        let _ = tcp.set_nodelay(true);
+        let (acceptor, builder, service) = (acceptor.clone(), builder.clone(), service.clone());
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let svc = hyper_util::service::TowerToHyperService::new(service);
+            let _ = builder
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                .await;
+        });
+    }
 }

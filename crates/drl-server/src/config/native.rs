@@ -13,6 +13,14 @@ use super::envoy::EnvoyDomain;
 /// The default bound on keys held per limit.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
+/// The default byte budget of a limit per key of `max_keys`: a limit's
+/// `max_bytes` defaults to `max_keys` x this (see
+/// [`drl_core::keyed::DEFAULT_BYTES_PER_KEY`]).
+pub const DEFAULT_BYTES_PER_KEY: usize = drl_core::keyed::DEFAULT_BYTES_PER_KEY;
+
+/// The default longest key, in bytes (`server.max_key_bytes`).
+pub const DEFAULT_MAX_KEY_BYTES: usize = 1024;
+
 /// A whole configuration file.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,6 +50,9 @@ pub struct Config {
     /// The gossip cluster of `scope: gossip` limits (see docs/gossip.md).
     #[serde(default)]
     pub cluster: Option<drl_node::GossipConfig>,
+    /// Who may ask: bearer tokens for the APIs and for `/metrics`.
+    #[serde(default)]
+    pub auth: crate::auth::AuthConfig,
 }
 
 impl Config {
@@ -56,6 +67,7 @@ impl Config {
             redis_resilience: drl_store::ResilienceConfig::default(),
             orbit: None,
             cluster: None,
+            auth: crate::auth::AuthConfig::default(),
         }
     }
 
@@ -95,12 +107,23 @@ impl Config {
             ("max_body_bytes:", self.server.max_body_bytes == 0),
             ("max_batch:", self.server.max_batch == 0),
             ("max_cost:", self.server.max_cost == 0),
+            ("max_key_bytes:", self.server.max_key_bytes == 0),
+            ("max_connections:", self.server.max_connections == 0),
+            (
+                "header_read_timeout_ms:",
+                self.server.header_read_timeout_ms == 0,
+            ),
+            ("idle_timeout_ms:", self.server.idle_timeout_ms == 0),
+            (
+                "max_concurrent_streams:",
+                self.server.max_concurrent_streams == 0,
+            ),
         ] {
             if zero {
                 let name = field.trim_end_matches(':');
                 return Err(ConfigError::new(
                     source,
-                    format!("server.{name} must be at least 1 (0 would refuse every request)"),
+                    format!("server.{name} must be at least 1 (0 would refuse every request or connection)"),
                 )
                 .locate(text, &[field]));
             }
@@ -192,7 +215,7 @@ impl ConfigError {
 }
 
 /// Where the service listens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenConfig {
     /// HTTP/JSON, forward-auth, health and metrics.
@@ -201,6 +224,12 @@ pub struct ListenConfig {
     /// gRPC: the native API and Envoy RLS v3.
     #[serde(default = "default_grpc")]
     pub grpc: Option<SocketAddr>,
+    /// TLS of the HTTP listener (none: plain HTTP).
+    #[serde(default)]
+    pub http_tls: Option<crate::tls::TlsConfig>,
+    /// TLS of the gRPC listener (none: plain HTTP/2).
+    #[serde(default)]
+    pub grpc_tls: Option<crate::tls::TlsConfig>,
 }
 
 fn default_http() -> Option<SocketAddr> {
@@ -216,6 +245,8 @@ impl Default for ListenConfig {
         Self {
             http: default_http(),
             grpc: default_grpc(),
+            http_tls: None,
+            grpc_tls: None,
         }
     }
 }
@@ -236,6 +267,29 @@ pub struct ServerConfig {
     pub shutdown_grace_ms: u64,
     /// Add `RateLimit-*` headers to Envoy RLS responses (default true).
     pub envoy_response_headers: bool,
+    /// Most open connections per listener (default 10,000; lowered at
+    /// startup to fit the process's file-descriptor limit). At the cap, a
+    /// new connection closes the longest-idle one, or is refused when none
+    /// is idle.
+    pub max_connections: usize,
+    /// Time a connection has to complete its TLS handshake and send a
+    /// whole request head (default 10,000 ms): slow-loris bound.
+    pub header_read_timeout_ms: u64,
+    /// A connection with no request in flight for this long is closed
+    /// (default 60,000 ms).
+    pub idle_timeout_ms: u64,
+    /// Most concurrent HTTP/2 streams per connection (default 256).
+    pub max_concurrent_streams: u32,
+    /// Longest accepted key, in bytes, on every API (default 1,024). A
+    /// longer key is refused (HTTP 400, gRPC INVALID_ARGUMENT, Envoy RLS
+    /// OVER_LIMIT for that descriptor).
+    pub max_key_bytes: usize,
+    /// A changed config file is reloaded once its size, mtime and content
+    /// stayed the same for this long (default 500 ms).
+    pub reload_settle_ms: u64,
+    /// Let a reload triggered by a file change remove limits or domains
+    /// (default false: such a reload is refused; SIGHUP may always remove).
+    pub allow_limit_removal: bool,
 }
 
 impl Default for ServerConfig {
@@ -247,6 +301,13 @@ impl Default for ServerConfig {
             request_timeout_ms: 5_000,
             shutdown_grace_ms: 10_000,
             envoy_response_headers: true,
+            max_connections: 10_000,
+            header_read_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            max_concurrent_streams: 256,
+            max_key_bytes: DEFAULT_MAX_KEY_BYTES,
+            reload_settle_ms: 500,
+            allow_limit_removal: false,
         }
     }
 }
@@ -394,6 +455,8 @@ struct RawLimit {
     #[serde(default)]
     max_keys: Option<usize>,
     #[serde(default)]
+    max_bytes: Option<usize>,
+    #[serde(default)]
     shadow: bool,
     #[serde(default)]
     key: Option<KeyConfig>,
@@ -413,6 +476,9 @@ pub struct LimitConfig {
     pub scope: Scope,
     /// Most keys held for this limit (default [`DEFAULT_MAX_KEYS`]).
     pub max_keys: usize,
+    /// Most bytes held for this limit: entries plus key bytes (default
+    /// `max_keys` x [`DEFAULT_BYTES_PER_KEY`]).
+    pub max_bytes: usize,
     /// Decide and count, but always allow (soft launch).
     pub shadow: bool,
     /// How forward-auth derives the key.
@@ -474,6 +540,14 @@ impl TryFrom<RawLimit> for LimitConfig {
         if max_keys == 0 {
             return Err(format!("limit {name:?}: max_keys must be at least 1"));
         }
+        let max_bytes = r
+            .max_bytes
+            .unwrap_or_else(|| max_keys.saturating_mul(DEFAULT_BYTES_PER_KEY));
+        if max_bytes < 1024 {
+            return Err(format!(
+                "limit {name:?}: max_bytes must be at least 1024 (it bounds the bytes of keys and state held; the default is max_keys x {DEFAULT_BYTES_PER_KEY})"
+            ));
+        }
         let key = r.key.unwrap_or_default();
         if key.headers.is_empty() {
             return Err(format!(
@@ -491,6 +565,7 @@ impl TryFrom<RawLimit> for LimitConfig {
             quotas,
             scope: r.scope,
             max_keys,
+            max_bytes,
             shadow: r.shadow,
             key,
         })

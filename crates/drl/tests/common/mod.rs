@@ -47,6 +47,15 @@ impl Drl {
     /// Starts `drl serve --config FILE ARGS...` (no address flags added:
     /// the file's `listen:` applies unless `args` override it).
     pub fn start_args(yaml: &str, args: &[&str]) -> Drl {
+        let drl = Self::spawn(yaml, args);
+        drl.wait_ready();
+        drl
+    }
+
+    /// Starts `drl serve --config FILE ARGS...` and waits for its
+    /// "listening" line only (not for `/readyz`: for listeners that need
+    /// TLS or tokens).
+    pub fn spawn(yaml: &str, args: &[&str]) -> Drl {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("drl.yaml");
         std::fs::write(&config, yaml).unwrap();
@@ -95,16 +104,14 @@ impl Drl {
                 grpc = Some(a.parse().unwrap());
             }
         }
-        let drl = Drl {
+        Drl {
             child,
             http: http.expect("http address"),
             grpc: grpc.expect("grpc address"),
             config,
             log,
             dir,
-        };
-        drl.wait_ready();
-        drl
+        }
     }
 
     /// `http://ADDR`.

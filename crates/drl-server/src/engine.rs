@@ -238,7 +238,7 @@ impl Engine {
         {
             return Err(ConfigError::new(
                 &name,
-                "the `orbit` section changed (or was added); restart drl to apply that",
+                "the `orbit` section changed (or was added); restart drl to apply that (only `orbit.key` reloads)",
             ));
         }
         if let Some(c) = &cfg.cluster
@@ -246,9 +246,13 @@ impl Engine {
         {
             return Err(ConfigError::new(
                 &name,
-                "the `cluster` section changed (or was added); restart drl to apply that (only `cluster.faults` reloads)",
+                "the `cluster` section changed (or was added); restart drl to apply that (only `cluster.faults` and the keys reload)",
             ));
         }
+        let keys = self
+            .stores
+            .load_keys(cfg.orbit.as_ref(), cfg.cluster.as_ref())
+            .map_err(|e| ConfigError::new(&name, e))?;
         let old = self.limits();
         let new = Limits::build(cfg, &self.stores, &name)?;
         let old_specs: Vec<_> = old.live();
@@ -263,6 +267,8 @@ impl Engine {
         self.overrides.drop_stateless(self.now());
         *self.current.write() = Arc::new(new);
         self.stores.retain(&live);
+        self.stores
+            .apply_keys(keys, cfg.orbit.as_ref(), cfg.cluster.as_ref());
         if let Some(c) = &cfg.cluster {
             self.stores.apply_gossip_faults(c);
         }

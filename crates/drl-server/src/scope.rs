@@ -146,7 +146,23 @@ pub struct Stores {
 fn same_but_faults(a: &GossipConfig, b: &GossipConfig) -> bool {
     let mut b = b.clone();
     b.faults = a.faults.clone();
+    b.key_file = a.key_file.clone();
+    b.key_env = a.key_env.clone();
+    b.previous_key_files = a.previous_key_files.clone();
     *a == b
+}
+
+fn same_but_key(a: &OrbitConfig, b: &OrbitConfig) -> bool {
+    let mut b = b.clone();
+    b.key = a.key.clone();
+    *a == b
+}
+
+/// Cluster keys read for a reload, not installed yet.
+#[derive(Debug)]
+pub struct PendingKeys {
+    orbit: Option<drl_node::transport::KeyRing>,
+    gossip: Option<drl_node::transport::KeyRing>,
 }
 
 /// What a Redis connection was made from; a reload that changes it needs
@@ -229,7 +245,66 @@ impl Stores {
 
     /// True if the Orbit runtime runs with exactly `cfg`.
     pub fn orbit_matches(&self, cfg: &OrbitConfig) -> bool {
-        self.orbit.lock().as_ref().is_some_and(|(c, _)| c == cfg)
+        self.orbit
+            .lock()
+            .as_ref()
+            .is_some_and(|(c, _)| same_but_key(c, cfg))
+    }
+
+    /// Loads the cluster keys of the `orbit:` and `cluster:` sections of a
+    /// new config (key rotation: the files are re-read at every reload,
+    /// also when their names did not change). Nothing is applied: call
+    /// [`Stores::apply_keys`] once the whole reload is accepted.
+    pub fn load_keys(
+        &self,
+        orbit: Option<&OrbitConfig>,
+        cluster: Option<&GossipConfig>,
+    ) -> Result<PendingKeys, String> {
+        let orbit = match (orbit, self.orbit.lock().is_some()) {
+            (Some(o), true) => Some(o.key.load_ring().map_err(|e| format!("orbit.key: {e}"))?),
+            _ => None,
+        };
+        let gossip = match (cluster, self.gossip.lock().is_some()) {
+            (Some(c), true) => Some(c.load_keys().map_err(|e| format!("cluster: {e}"))?),
+            _ => None,
+        };
+        Ok(PendingKeys { orbit, gossip })
+    }
+
+    /// Installs keys loaded by [`Stores::load_keys`]: frames are sealed
+    /// with the new send key, and the new set is accepted, from the next
+    /// datagram on.
+    pub fn apply_keys(
+        &self,
+        keys: PendingKeys,
+        orbit: Option<&OrbitConfig>,
+        cluster: Option<&GossipConfig>,
+    ) {
+        if let (Some(ring), Some(cfg)) = (keys.orbit, orbit)
+            && let Some((current, store)) = self.orbit.lock().as_mut()
+        {
+            store.set_keys(ring);
+            if current.key != cfg.key {
+                tracing::info!("orbit cluster keys changed: new datagrams use them");
+            }
+            current.key = cfg.key.clone();
+        }
+        if let (Some(ring), Some(cfg)) = (keys.gossip, cluster)
+            && let Some((current, store)) = self.gossip.lock().as_mut()
+        {
+            store.set_keys(ring);
+            if (
+                &current.key_file,
+                &current.key_env,
+                &current.previous_key_files,
+            ) != (&cfg.key_file, &cfg.key_env, &cfg.previous_key_files)
+            {
+                tracing::info!("gossip cluster keys changed: new datagrams use them");
+            }
+            current.key_file = cfg.key_file.clone();
+            current.key_env = cfg.key_env.clone();
+            current.previous_key_files = cfg.previous_key_files.clone();
+        }
     }
 
     /// The running Orbit runtime, if any.

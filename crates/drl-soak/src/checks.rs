@@ -12,12 +12,14 @@
 //!   of 1.2 s, its demand is kept for half of `stale_after` (1.2 s), the
 //!   limit in force then rises over `rise`; a restarted node starts at
 //!   1/N until membership confirms its peers; the 1 s EWMA of demand needs
-//!   about a second to follow. 1.2 + 1.2 + 1 s, rounded up to 4 s). A
-//!   second over the bound is also excused when the demand offered in one
-//!   of the two seconds before it was under the limit: GRD drops with
-//!   probability from a 1 s EWMA of demand, so a step in demand (a client
-//!   starved by a loaded machine catching up) is admitted until the
-//!   estimate follows. Such seconds are logged with both numbers.
+//!   about a second to follow. 1.2 + 1.2 + 1 s, rounded up to 4 s). GRD
+//!   admits each request with a probability set from a 1 s EWMA of
+//!   demand, so it holds the limit on average, not against a surge: a
+//!   second whose offered demand is above the mean of the two seconds
+//!   before (a client starved by the loaded machine sending its delayed
+//!   requests at once) is judged against the bound scaled by that surge,
+//!   `1.1 x limit x offered(s) / mean(offered(s-1), offered(s-2))`, and
+//!   logged with the factor.
 //! - **Redis** (2 nodes, one Redis) and **local**: per window, admissions
 //!   never exceed the quota, and equal it when demand exceeded it (sent in
 //!   that window: at least 1.5 x quota, every request answered) — except
@@ -157,15 +159,21 @@ impl Checker {
                         .iter()
                         .any(|&e| e < to && e.saturating_add(GOSSIP_EXCLUDE_S * S) > from)
             });
-            // GRD enforces the limit on a 1 s EWMA of demand: after demand
-            // rose from under the limit (a starved client catching up, a
-            // node back), the estimate needs a moment to follow.
+            // GRD enforces the limit on a 1 s EWMA of demand: a surge over
+            // the recent mean is admitted in proportion until the estimate
+            // follows.
             let before = |d: u64| {
                 c.seconds
                     .get(&("g", s.wrapping_sub(d)))
                     .map_or(0, |x| x.offered)
             };
-            let rose = s >= 2 && (before(1) < GOSSIP_LIMIT || before(2) < GOSSIP_LIMIT);
+            let mean = (before(1) + before(2)) as f64 / 2.0;
+            let surge = if s >= 2 && mean > 0.0 {
+                (slot.offered as f64 / mean).max(1.0)
+            } else {
+                1.0
+            };
+            let scaled = limit * surge;
             let t = self.tallies.entry("gossip").or_default();
             let head = format!(
                 "s={s:>5} gossip admitted={} offered={} unknown={}",
@@ -181,14 +189,15 @@ impl Checker {
                     f.kind,
                     self.sec_of(f.start_ns)
                 ));
-            } else if rose && slot.admitted as f64 > limit {
-                t.excluded += 1;
+            } else if slot.admitted as f64 > limit && slot.admitted as f64 <= scaled {
+                t.passed += 1;
+                t.max = t.max.max(slot.admitted);
                 self.line(format!(
-                    "{head} excluded (demand under the limit in s-1 or s-2: {}, {})",
+                    "{head} ok (<= {scaled:.0}: demand surge x{surge:.2} over s-1, s-2: {}, {})",
                     before(1),
                     before(2)
                 ));
-            } else if slot.admitted as f64 > limit {
+            } else if slot.admitted as f64 > scaled {
                 let per: Vec<String> = gossip
                     .iter()
                     .map(|&n| {
@@ -202,8 +211,11 @@ impl Checker {
                 self.fail(
                     "gossip",
                     format!(
-                        "s={s} gossip: admitted {} > {GOSSIP_LIMIT} + 10% = {limit:.0} in one second ({})",
+                        "s={s} gossip: admitted {} > {GOSSIP_LIMIT} + 10% = {limit:.0} in one second (x{surge:.2} demand surge: {scaled:.0}; offered {}, before {}, {}) ({})",
                         slot.admitted,
+                        slot.offered,
+                        before(1),
+                        before(2),
                         per.join(" ")
                     ),
                 );

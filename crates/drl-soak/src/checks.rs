@@ -25,7 +25,10 @@
 //!   that window: at least 1.5 x quota, every request answered) — except
 //!   windows that overlap a Redis restart (the counters are lost, and the
 //!   `deny` failure policy answers meanwhile) or, for the local node, its
-//!   own restart (its counters are in memory).
+//!   own restart (its counters are in memory); a window next to a SIGSTOP
+//!   of one of the limit's nodes is held to the quota only, not to
+//!   equality (what was sent in it is decided after the resume, in a
+//!   later window).
 //! - **Answers**: every request got decisions, or a clear error
 //!   (problem+json, a gRPC status) or a failed connection while its node
 //!   was killed, stopped or restarting (plus [`GRACE_S`]); every bad input
@@ -303,7 +306,22 @@ impl Checker {
                 );
                 continue;
             }
+            // A node of this limit stopped (SIGSTOP) in or next to the
+            // window decides what was sent in it after it resumes, in a
+            // later window: the cap still holds, exactness cannot.
+            let group = match limit {
+                "r" => Some(Group::Redis),
+                "l" => Some(Group::Local),
+                _ => None,
+            };
+            let stopped = faults.iter().any(|f| {
+                f.kind == "stop-cont"
+                    && f.nodes.iter().any(|&n| Some(self.groups[n]) == group)
+                    && f.start_ns < to
+                    && f.end_ns.saturating_add(S) > from
+            });
             let must_fill = limit != "o"
+                && !stopped
                 && sent.offered >= cap * 3 / 2
                 && sent.unknown == 0
                 && before.unknown == 0;

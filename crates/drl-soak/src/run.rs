@@ -68,6 +68,11 @@ async fn soak(opts: &Options) -> Result<Report> {
     let load_at_start = loadavg();
     let http = reqwest::Client::builder()
         .pool_idle_timeout(Duration::from_secs(5))
+        // After a stopped node resumes, its delayed requests each open a
+        // connection; without this bound the pool keeps all of them warm
+        // (reused in turn, never idle 5 s) and the fd check would judge
+        // the client's pool instead of the server.
+        .pool_max_idle_per_host(4)
         .timeout(load::TIMEOUT)
         .connect_timeout(Duration::from_secs(1))
         .build()?;

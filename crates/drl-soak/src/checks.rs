@@ -86,6 +86,10 @@ pub struct Checker {
     pub tallies: BTreeMap<&'static str, Tally>,
     /// Every failure, as printed.
     pub failures: Vec<String>,
+    /// Gossip findings are printed and tallied but do not fail the run
+    /// (CI: GRD's per-second overshoot is a known open finding,
+    /// RELIABILITY.md).
+    pub gossip_advisory: bool,
     log: Box<dyn Write + Send>,
 }
 
@@ -107,6 +111,7 @@ impl Checker {
             next_unanswered: 0,
             tallies: BTreeMap::new(),
             failures: Vec::new(),
+            gossip_advisory: false,
             log,
         }
     }
@@ -116,6 +121,12 @@ impl Checker {
     }
 
     fn fail(&mut self, check: &'static str, s: String) {
+        if check == "gossip" && self.gossip_advisory {
+            eprintln!("ADVISORY {s}");
+            self.line(format!("ADVISORY {s}"));
+            self.tallies.entry(check).or_default().failed += 1;
+            return;
+        }
         eprintln!("FAIL {s}");
         self.line(format!("FAIL {s}"));
         self.failures.push(s);

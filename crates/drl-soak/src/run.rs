@@ -32,6 +32,8 @@ pub struct Options {
     pub drl: PathBuf,
     /// A deliberate misconfiguration (self-test of the checks).
     pub broken: Option<Broken>,
+    /// Gossip findings do not fail the run (see `Checker::gossip_advisory`).
+    pub gossip_advisory: bool,
 }
 
 /// What a run found.
@@ -155,6 +157,7 @@ async fn soak(opts: &Options) -> Result<Report> {
         rec.t0_ns,
         Box::new(checks_log),
     );
+    checker.gossip_advisory = opts.gossip_advisory;
     let mut res = Resources::new(Box::new(BufWriter::new(File::create(
         opts.out.join("resources.csv"),
     )?)));

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// One of the seven local algorithms of `SEMANTICS.md`.
+/// One of the seven local algorithms of `docs/semantics.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Algorithm {
     /// Token bucket with continuous refill (`token-bucket`).
@@ -23,7 +23,7 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
-    /// All seven, in the order of `SEMANTICS.md`.
+    /// All seven, in the order of `docs/semantics.md`.
     pub const ALL: [Algorithm; 7] = [
         Algorithm::TokenBucket,
         Algorithm::LeakyBucket,

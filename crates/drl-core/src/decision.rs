@@ -1,4 +1,4 @@
-//! The answer a limiter gives: [`Decision`] (see `SEMANTICS.md`).
+//! The answer a limiter gives: [`Decision`] (see `docs/semantics.md`).
 
 use crate::time::Nanos;
 

@@ -1,4 +1,4 @@
-//! Property tests of the invariants in SEMANTICS.md.
+//! Property tests of the invariants in docs/semantics.md.
 
 use drl_core::{Algorithm, Decision, Limiter, MultiLimiter, Quota};
 use proptest::prelude::*;

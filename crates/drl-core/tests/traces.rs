@@ -1,4 +1,4 @@
-//! Hand-computed traces for each algorithm (SEMANTICS.md), including ties at
+//! Hand-computed traces for each algorithm (docs/semantics.md), including ties at
 //! exact boundaries, a clock going backwards, cost 0, cost > capacity and
 //! u64 extremes.
 

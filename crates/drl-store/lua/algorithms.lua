@@ -1,4 +1,4 @@
--- drl: the seven algorithms of SEMANTICS.md, admission rule and state update
+-- drl: the seven algorithms of docs/semantics.md, admission rule and state update
 -- only (the derived fields of the decision are computed by the client from
 -- the pre-decision state this script returns, with drl-core's own code).
 --
@@ -8,7 +8,7 @@
 -- missing, i.e. fresh), now (limbs) and cost (limbs). It returns
 -- admit, new state string, and the wait (ns, limbs) until the new state is
 -- fresh again (the key's expiry). Stored states are space-separated decimal
--- fields, the first always `last` (the clock clamp of SEMANTICS.md).
+-- fields, the first always `last` (the clock clamp of docs/semantics.md).
 local ALG = {}
 
 -- Token bucket: "last credit" (credit = tokens * T).

@@ -49,7 +49,7 @@ pub struct Check<'a> {
 }
 
 /// Where rate-limit state lives. Implementations decide exactly as
-/// `SEMANTICS.md` says (the same decisions as drl-core on the same trace).
+/// `docs/semantics.md` says (the same decisions as drl-core on the same trace).
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Decides one request (all quotas of `check.spec` all-or-nothing).

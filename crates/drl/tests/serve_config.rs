@@ -25,7 +25,7 @@ fn check(yaml: &str) -> (bool, String) {
 #[test]
 fn the_issue_minimal_form_is_valid() {
     let (ok, out) = check(
-        "limits:\n  - name: api\n    algorithm: gcra        # any name from SEMANTICS.md\n    quota: 100/s\n    burst: 20\n",
+        "limits:\n  - name: api\n    algorithm: gcra        # any name from docs/semantics.md\n    quota: 100/s\n    burst: 20\n",
     );
     assert!(ok, "{out}");
     assert!(out.contains("ok (1 limits"), "{out}");

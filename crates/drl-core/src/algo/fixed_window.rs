@@ -1,7 +1,7 @@
 //! Fixed window counter; windows aligned to time 0 (the Unix epoch for
 //! servers), so every node agrees on their boundaries.
 //!
-//! Choice where `SEMANTICS.md` is silent: `reset_after` is `window_end - now`
+//! A choice of the contract (docs/semantics.md): `reset_after` is `window_end - now`
 //! while the window holds a count, and 0 for an empty window (already fresh).
 
 use super::impossible;

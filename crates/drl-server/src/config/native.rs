@@ -418,7 +418,7 @@ impl<'de> Deserialize<'de> for QuotaEntry {
     }
 }
 
-/// An algorithm name from SEMANTICS.md.
+/// An algorithm name from docs/semantics.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct AlgorithmName(Algorithm);
 

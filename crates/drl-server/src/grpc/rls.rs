@@ -8,7 +8,7 @@
 //! descriptor's `limit` override replaces the configured rule
 //! ([`crate::envoy_override`]).
 //!
-//! One difference, per drl's SEMANTICS.md: a denied request consumes
+//! One difference, per docs/semantics.md: a denied request consumes
 //! nothing (envoyproxy/ratelimit counts hits over the limit too).
 //!
 //! Another: a limited descriptor whose state key (its values, or its keys

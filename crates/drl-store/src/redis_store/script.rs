@@ -253,7 +253,7 @@ pub(crate) fn decode(limiter: &MultiLimiter, items: &[Value]) -> Result<Answer, 
 /// The decision for one decision's part of the reply: drl-core decides on
 /// the script's pre-decision states at the script's `now`; an error if the
 /// script's verdict differs (it never should: both implement
-/// `SEMANTICS.md`, and the differential tests check it).
+/// `docs/semantics.md`, and the differential tests check it).
 pub(crate) fn finish(spec: &LimitSpec, items: &[Value], cost: u64) -> Result<Decision, StoreError> {
     let limiter = spec.limiter();
     let answer = decode(&limiter, items)?;

@@ -1,5 +1,5 @@
 //! `drl replay`: decide a CSV trace offline, exactly as a limit would have
-//! (the format is in `SEMANTICS.md`, "Replay format").
+//! (the format is in `docs/semantics.md`, "Replay format").
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -25,7 +25,7 @@ use drl_core::{Algorithm, Decision, MultiLimiter, Quota, State};
 ///
 /// With --store, decisions are made by drl's Redis scripts with the trace's
 /// timestamps (the caller's clock), so the output can be diffed against the
-/// in-memory result: both follow SEMANTICS.md bit for bit.
+/// in-memory result: both follow docs/semantics.md bit for bit.
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
 pub struct Args {
@@ -80,7 +80,7 @@ Examples:
 
 With --store the Redis scripts (or, with --redis-engine module, drl's Redis
 module) decide with the trace's timestamps; their output equals the
-in-memory output byte for byte (SEMANTICS.md).";
+in-memory output byte for byte (docs/semantics.md).";
 
 /// Rows decided per round trip with --store (one ordered pipeline).
 const CHUNK: usize = 512;

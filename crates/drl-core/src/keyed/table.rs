@@ -195,17 +195,19 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
                 .fetch_add(dropped as u64, Ordering::Relaxed);
         }
         while self.is_full(map, need) && !map.table.is_empty() {
+            // The victim is named by its address, not its key: no clone of
+            // the key, no second hash, no key comparison. `extract_if`
+            // walks the table in the order `iter` does, so it meets the
+            // victim within the first `EVICTION_SAMPLE` entries and stops.
             let victim = map
                 .table
                 .iter()
                 .take(EVICTION_SAMPLE)
-                .map(|e| (e.slot.reset_after(ctx, now), &e.key))
-                .min_by_key(|(r, _)| *r)
-                .map(|(r, k)| (r, k.clone()));
-            let Some((reset, k)) = victim else { break };
-            let hash = self.hasher.hash_one(&k);
-            if let Ok(e) = map.table.find_entry(hash, |e| e.key == k) {
-                let (gone, _) = e.remove();
+                .map(|e| (e.slot.reset_after(ctx, now), e as *const Entry<K, S>))
+                .min_by_key(|(r, _)| *r);
+            let Some((reset, at)) = victim else { break };
+            let gone = map.table.extract_if(|e| std::ptr::eq(e, at)).next();
+            if let Some(gone) = gone {
                 map.bytes -= Self::bytes_of(&gone.key);
             }
             let counter = if reset == 0 {

@@ -12,6 +12,7 @@ pub mod multi;
 pub mod quota;
 pub mod state_text;
 pub mod time;
+pub mod topk;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use decision::{Decision, DenyReason};

@@ -44,6 +44,8 @@ fn title(a: AlgorithmKind) -> &'static str {
         AlgorithmKind::GrdSmooth => "Global random drop (grd-smooth)",
         AlgorithmKind::Fps => "Flow proportional share (paper)",
         AlgorithmKind::FpsMean => "Flow proportional share (fps-mean)",
+        AlgorithmKind::Static => "Static 1/N",
+        AlgorithmKind::FpsLrd => "Flow proportional share, local random drop (fps-lrd)",
     }
 }
 

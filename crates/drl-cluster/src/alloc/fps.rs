@@ -23,6 +23,20 @@
 //! filled to its depth so that a newly arriving TCP flow can get its first
 //! packets through (slow start), and the first interval with demand after
 //! that is treated as bottlenecked (second regime).
+//!
+//! **Weights are flow counts, and are not clamped to a small constant.**
+//! The second regime's division is bounded by capping the demand it uses at
+//! [`MAX_SHARE`] of the limit (the weight is then at most 999 times the
+//! others' sum), which is scale-free; [`FpsConfig::max_weight`] is only a
+//! safety net on a published value (default 1,000,000 flows). With the
+//! former absolute clamp of 1,000, 5,000 flows split 3:7 (paper §5.6)
+//! gave both limiters the clamp and a 47:53 split.
+//!
+//! **Local random drop** ([`Fps::with_random_drop`], `fps-lrd`, the paper's
+//! footnote 3): the same weights and local limit, enforced by dropping each
+//! arrival with probability `(demand − local limit) / demand` (GRD's rule
+//! applied to the local share) instead of by the token bucket. The bucket
+//! still gives the slow-start burst while the local limit is zero.
 
 use std::collections::BTreeMap;
 
@@ -44,7 +58,9 @@ pub struct FpsConfig {
     pub resample_probability: f64,
     /// Sampled flows idle this long (ns) are dropped from the set.
     pub flow_expiry: Nanos,
-    /// Upper bound on a weight (guards the second regime's division).
+    /// Upper bound on a published weight, in flows: a safety net only (the
+    /// second regime's division is bounded by [`MAX_SHARE`]). Default
+    /// 1,000,000; the former 1,000 split 5,000 flows 47:53 instead of 3:7.
     pub max_weight: f64,
     /// 1-second EWMA parameter for per-flow rates (`None`: the cluster's
     /// estimator setting). The paper leaves ESTIMATE(f) unspecified.
@@ -64,6 +80,12 @@ pub enum FlowRateEstimator {
     /// biased than the maximum when TCP splits a limit unevenly.
     MeanAbove(f64),
 }
+
+/// Largest share of the limit the second regime (demand below the local
+/// limit) asks for: it sets the weight to `d · remote / (limit − d)` with the
+/// demand `d` capped at this fraction of the limit, so the division stays
+/// bounded (at most 999 × `remote`) whatever the number of flows.
+pub const MAX_SHARE: f64 = 0.999;
 
 /// Per-interval EWMA history weights used by [`Fps`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -99,7 +121,7 @@ impl Default for FpsConfig {
             sample_capacity: 16,
             resample_probability: 0.1,
             flow_expiry: 3_000_000_000,
-            max_weight: 1_000.0,
+            max_weight: 1_000_000.0,
             flow_ewma: None,
             flow_rate: FlowRateEstimator::Max,
         }
@@ -137,6 +159,13 @@ pub struct Fps {
     resample: u64,
     flows: BTreeMap<FlowId, FlowSample>,
     regime: Regime,
+    /// Local random drop (`fps-lrd`) instead of the token bucket.
+    random_drop: bool,
+    /// The smoothed local demand of the last interval (units/s).
+    demand: f64,
+    /// Local random drop: the drop probability and its threshold.
+    drop_p: f64,
+    drop_threshold: u64,
 }
 
 impl Fps {
@@ -164,7 +193,29 @@ impl Fps {
             resample: to_threshold(cfg.resample_probability),
             flows: BTreeMap::new(),
             regime: Regime::Unbottlenecked,
+            random_drop: false,
+            demand: 0.0,
+            drop_p: 0.0,
+            drop_threshold: 0,
         }
+    }
+
+    /// This limiter enforcing its local limit by local random drop (the
+    /// paper's footnote 3, `fps-lrd`) instead of its token bucket.
+    pub fn with_random_drop(mut self) -> Self {
+        self.random_drop = true;
+        self
+    }
+
+    /// Local random drop: the probability for the demand of the last
+    /// interval and the current local limit.
+    fn update_drop(&mut self) {
+        self.drop_p = if self.demand > self.local_limit && self.demand > 0.0 {
+            (self.demand - self.local_limit) / self.demand
+        } else {
+            0.0
+        };
+        self.drop_threshold = to_threshold(self.drop_p);
     }
 
     /// The smoothed weight this limiter publishes.
@@ -262,6 +313,9 @@ impl Fps {
 
 impl Allocator for Fps {
     fn kind(&self) -> AlgorithmKind {
+        if self.random_drop {
+            return AlgorithmKind::FpsLrd;
+        }
         match self.cfg.flow_rate {
             FlowRateEstimator::Max => AlgorithmKind::Fps,
             FlowRateEstimator::MeanAbove(_) => AlgorithmKind::FpsMean,
@@ -270,7 +324,14 @@ impl Allocator for Fps {
 
     fn on_arrival(&mut self, now: Nanos, flow: FlowId, size: u64, rng: &mut ChaCha8Rng) -> Verdict {
         self.maybe_sample(flow, now, rng);
-        if self.bucket.try_take(now, size) {
+        let pass = if self.random_drop && self.local_limit > 0.0 {
+            self.drop_threshold == 0 || (rng.next_u32() as u64) >= self.drop_threshold
+        } else {
+            // The token bucket (with a zero local limit, the slow-start
+            // burst).
+            self.bucket.try_take(now, size)
+        };
+        if pass {
             if let Some(f) = self.flows.get_mut(&flow) {
                 f.units = f.units.saturating_add(size);
                 f.last_active = now;
@@ -304,13 +365,11 @@ impl Allocator for Fps {
         } else if remote <= 0.0 {
             // Nobody else has weight: any positive weight takes it all.
             (Regime::Bottlenecked, 1.0)
-        } else if demand < self.limit {
-            (
-                Regime::Bottlenecked,
-                demand * remote / (self.limit - demand),
-            )
         } else {
-            (Regime::Bottlenecked, self.cfg.max_weight)
+            // The weight that sets the local limit to the demand, the
+            // demand capped at MAX_SHARE of the limit (bounded division).
+            let d = demand.min(self.limit * MAX_SHARE);
+            (Regime::Bottlenecked, d * remote / (self.limit - d))
         };
         self.regime = regime;
         let ideal = ideal.clamp(0.0, self.cfg.max_weight);
@@ -335,6 +394,8 @@ impl Allocator for Fps {
         } else {
             self.bucket.set_rate(input.now, units);
         }
+        self.demand = demand;
+        self.update_drop();
         w
     }
 
@@ -347,10 +408,15 @@ impl Allocator for Fps {
         }
         self.limit = limit;
         self.bucket.set_rate(now, to_units(self.local_limit));
+        self.update_drop();
     }
 
     fn local_limit(&self) -> Option<f64> {
         Some(self.local_limit)
+    }
+
+    fn drop_probability(&self) -> Option<f64> {
+        self.random_drop.then_some(self.drop_p)
     }
 }
 
@@ -532,6 +598,79 @@ mod tests {
         // Its demand (20000/s offered) made it bottlenecked, not idle.
         assert_eq!(f.regime(), Regime::Bottlenecked);
         assert!(f.local_limit().unwrap() > 0.0);
+    }
+
+    /// Issue 15, defect 3: a weight is a flow count, not clamped at 1,000.
+    /// The others weigh 3,500 flows and this limiter's demand is 30 % of
+    /// the limit: its weight is 1,500 and its local limit 30 % (the former
+    /// clamp made it 1,000, i.e. 22 %; with both weights clamped the two
+    /// limiters split 50:50).
+    #[test]
+    fn weights_count_thousands_of_flows() {
+        let mut f = Fps::new(10_000, 1_000, 5_000, 5.0, Smoothing::uniform(0.0), cfg(), 0);
+        f.on_interval(&IntervalInput {
+            now: IV,
+            elapsed: IV,
+            local_rate: 3_000.0,
+            local_forwarded: 3_000.0,
+            raw_forwarded: 3_000.0,
+            remote: 3_500.0,
+            nodes: 2,
+        });
+        assert_eq!(f.regime(), Regime::Bottlenecked);
+        assert!((f.weight() - 1_500.0).abs() < 1e-6, "weight {}", f.weight());
+        let l = f.local_limit().unwrap();
+        assert!((l - 3_000.0).abs() < 1e-6, "local limit {l}");
+    }
+
+    /// The second regime near the whole limit: the division is bounded by
+    /// MAX_SHARE, relative to the others' weight (no absolute clamp).
+    #[test]
+    fn second_regime_is_bounded_relative_to_the_others() {
+        let mut f = Fps::new(10_000, 1_000, 5_000, 5.0, Smoothing::uniform(0.0), cfg(), 0);
+        f.on_interval(&IntervalInput {
+            now: IV,
+            elapsed: IV,
+            local_rate: 20_000.0,
+            local_forwarded: 0.0,
+            raw_forwarded: 0.0,
+            remote: 200.0,
+            nodes: 2,
+        });
+        // No sampled flow: second regime with demand above the limit.
+        assert_eq!(f.regime(), Regime::Bottlenecked);
+        let w = f.weight();
+        assert!(
+            (w - 200.0 * MAX_SHARE / (1.0 - MAX_SHARE)).abs() < 1e-6,
+            "w = {w}"
+        );
+        let l = f.local_limit().unwrap();
+        assert!((l - 10_000.0 * MAX_SHARE).abs() < 1e-6, "local limit {l}");
+    }
+
+    /// `fps-lrd`: the same local limit, enforced by dropping the excess
+    /// fraction of the demand at random instead of by the bucket.
+    #[test]
+    fn local_random_drop_forwards_the_local_limit_on_average() {
+        let mut f =
+            Fps::new(10_000, 100, 4_000, 1.0, Smoothing::uniform(0.0), cfg(), 0).with_random_drop();
+        assert_eq!(f.kind(), AlgorithmKind::FpsLrd);
+        let mut rng = ChaCha8Rng::seed_from_u64(6);
+        // One flow offering 8,000/s; the other limiter's weight is 1, so
+        // the local limit settles at half the limit.
+        let mut fwd = 0;
+        for k in 0..40 {
+            let (x, _) = run_interval_sized(&mut f, &mut rng, k * IV, &[8_000.0], 1.0, 1);
+            if k >= 20 {
+                fwd += x;
+            }
+        }
+        let limit = f.local_limit().unwrap();
+        assert!((limit - 5_000.0).abs() < 500.0, "local limit {limit}");
+        let p = f.drop_probability().unwrap();
+        assert!((p - 3.0 / 8.0).abs() < 0.05, "p = {p}");
+        let rate = fwd as f64 / (20.0 * IV as f64 / 1e9);
+        assert!((rate - 5_000.0).abs() < 500.0, "forwarded {rate}/s");
     }
 
     #[test]

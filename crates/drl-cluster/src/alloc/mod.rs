@@ -9,7 +9,11 @@
 //!   `grd-smooth`, our variant with a feedback-controlled drop probability;
 //! * [`fps`]: flow proportional share (Figure 2), with flow sampling, its two
 //!   regimes and the slow-start burst; `fps-mean` is FPS with a less
-//!   biased estimate of an unbottlenecked flow's rate.
+//!   biased estimate of an unbottlenecked flow's rate; `fps-lrd` is FPS
+//!   enforcing its share by local random drop instead of a token bucket
+//!   (the paper's footnote 3);
+//! * [`static_share`]: static 1/N, the paper's §5.7 baseline (a token
+//!   bucket at `limit / N` per limiter, no coordination).
 //!
 //! All allocators count abstract *units* (bytes, packets or request cost)
 //! and decide with integers; the floating-point work happens once per
@@ -20,6 +24,7 @@ pub mod ctb;
 pub mod fps;
 pub mod grd;
 pub mod gtb;
+pub mod static_share;
 
 use std::fmt;
 use std::str::FromStr;
@@ -108,11 +113,21 @@ pub enum AlgorithmKind {
     /// improvement: in the baseline it is less fair than the paper's FPS
     /// (EXPERIMENTS.md).
     FpsMean,
+    /// Static 1/N: each of the `N` limiters a token bucket at `limit / N`,
+    /// no coordination (the paper's §5.7 baseline, Figure 9a).
+    Static,
+    /// FPS enforcing its local share by random drop (drop probability
+    /// `(demand − local limit) / demand`, as GRD does globally) instead of a
+    /// token bucket: the paper's footnote 3, an experiment
+    /// (EXPERIMENTS.md).
+    FpsLrd,
 }
 
 impl AlgorithmKind {
     /// All kinds, in report order.
-    pub const ALL: [AlgorithmKind; 7] = [
+    /// (Appended kinds keep the wire codes of the others: a payload's
+    /// algorithm code is 1 + the index here.)
+    pub const ALL: [AlgorithmKind; 9] = [
         AlgorithmKind::Ctb,
         AlgorithmKind::Crd,
         AlgorithmKind::Gtb,
@@ -120,6 +135,8 @@ impl AlgorithmKind {
         AlgorithmKind::GrdSmooth,
         AlgorithmKind::Fps,
         AlgorithmKind::FpsMean,
+        AlgorithmKind::Static,
+        AlgorithmKind::FpsLrd,
     ];
 
     /// The short name used on the command line and in reports.
@@ -132,6 +149,8 @@ impl AlgorithmKind {
             AlgorithmKind::GrdSmooth => "grd-smooth",
             AlgorithmKind::Fps => "fps",
             AlgorithmKind::FpsMean => "fps-mean",
+            AlgorithmKind::Static => "static",
+            AlgorithmKind::FpsLrd => "fps-lrd",
         }
     }
 
@@ -149,7 +168,9 @@ impl fmt::Display for AlgorithmKind {
 
 /// An algorithm name that is not one of [`AlgorithmKind::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown allocator {0:?} (expected one of ctb, crd, gtb, grd, grd-smooth, fps, fps-mean)")]
+#[error(
+    "unknown allocator {0:?} (expected one of ctb, crd, gtb, grd, grd-smooth, fps, fps-mean, static, fps-lrd)"
+)]
 pub struct UnknownAllocator(pub String);
 
 impl FromStr for AlgorithmKind {

@@ -11,6 +11,7 @@ use crate::alloc::ctb::Ctb;
 use crate::alloc::fps::{Fps, Smoothing};
 use crate::alloc::grd::{Grd, GrdSmooth};
 use crate::alloc::gtb::Gtb;
+use crate::alloc::static_share::StaticShare;
 use crate::alloc::{AlgorithmKind, Allocator, FlowId, IntervalInput, Verdict};
 use crate::estimator::{RateEstimator, history_weight};
 
@@ -70,6 +71,17 @@ pub fn effective_limit(limit: u64, live: u32, nodes: u32) -> u64 {
     ((limit as u128 * live) / n).max(1).min(u64::MAX as u128) as u64
 }
 
+/// The limit in force for `s.algorithm` with `live` nodes counted: the 1/N
+/// rule ([`effective_limit`]), except for static 1/N, which always enforces
+/// `limit / N` (it counts nobody).
+pub fn limit_in_force(s: &Settings, limit: u64, live: u32) -> u64 {
+    if s.algorithm == AlgorithmKind::Static {
+        effective_limit(limit, 1, s.nodes)
+    } else {
+        effective_limit(limit, live, s.nodes)
+    }
+}
+
 /// Builds the allocator of `s.algorithm` for a global `limit`.
 pub(crate) fn build(
     s: &Settings,
@@ -86,9 +98,10 @@ pub(crate) fn build(
         AlgorithmKind::Gtb => Box::new(Gtb::new(limit, depth, now)),
         AlgorithmKind::Grd => Box::new(Grd::new(limit, false)),
         AlgorithmKind::GrdSmooth => Box::new(GrdSmooth::new(limit, s.grd_smooth)),
-        AlgorithmKind::Fps | AlgorithmKind::FpsMean => {
+        AlgorithmKind::Static => Box::new(StaticShare::new(limit, depth, now)),
+        AlgorithmKind::Fps | AlgorithmKind::FpsMean | AlgorithmKind::FpsLrd => {
             let f = s.fps_config();
-            Box::new(Fps::new(
+            let fps = Fps::new(
                 limit,
                 depth,
                 limit / live.max(1) as u64,
@@ -99,7 +112,12 @@ pub(crate) fn build(
                 },
                 f,
                 now,
-            ))
+            );
+            if s.algorithm == AlgorithmKind::FpsLrd {
+                Box::new(fps.with_random_drop())
+            } else {
+                Box::new(fps)
+            }
         }
     }
 }
@@ -165,7 +183,7 @@ pub struct KeyState {
 impl KeyState {
     /// A key for `limit`, created at `now` with `live` nodes counted.
     pub(crate) fn new(s: &Settings, limit: KeyLimit, live: u32, seed: u64, now: Nanos) -> Self {
-        let effective = effective_limit(limit.rate, live, s.nodes);
+        let effective = limit_in_force(s, limit.rate, live);
         Self {
             fast: Mutex::new(Fast {
                 alloc: build(s, effective, limit.depth, live, now),
@@ -244,7 +262,7 @@ impl KeyState {
         // converge one payload at a time, and a node that counts a peer
         // back before that peer's group has let go of its share would hand
         // it out twice.
-        let target = effective_limit(sl.limit.rate, live, s.nodes);
+        let target = limit_in_force(s, sl.limit.rate, live);
         let effective = if target <= sl.effective {
             target
         } else {

@@ -154,7 +154,8 @@ pub struct FpsTuning {
     pub resample_probability: Option<f64>,
     /// Sampled flows idle this long are dropped, ms (default 3,000).
     pub flow_expiry_ms: Option<u64>,
-    /// Upper bound on a published weight (default 1,000).
+    /// Upper bound on a published weight, in flows (default 1,000,000: a
+    /// safety net; 1,000 split 5,000 flows 47:53 instead of 3:7).
     pub max_weight: Option<f64>,
     /// 1-second EWMA parameter of per-flow rates (default: `ewma` for
     /// `fps`, 0.95 for `fps-mean`).

@@ -32,7 +32,9 @@ Algorithms: ctb (central token bucket, the reference), crd (central random drop)
 gtb (global token bucket), grd (global random drop as in the paper), grd-smooth \
 (GRD with an integral controller on the global forwarded rate), fps (flow \
 proportional share as in the paper), fps-mean (experimental: FPS with a mean-based estimate of an \
-unbottlenecked flow's rate)."
+unbottlenecked flow's rate), fps-lrd (FPS enforcing its share by local random drop instead of a \
+token bucket, the paper's footnote 3), static (static 1/N: a token bucket at limit/N per limiter, \
+the paper's §5.7 baseline)."
 )]
 pub struct Args {
     #[command(subcommand)]
@@ -142,8 +144,8 @@ struct Flags {
     /// fps: sampled flows idle this long are dropped, ms.
     #[arg(long, default_value_t = 3000.0)]
     fps_flow_expiry_ms: f64,
-    /// fps: upper bound on a weight.
-    #[arg(long, default_value_t = 1000.0)]
+    /// fps: upper bound on a published weight, in flows (a safety net).
+    #[arg(long, default_value_t = 1_000_000.0)]
     fps_max_weight: f64,
     /// grd-smooth: upper bound on the drop probability.
     #[arg(long, default_value_t = 0.5)]

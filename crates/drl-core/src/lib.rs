@@ -1,10 +1,13 @@
-//! drl-core: the seven local rate-limiting algorithms of `SEMANTICS.md`,
-//! multi-limit decisions, and a concurrent keyed limiter with bounded
-//! memory. Pure and synchronous: time is always passed in as `u64`
-//! nanoseconds; nothing here reads a clock or does I/O.
+//! drl-core: the seven local rate-limiting algorithms of the contract in
+//! `docs/semantics.md`, multi-limit decisions, and a concurrent keyed
+//! limiter with bounded memory; also the wire format of the Redis module's
+//! `DRL.DECIDE` ([`decide_spec`]), shared by its encoder and its parser.
+//! Pure and synchronous: time is always passed in as `u64` nanoseconds;
+//! nothing here reads a clock or does I/O.
 
 pub mod algo;
 pub mod algorithm;
+pub mod decide_spec;
 pub mod decision;
 pub mod keyed;
 pub mod limiter;

@@ -1,15 +1,20 @@
-//! Model check of the lock-free cell with loom: every interleaving of
-//! concurrent deciders on one 128-bit word.
+//! Model check of the lock-free cells with loom: every interleaving of
+//! concurrent deciders on one 128-bit word (the keyed limiter's exact cell)
+//! and on one 64-bit word (the direct limiter's `tat`, `keyed::tat`).
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p drl-core --test loom --release`
 //! (`scripts/test` does). The 128-bit compare-exchange is modelled by a loom
 //! mutex around a `u128`, which is exactly its contract (a linearizable
 //! load and compare-exchange of both words at once); loom then explores
 //! every order in which the deciders' loads and exchanges can interleave.
+//! The 64-bit word is loom's own `AtomicU64`, with the orderings the
+//! limiter uses (relaxed).
 #![cfg(loom)]
 
 use drl_core::Quota;
 use drl_core::keyed::cell::{self, CellKind, Word128};
+use drl_core::keyed::tat::{self, Word64};
+use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::{Arc, Mutex};
 
 /// loom with a preemption bound of 3 (loom's recommended setting: bugs
@@ -86,5 +91,65 @@ fn clock_mark_and_amount_move_together() {
         // Two permits consumed at 1_005 (the earlier one clamped or already
         // drained by 5 ns): tat = 1_005 + 20 or 1_000 + 10 + 10 -> 1_020/1_025.
         assert!(ahead == 20 || ahead == 15, "ahead {ahead}");
+    });
+}
+
+/// loom's `AtomicU64` as the direct limiter's word, with its orderings.
+struct ModelWord64(AtomicU64);
+
+impl Word64 for ModelWord64 {
+    fn new(v: u64) -> Self {
+        ModelWord64(AtomicU64::new(v))
+    }
+    fn load(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    fn compare_exchange(&self, current: u64, new: u64) -> Result<u64, u64> {
+        self.0
+            .compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed)
+    }
+}
+
+/// The one-word cell: three deciders, burst 2, same instant: exactly two
+/// admitted in every interleaving, and `tat` holds exactly two permits.
+#[test]
+fn one_word_cell_admits_exactly_the_burst() {
+    model(|| {
+        let q = Quota::with_burst(1, 10, 2).unwrap();
+        let word = Arc::new(ModelWord64::new(tat::FRESH));
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                let word = word.clone();
+                loom::thread::spawn(move || tat::decide(&q, &*word, 100, 1).allowed)
+            })
+            .collect();
+        let admitted = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(|&a| a)
+            .count();
+        assert_eq!(admitted, 2);
+        assert_eq!(word.load(), 120);
+        let d = tat::decide(&q, &*word, 100, 1);
+        assert_eq!((d.allowed, d.retry_after), (false, Some(10)));
+    });
+}
+
+/// The one-word cell with stamps out of order (a request stamped 5 ns
+/// before another may decide after it): both are admitted and `tat` counts
+/// both permits, whichever wins the race; the late one is judged at its own
+/// stamp, so `tat` is 1_000 + 10 + 10 or 1_005 + 10 + 10.
+#[test]
+fn one_word_cell_counts_every_admission_out_of_order() {
+    model(|| {
+        let q = Quota::with_burst(1, 10, 4).unwrap();
+        let word = Arc::new(ModelWord64::new(tat::FRESH));
+        let w2 = word.clone();
+        let a = loom::thread::spawn(move || tat::decide(&q, &*w2, 1_000, 1));
+        let b = tat::decide(&q, &*word, 1_005, 1);
+        let a = a.join().unwrap();
+        assert!(a.allowed && b.allowed);
+        let t = word.load();
+        assert!(t == 1_020 || t == 1_025, "tat {t}");
     });
 }

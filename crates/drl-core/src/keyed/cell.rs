@@ -2,10 +2,13 @@
 //! into one 128-bit atomic, updated by a single compare-exchange
 //! (`CMPXCHG16B` on x86-64, `CASP` on aarch64; see `portable-atomic`).
 //!
-//! Used for single-quota token bucket, leaky meter and GCRA, whose states
-//! are exactly two `u64`s. Both words must move together: `last` drives the
-//! clock clamp, so a split update could let a late request see a new `x`
-//! with an old `last`.
+//! Used by the keyed limiter for single-quota token bucket, leaky meter and
+//! GCRA, whose states are exactly two `u64`s. (The unkeyed
+//! [`super::AtomicLimiter`] uses the one-word cell of [`super::tat`]
+//! instead, under the rule of docs/semantics.md, "The direct limiter".)
+//!
+//! Both words must move together: `last` drives the clock clamp, so a
+//! split update could let a late request see a new `x` with an old `last`.
 
 use crate::algo::{gcra, leaky_bucket, token_bucket};
 use crate::decision::Decision;

@@ -29,6 +29,7 @@ pub mod cell;
 mod direct;
 mod slot;
 mod table;
+pub mod tat;
 
 pub use direct::AtomicLimiter;
 

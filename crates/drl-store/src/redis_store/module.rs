@@ -4,9 +4,10 @@
 //!
 //! One batch is one `DRL.DECIDE key_1 ... key_K spec` call: the keys are
 //! the same as the scripts' (every decision's keys in order), `spec` is one
-//! binary string of little-endian u64 words (the protocol, v1): the magic,
-//! the expiry grace in ms, then per decision `clock` (0 caller, 1 server),
-//! `now`, `algorithm`, `cost`, `nq` and `nq` x (`limit`, `window`, `burst`).
+//! binary string in the format of [`drl_core::decide_spec`] (protocol v1),
+//! the one definition the module parses with: the magic, the expiry grace
+//! in ms, then per decision `clock`, `now`, `algorithm`, `cost`, `nq` and
+//! `nq` x (`limit`, `window`, `burst`).
 //! The reply is exactly the scripts' reply, so [`super::script::finish`]
 //! decodes it. States are stored as the same text as the scripts write, so
 //! both engines can serve the same keys.
@@ -16,66 +17,30 @@
 //! a silent fallback to Lua. `DRL.VERSION` is checked before the first
 //! decision (on a cluster: on every primary, at connect).
 
-use drl_core::{Algorithm, Nanos};
+use drl_core::Nanos;
+use drl_core::decide_spec::{self, Clock};
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{Cmd, RedisError, Value};
 
 use super::{Conn, backend};
 use crate::{LimitSpec, StoreError};
 
-/// Word 0 of every spec: "DRL1" and protocol version 1.
-pub(crate) const MAGIC: u64 = 0x0000_0001_4452_4C31;
-
 /// The protocol version `DRL.VERSION` must answer.
-pub(crate) const VERSION: i64 = 1;
-
-/// The module's algorithm code.
-fn algorithm_code(a: Algorithm) -> u64 {
-    match a {
-        Algorithm::TokenBucket => 0,
-        Algorithm::LeakyBucket => 1,
-        Algorithm::Gcra => 2,
-        Algorithm::LeakyQueue => 3,
-        Algorithm::FixedWindow => 4,
-        Algorithm::SlidingLog => 5,
-        Algorithm::SlidingWindow => 6,
-    }
-}
-
-fn word(buf: &mut Vec<u8>, w: u64) {
-    buf.extend_from_slice(&w.to_le_bytes());
-}
+pub(crate) const VERSION: i64 = decide_spec::VERSION as i64;
 
 /// One decision's record of the spec (everything after the two header
 /// words): `now` is `None` for the server's clock.
 pub(crate) fn record(spec: &LimitSpec, now: Option<Nanos>, cost: u64) -> Vec<u8> {
     let mut buf = Vec::with_capacity(8 * (5 + 3 * spec.quotas.len()));
-    match now {
-        Some(n) => {
-            word(&mut buf, 0);
-            word(&mut buf, n);
-        }
-        None => {
-            word(&mut buf, 1);
-            word(&mut buf, 0);
-        }
-    }
-    word(&mut buf, algorithm_code(spec.algorithm));
-    word(&mut buf, cost);
-    word(&mut buf, spec.quotas.len() as u64);
-    for q in &spec.quotas {
-        word(&mut buf, q.limit());
-        word(&mut buf, q.window());
-        word(&mut buf, q.burst());
-    }
+    let clock = now.map_or(Clock::Server, Clock::Caller);
+    decide_spec::write_record(&mut buf, clock, spec.algorithm, cost, &spec.quotas);
     buf
 }
 
 /// The header of a spec: magic and expiry grace.
 pub(crate) fn header(grace_ms: u64) -> Vec<u8> {
     let mut buf = Vec::with_capacity(16 + 64);
-    word(&mut buf, MAGIC);
-    word(&mut buf, grace_ms);
+    decide_spec::write_header(&mut buf, grace_ms);
     buf
 }
 
@@ -178,7 +143,8 @@ pub(crate) fn build_call<'a>(grace_ms: u64, parts: impl Iterator<Item = (usize, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use drl_core::Quota;
+    use drl_core::decide_spec::MAGIC;
+    use drl_core::{Algorithm, Quota};
 
     fn words(b: &[u8]) -> Vec<u64> {
         b.chunks(8)
@@ -203,6 +169,37 @@ mod tests {
         assert_eq!(words(&record(&spec, None, 0))[..5], [1, 0, 6, 0, 2]);
         assert_eq!(words(&header(1000)), [MAGIC, 1000]);
         assert_eq!(&MAGIC.to_le_bytes()[..4], b"1LRD");
+    }
+
+    /// What the engine sends, the module's parser (the same
+    /// `drl_core::decide_spec`) reads back as the same requests.
+    #[test]
+    fn records_parse_back_with_the_shared_definition() {
+        let spec = LimitSpec::new(
+            "a",
+            Algorithm::Gcra,
+            vec![Quota::new(3, 10).unwrap(), Quota::new(30, 1_000).unwrap()],
+        );
+        for a in Algorithm::ALL {
+            let spec = LimitSpec::new("a", a, spec.quotas.clone());
+            let mut raw = header(7);
+            raw.extend(record(&spec, Some(5), 1));
+            raw.extend(record(&spec, None, 0));
+            let parsed = decide_spec::parse(&raw, 4).unwrap();
+            assert_eq!(parsed.grace_ms, 7);
+            let got: Vec<_> = parsed
+                .decisions
+                .iter()
+                .map(|d| (d.clock, d.algorithm, d.cost, d.quotas.clone()))
+                .collect();
+            assert_eq!(
+                got,
+                [
+                    (Clock::Caller(5), a, 1, spec.quotas.clone()),
+                    (Clock::Server, a, 0, spec.quotas.clone()),
+                ]
+            );
+        }
     }
 
     #[test]

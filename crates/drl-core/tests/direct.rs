@@ -45,9 +45,16 @@ fn monotone(base: u64) -> impl Strategy<Value = Vec<(u64, u64)>> {
     })
 }
 
-/// Stamps in any order: forward steps and steps back of up to 3,000 ns.
+/// Stamps in any order: repeated stamps, small steps either way (a few
+/// emission intervals, so requests queue), and steps back of up to
+/// 3,000 ns.
 fn any_order(base: u64) -> impl Strategy<Value = Vec<(u64, u64)>> {
-    prop::collection::vec((-3_000i64..1_000, 0u64..=17), 1..150).prop_map(move |steps| {
+    let step = prop_oneof![
+        2 => Just(0i64),
+        5 => -300i64..300,
+        1 => -3_000i64..1_000,
+    ];
+    prop::collection::vec((step, 0u64..=17), 1..150).prop_map(move |steps| {
         let mut t = base + 3_000 * 150;
         steps
             .into_iter()

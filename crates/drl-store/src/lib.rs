@@ -14,6 +14,7 @@ pub use memory::MemoryStore;
 pub use redis_store::{Engine, RedisConfig, RedisStore, RedisTls, TimeSource};
 pub use resilient::{
     BreakerConfig, BreakerState, FailurePolicy, OnStoreError, ResilienceConfig, Resilient,
+    ResilientStats,
 };
 pub use spec::LimitSpec;
 

@@ -27,6 +27,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -280,7 +281,31 @@ pub struct Resilient<S: Store> {
     in_flight: Arc<Semaphore>,
     local: MemoryStore,
     local_specs: RwLock<HashMap<(LimitSpec, u64), Arc<LimitSpec>>>,
+    /// Errors (timeouts and overload included), timeouts, fail-overs.
+    counts: [AtomicU64; 3],
 }
+
+/// What a [`Resilient`] store has been through (for status pages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResilientStats {
+    /// The breaker's state now.
+    pub breaker: BreakerState,
+    /// Store errors since the start: failed calls, timeouts, and calls
+    /// refused because `max_in_flight` were already running.
+    pub errors: u64,
+    /// Of those, timeouts.
+    pub timeouts: u64,
+    /// Decisions answered by the failure policy instead of the store.
+    pub fail_overs: u64,
+    /// Calls in flight now.
+    pub in_flight: usize,
+    /// `breaker.max_in_flight`.
+    pub max_in_flight: usize,
+}
+
+const ERRORS: usize = 0;
+const TIMEOUTS: usize = 1;
+const FAIL_OVERS: usize = 2;
 
 impl<S: Store> Resilient<S> {
     /// Wraps `inner`.
@@ -292,7 +317,26 @@ impl<S: Store> Resilient<S> {
             config,
             local: MemoryStore::default(),
             local_specs: RwLock::new(HashMap::new()),
+            counts: Default::default(),
         }
+    }
+
+    /// Breaker state, error counts and calls in flight.
+    pub fn stats(&self) -> ResilientStats {
+        let max = self.config.breaker.max_in_flight.max(1);
+        let get = |i: usize| self.counts[i].load(Ordering::Relaxed);
+        ResilientStats {
+            breaker: self.breaker_state(),
+            errors: get(ERRORS),
+            timeouts: get(TIMEOUTS),
+            fail_overs: get(FAIL_OVERS),
+            in_flight: max.saturating_sub(self.in_flight.available_permits()),
+            max_in_flight: max,
+        }
+    }
+
+    fn count(&self, i: usize) {
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The wrapped store.
@@ -346,6 +390,7 @@ impl<S: Store> Resilient<S> {
     }
 
     fn fail_over(&self, check: Check<'_>, policy: FailurePolicy, cause: &'static str) -> Decision {
+        self.count(FAIL_OVERS);
         metrics::counter!(
             "drl_store_fallbacks_total",
             "policy" => policy.on_store_error.as_str(),
@@ -392,6 +437,7 @@ impl<S: Store> Store for Resilient<S> {
         }
         let Ok(_permit) = self.in_flight.clone().try_acquire_owned() else {
             metrics::counter!("drl_store_errors_total", "kind" => "overloaded").increment(1);
+            self.count(ERRORS);
             return Ok(self.fail_over(check, policy, "overloaded"));
         };
         let deadline = Duration::from_millis(policy.timeout_ms.max(1));
@@ -408,11 +454,14 @@ impl<S: Store> Store for Resilient<S> {
                     _ => "backend",
                 };
                 metrics::counter!("drl_store_errors_total", "kind" => kind).increment(1);
+                self.count(ERRORS);
                 self.breaker.failure();
                 Ok(self.fail_over(check, policy, "error"))
             }
             Err(_) => {
                 metrics::counter!("drl_store_timeouts_total").increment(1);
+                self.count(ERRORS);
+                self.count(TIMEOUTS);
                 self.breaker.failure();
                 Ok(self.fail_over(check, policy, "timeout"))
             }

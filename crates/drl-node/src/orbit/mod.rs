@@ -15,7 +15,7 @@ mod store;
 pub mod wire;
 
 pub use config::{KeySource, LimitSettings, MAX_MESSAGE_BYTES, OrbitConfig, RingMember};
-pub use store::{OrbitDecision, OrbitStore, RuntimeStats};
+pub use store::{KeyWindow, OrbitDecision, OrbitStore, RuntimeStats};
 
 use drl_store::LimitSpec;
 

@@ -36,6 +36,20 @@ pub struct OrbitDecision {
     pub reason: Option<OrbitDeny>,
 }
 
+/// One key's window at this node ([`OrbitStore::key_window`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyWindow {
+    /// The window index (`now / window`) the node is in.
+    pub window: u64,
+    /// The global cap per window.
+    pub cap: u64,
+    /// What this node admitted for the key in that window.
+    pub admitted_here: u64,
+    /// What it could still admit without a message: its holding plus, if
+    /// it holds the table, the table's free capacity.
+    pub capacity_here: u64,
+}
+
 /// Counters of the runtime (beyond the transport's and each node's).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuntimeStats {
@@ -374,6 +388,20 @@ impl OrbitStore {
             // the retry hint or the bound passes.
             let _ = tokio::time::timeout(left.min(retry), notified).await;
         }
+    }
+
+    /// This node's view of `key` of limit `name` in the current window (for
+    /// status pages), if the limit is served here.
+    pub fn key_window(&self, name: &str, key: &str) -> Option<KeyWindow> {
+        let st = self.inner.state.lock();
+        let l = st.limits.get(st.names.get(name)?)?;
+        let window = l.node.current_window();
+        Some(KeyWindow {
+            window,
+            cap: l.cap,
+            admitted_here: l.node.admitted(key.as_bytes()),
+            capacity_here: l.node.live_capacity(key.as_bytes(), window),
+        })
     }
 
     /// The protocol counters of limit `name`, if served.

@@ -126,6 +126,8 @@ pub struct Engine {
     pub api_metrics: ApiMetrics,
     /// Envoy RLS limit overrides in use (kept across reloads).
     pub overrides: Overrides,
+    /// The status page's history and switch.
+    pub status: crate::status::StatusHub,
 }
 
 impl Engine {
@@ -151,6 +153,7 @@ impl Engine {
             draining: AtomicBool::new(false),
             api_metrics: ApiMetrics::new(),
             overrides: Overrides::new(),
+            status: crate::status::StatusHub::new(&config.status),
         })
     }
 
@@ -266,6 +269,7 @@ impl Engine {
             .retain_domains(|d| new.domains.contains_key(d));
         self.overrides.drop_stateless(self.now());
         *self.current.write() = Arc::new(new);
+        self.status.configure(&cfg.status);
         self.stores.retain(&live);
         self.stores
             .apply_keys(keys, cfg.orbit.as_ref(), cfg.cluster.as_ref());
@@ -316,13 +320,19 @@ impl Engine {
         let now = self.now();
         // Decisions are counted per run of checks on the same limit: one
         // counter update per run instead of one per check.
-        let mut tally = Tally::default();
+        let mut tally = Tally {
+            start: now,
+            ..Tally::default()
+        };
         let mut pairs = reqs.iter().zip(resolved);
         let mut pending = None;
         for (r, l) in pairs.by_ref() {
             match l.backend.decide_now(r.key, r.cost, now) {
                 Some(d) => {
                     tally.add(l, d.allowed);
+                    if let Some(s) = l.metrics.status() {
+                        s.observe(r.key, r.cost, d.allowed);
+                    }
                     emit(apply_shadow(l, d));
                 }
                 None => {
@@ -337,10 +347,13 @@ impl Engine {
                 rest.iter().map(|(r, l)| decide_raw(l, r.key, r.cost, now)),
             )
             .await;
-            for (&(_, l), d) in rest.iter().zip(decided) {
+            for (&(r, l), d) in rest.iter().zip(decided) {
                 match d {
                     Ok(d) => {
                         tally.add(l, d.allowed);
+                        if let Some(s) = l.metrics.status() {
+                            s.observe(r.key, r.cost, d.allowed);
+                        }
                         emit(apply_shadow(l, d));
                     }
                     Err(e) => {
@@ -462,6 +475,10 @@ pub async fn decide(
     now: Nanos,
 ) -> Result<Decision, CheckError> {
     let d = decide_raw(limit, key, cost, now).await?;
+    if let Some(s) = limit.metrics.status() {
+        s.observe(key, cost, d.allowed);
+        s.record_latency(SystemClock.now().saturating_sub(now));
+    }
     Ok(finish(limit, d))
 }
 
@@ -506,12 +523,15 @@ pub fn apply_shadow(limit: &Limit, mut d: Decision) -> Decision {
     d
 }
 
-/// Decision counts of a run of checks on one limit.
+/// Decision counts of a run of checks on one limit; with the status page
+/// on, the run's latency (from `start`, the batch's clock reading, to its
+/// flush) too.
 #[derive(Default)]
 struct Tally<'a> {
     limit: Option<&'a Limit>,
     allowed: u64,
     denied: u64,
+    start: Nanos,
 }
 
 impl<'a> Tally<'a> {
@@ -531,6 +551,9 @@ impl<'a> Tally<'a> {
     fn flush(&mut self) {
         if let Some(l) = self.limit.take() {
             l.metrics.record_many(self.allowed, self.denied);
+            if let Some(s) = l.metrics.status() {
+                s.record_latency(SystemClock.now().saturating_sub(self.start));
+            }
         }
         self.allowed = 0;
         self.denied = 0;

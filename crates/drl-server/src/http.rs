@@ -40,6 +40,8 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/", get(crate::status::routes::page))
+        .route("/v1/status", get(crate::status::routes::json))
         .with_state(state)
 }
 

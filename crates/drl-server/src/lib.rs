@@ -17,6 +17,8 @@
 //! - [`tls`]: listener certificates (rustls), reloaded when they change.
 //! - [`auth`]: optional bearer tokens; [`guard`]: the services behind them.
 //! - [`server`]: signals, hot reload, graceful drain.
+//! - [`status`]: the status page at `/` and `GET /v1/status` (per-limit
+//!   history, latency, top keys; gossip, Orbit and Redis state).
 
 pub mod auth;
 pub mod config;
@@ -34,6 +36,7 @@ pub mod metrics;
 pub mod scope;
 pub mod server;
 pub mod sharded;
+pub mod status;
 pub mod tls;
 
 pub use config::{Config, ConfigError};

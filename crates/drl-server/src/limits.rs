@@ -191,7 +191,12 @@ impl Limits {
             let name: Arc<str> = Arc::from(l.name.as_str());
             limits.push(Arc::new(Limit {
                 policy: headers::policy(&name, &l.quotas),
-                metrics: LimitMetrics::new(&name),
+                metrics: LimitMetrics::new(&name).with_status(
+                    config
+                        .status
+                        .enabled
+                        .then(|| crate::status::for_limit(&name, l.top_keys)),
+                ),
                 name,
                 spec,
                 scope: l.scope,

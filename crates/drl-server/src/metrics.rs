@@ -48,6 +48,8 @@ fn limit_registry() -> &'static Mutex<BTreeMap<String, Arc<Counters<3>>>> {
 #[derive(Debug, Clone)]
 pub struct LimitMetrics {
     counts: Arc<Counters<3>>,
+    /// What the status page records (latency, top keys), if it is on.
+    status: Option<Arc<crate::status::LimitStatus>>,
 }
 
 impl LimitMetrics {
@@ -55,7 +57,22 @@ impl LimitMetrics {
     pub fn new(name: &str) -> Self {
         let mut r = limit_registry().lock().unwrap_or_else(|e| e.into_inner());
         let counts = Arc::clone(r.entry(name.to_string()).or_default());
-        Self { counts }
+        Self {
+            counts,
+            status: None,
+        }
+    }
+
+    /// These counters, with the status page's recording `status`.
+    pub fn with_status(mut self, status: Option<Arc<crate::status::LimitStatus>>) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// The status page's recording for this limit, if on.
+    #[inline]
+    pub fn status(&self) -> Option<&crate::status::LimitStatus> {
+        self.status.as_deref()
     }
 
     /// Counts one decision.

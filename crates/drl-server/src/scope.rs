@@ -140,6 +140,8 @@ pub struct Stores {
     /// The gossip node, once started, and the `cluster:` section it was
     /// started with.
     gossip: Mutex<Option<(GossipConfig, Arc<GossipStore>)>>,
+    /// The Redis store's engine and failure wrapper, for the status page.
+    redis_status: Mutex<Option<(drl_store::Engine, Arc<Resilient<RedisStore>>)>>,
 }
 
 /// True if two `cluster:` sections differ at most in `faults`.
@@ -212,7 +214,9 @@ impl Stores {
                 let _ = probe.load_script().await;
             });
         }
-        let store: Arc<dyn Store> = Arc::new(Resilient::new(store, settings.1.clone()));
+        let resilient = Arc::new(Resilient::new(store, settings.1.clone()));
+        *self.redis_status.lock() = Some((settings.0.engine, resilient.clone()));
+        let store: Arc<dyn Store> = resilient;
         *self.redis.lock() = Some((settings.clone(), store));
         Ok(())
     }
@@ -305,6 +309,18 @@ impl Stores {
             current.key_env = cfg.key_env.clone();
             current.previous_key_files = cfg.previous_key_files.clone();
         }
+    }
+
+    /// The Redis store's engine and its failure wrapper (breaker, counters),
+    /// if connected.
+    pub fn redis_status(&self) -> Option<(drl_store::Engine, Arc<Resilient<RedisStore>>)> {
+        self.redis_status.lock().clone()
+    }
+
+    /// The running gossip node and the `cluster:` section it runs with, if
+    /// any.
+    pub fn gossip(&self) -> Option<(GossipConfig, Arc<GossipStore>)> {
+        self.gossip.lock().clone()
     }
 
     /// The running Orbit runtime, if any.

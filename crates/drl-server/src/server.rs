@@ -83,6 +83,8 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             }
         });
     }
+    // The status page's once-a-second history.
+    crate::status::spawn_sampler(engine.clone());
     // The file watcher is in place before the listeners are announced: a
     // change made by whoever waits for the announcement is never missed.
     spawn_reloaders(

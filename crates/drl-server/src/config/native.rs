@@ -53,6 +53,9 @@ pub struct Config {
     /// Who may ask: bearer tokens for the APIs and for `/metrics`.
     #[serde(default)]
     pub auth: crate::auth::AuthConfig,
+    /// The status page at `/` and `GET /v1/status`.
+    #[serde(default)]
+    pub status: crate::status::StatusConfig,
 }
 
 impl Config {
@@ -68,6 +71,7 @@ impl Config {
             orbit: None,
             cluster: None,
             auth: crate::auth::AuthConfig::default(),
+            status: crate::status::StatusConfig::default(),
         }
     }
 
@@ -460,6 +464,12 @@ struct RawLimit {
     shadow: bool,
     #[serde(default)]
     key: Option<KeyConfig>,
+    #[serde(default = "yes")]
+    top_keys: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// One named limit.
@@ -483,6 +493,9 @@ pub struct LimitConfig {
     pub shadow: bool,
     /// How forward-auth derives the key.
     pub key: KeyConfig,
+    /// Keep a top-keys sketch for the status page (default true; the
+    /// keys are only shown by `/` and `/v1/status`).
+    pub top_keys: bool,
 }
 
 impl TryFrom<RawLimit> for LimitConfig {
@@ -568,6 +581,7 @@ impl TryFrom<RawLimit> for LimitConfig {
             max_bytes,
             shadow: r.shadow,
             key,
+            top_keys: r.top_keys,
         })
     }
 }

@@ -1,0 +1,253 @@
+//! What the service believes, for people: the status page at `/` and its
+//! JSON, `GET /v1/status` (field names in `docs/server.md`).
+//!
+//! - [`StatusConfig`]: the `status:` section (`status.enabled`, default
+//!   true; off, both routes answer 404 and nothing below is recorded).
+//! - [`LimitStatus`]: per native limit, the decision latency
+//!   ([`latency`]) and the top keys by demand and by denials
+//!   ([`topkeys`], fixed memory, off per limit with `top_keys: false`),
+//!   reached from the decision path through the limit's
+//!   [`crate::metrics::LimitMetrics`]. Keys never leave the process
+//!   except in answers to those two routes (never in `/metrics`).
+//! - [`StatusHub`]: the per-second history of every limit
+//!   ([`history`]), sampled by a task once a second ([`spawn_sampler`])
+//!   from the decision counters, never on the decision path; the gossip
+//!   members seen.
+//! - [`snapshot`]: the JSON document, assembled from the limits, the
+//!   history and the stores (gossip node, Orbit ring, Redis breaker).
+//! - [`page`]: the server-rendered HTML (readable without JavaScript) and
+//!   its embedded script, which re-renders from `/v1/status` every second.
+//! - [`routes`]: the two handlers.
+
+pub mod history;
+pub mod latency;
+pub mod page;
+pub mod routes;
+pub mod snapshot;
+pub mod topkeys;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Deserialize;
+
+use crate::engine::Engine;
+use history::{LATENCY_EVERY, Series};
+use latency::Latency;
+use topkeys::{GENERATION_S, TopKeys};
+
+/// The `status:` section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatusConfig {
+    /// Serve the status page at `/` and `GET /v1/status`, and record what
+    /// they show (latency and top keys per limit). Default true.
+    pub enabled: bool,
+}
+
+impl Default for StatusConfig {
+    fn default() -> Self {
+        Self { enabled: true }
+    }
+}
+
+/// What the status page records for one native limit on the decision
+/// path.
+#[derive(Debug, Default)]
+pub struct LimitStatus {
+    latency: Latency,
+    top: Option<TopKeys>,
+}
+
+impl LimitStatus {
+    /// Recording for a limit, with or without top keys.
+    pub fn new(top_keys: bool) -> Self {
+        Self {
+            latency: Latency::new(),
+            top: top_keys.then(TopKeys::new),
+        }
+    }
+
+    /// Records one decision of `cost` for `key` (before shadow mode: what
+    /// the limit decided).
+    #[inline]
+    pub fn observe(&self, key: &str, cost: u64, allowed: bool) {
+        if let Some(t) = &self.top {
+            t.observe(key, cost, allowed);
+        }
+    }
+
+    /// Records one decision's latency.
+    #[inline]
+    pub fn record_latency(&self, ns: u64) {
+        self.latency.record(ns);
+    }
+
+    /// The latency histogram.
+    pub fn latency(&self) -> &Latency {
+        &self.latency
+    }
+
+    /// The top-keys sketches, unless `top_keys: false`.
+    pub fn top_keys(&self) -> Option<&TopKeys> {
+        self.top.as_ref()
+    }
+}
+
+fn registry() -> &'static Mutex<BTreeMap<String, Arc<LimitStatus>>> {
+    static R: OnceLock<Mutex<BTreeMap<String, Arc<LimitStatus>>>> = OnceLock::new();
+    R.get_or_init(Default::default)
+}
+
+/// The recording of limit `name` (the same one across reloads while
+/// `top_keys` stays the same, like the decision counters).
+pub fn for_limit(name: &str, top_keys: bool) -> Arc<LimitStatus> {
+    let mut r = registry().lock().unwrap_or_else(|e| e.into_inner());
+    match r.get(name) {
+        Some(s) if s.top.is_some() == top_keys => s.clone(),
+        _ => {
+            let s = Arc::new(LimitStatus::new(top_keys));
+            r.insert(name.to_string(), s.clone());
+            s
+        }
+    }
+}
+
+/// A gossip member as the sampler saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeenMember {
+    /// Its UDP address.
+    pub addr: SocketAddr,
+    /// Up at the last sample.
+    pub up: bool,
+}
+
+#[derive(Debug, Default)]
+struct HubState {
+    series: BTreeMap<String, Series>,
+    ticks: u64,
+    members: BTreeMap<u32, SeenMember>,
+}
+
+/// The status page's own state: history and gossip members, per engine.
+#[derive(Debug)]
+pub struct StatusHub {
+    enabled: AtomicBool,
+    started: Instant,
+    started_unix_ms: u64,
+    state: Mutex<HubState>,
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl StatusHub {
+    /// A hub configured by `cfg`.
+    pub fn new(cfg: &StatusConfig) -> Self {
+        Self {
+            enabled: AtomicBool::new(cfg.enabled),
+            started: Instant::now(),
+            started_unix_ms: unix_ms(),
+            state: Mutex::default(),
+        }
+    }
+
+    /// Applies a (re)loaded `status:` section.
+    pub fn configure(&self, cfg: &StatusConfig) {
+        self.enabled.store(cfg.enabled, Ordering::Relaxed);
+    }
+
+    /// True if the page and `/v1/status` are served.
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, HubState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One sample, a second after the previous: per-limit counts, latency
+    /// snapshots every [`LATENCY_EVERY`] s, a new top-keys generation
+    /// every [`GENERATION_S`] s, gossip members.
+    pub fn tick(&self, engine: &Engine) {
+        if !self.enabled() {
+            return;
+        }
+        let limits = engine.limits();
+        let mut st = self.state();
+        st.ticks += 1;
+        let ticks = st.ticks;
+        let all: Vec<_> = limits
+            .limits
+            .iter()
+            .chain(limits.envoy_limits.iter())
+            .collect();
+        st.series
+            .retain(|name, _| all.iter().any(|l| &*l.name == name.as_str()));
+        for l in &all {
+            let (a, d, _) = l.metrics.totals();
+            let s = st.series.entry(l.name.to_string()).or_default();
+            s.sample((a, d));
+            if let Some(ls) = l.metrics.status()
+                && (ticks - 1) % LATENCY_EVERY == 0
+            {
+                s.snapshot_latency(ls.latency().snapshot());
+            }
+        }
+        if ticks % GENERATION_S == 0 {
+            for l in limits.limits.iter() {
+                if let Some(t) = l.metrics.status().and_then(|s| s.top_keys()) {
+                    t.rotate();
+                }
+            }
+        }
+        if let Some((_, store)) = engine.stores().gossip() {
+            let up = store.members();
+            for m in st.members.values_mut() {
+                m.up = false;
+            }
+            for m in up {
+                st.members.insert(
+                    m.id,
+                    SeenMember {
+                        addr: m.addr,
+                        up: true,
+                    },
+                );
+            }
+        }
+    }
+
+    /// A copy of limit `name`'s history.
+    pub fn series(&self, name: &str) -> Option<Series> {
+        self.state().series.get(name).cloned()
+    }
+
+    /// Gossip members seen since start, by id (this node excluded).
+    pub fn members(&self) -> BTreeMap<u32, SeenMember> {
+        self.state().members.clone()
+    }
+
+    /// When the engine started (ms since the Unix epoch) and its uptime.
+    pub fn started(&self) -> (u64, Duration) {
+        (self.started_unix_ms, self.started.elapsed())
+    }
+}
+
+/// Samples `engine`'s status once a second while the runtime runs.
+pub fn spawn_sampler(engine: Arc<Engine>) {
+    tokio::spawn(async move {
+        let mut t = tokio::time::interval(Duration::from_secs(1));
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            t.tick().await;
+            engine.status.tick(&engine);
+        }
+    });
+}

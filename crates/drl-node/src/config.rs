@@ -11,6 +11,7 @@ use drl_cluster::cloud_control::{Aggregation, Settings};
 use drl_cluster::gossip::LossCompensation;
 use serde::Deserialize;
 
+use crate::discovery::{DiscoveryConfig, Seed};
 use crate::transport::fault::FaultConfig;
 use crate::transport::{ClusterKey, KeyError, KeyRing};
 
@@ -18,16 +19,29 @@ use crate::transport::{ClusterKey, KeyError, KeyRing};
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GossipConfig {
-    /// This node's id, unique in the cluster.
+    /// This node's id, unique in the cluster: a number, or `ordinal` (a
+    /// StatefulSet pod's ordinal plus one, from its hostname).
+    #[serde(deserialize_with = "crate::discovery::de_node_id")]
     pub node_id: u32,
     /// UDP address to bind (gossip and membership share it).
     pub bind: SocketAddr,
-    /// UDP addresses of the other nodes (this node's own address, if
-    /// listed, is ignored). Used to join and to count the cluster.
+    /// The other nodes: UDP addresses `IP:PORT` (this node's own address,
+    /// if listed, is ignored), or `dns:NAME:PORT`, resolved every
+    /// `discovery.interval_ms` (every A/AAAA record a peer; a record gone
+    /// is a peer gone). Used to join and to count the cluster.
     #[serde(default)]
-    pub seeds: Vec<SocketAddr>,
-    /// Expected cluster size `N` (default: distinct seeds + this node).
-    /// Each peer lost takes `1/N` of the global limit away.
+    pub seeds: Vec<Seed>,
+    /// How `dns:` seeds are resolved.
+    #[serde(default)]
+    pub discovery: DiscoveryConfig,
+    /// The IP peers reach this node at, when `bind` is a wildcard
+    /// (`0.0.0.0`): an IP, or `env:VAR` (e.g. the pod IP). Default: the
+    /// bound address.
+    #[serde(default)]
+    pub advertise: Option<String>,
+    /// Expected cluster size `N` (default: distinct seeds + this node;
+    /// required with `dns:` seeds). Each peer lost takes `1/N` of the
+    /// global limit away.
     #[serde(default)]
     pub nodes: Option<u32>,
     /// File holding the cluster key (at least 16 bytes): the key frames are
@@ -285,7 +299,9 @@ impl GossipConfig {
         Self {
             node_id,
             bind,
-            seeds,
+            seeds: seeds.into_iter().map(Seed::Addr).collect(),
+            discovery: DiscoveryConfig::default(),
+            advertise: None,
             nodes: None,
             key_file: None,
             previous_key_files: Vec::new(),
@@ -309,15 +325,47 @@ impl GossipConfig {
         }
     }
 
-    /// The seeds other than this node, deduplicated, in order.
+    /// The literal seeds other than this node, deduplicated, in order.
     pub fn peers(&self) -> Vec<SocketAddr> {
         let mut out: Vec<SocketAddr> = Vec::new();
+        let me = self.advertise_ip().ok().flatten();
         for s in &self.seeds {
-            if *s != self.bind && !out.contains(s) {
+            if let Seed::Addr(s) = s
+                && *s != self.bind
+                && me.is_none_or(|ip| *s != SocketAddr::new(ip, self.bind.port()))
+                && !out.contains(s)
+            {
                 out.push(*s);
             }
         }
         out
+    }
+
+    /// The `dns:` seeds, as (name, port).
+    pub fn dns_seeds(&self) -> Vec<(String, u16)> {
+        self.seeds
+            .iter()
+            .filter_map(|s| match s {
+                Seed::Dns { name, port } => Some((name.clone(), *port)),
+                Seed::Addr(_) => None,
+            })
+            .collect()
+    }
+
+    /// The `advertise` IP, if set.
+    pub fn advertise_ip(&self) -> Result<Option<std::net::IpAddr>, String> {
+        self.advertise
+            .as_deref()
+            .map(crate::discovery::advertise_ip)
+            .transpose()
+    }
+
+    /// The address peers reach this node at, given the bound `local` one.
+    pub fn advertised(&self, local: SocketAddr) -> SocketAddr {
+        match self.advertise_ip() {
+            Ok(Some(ip)) => SocketAddr::new(ip, local.port()),
+            _ => local,
+        }
     }
 
     /// The expected cluster size `N`.
@@ -405,6 +453,18 @@ impl GossipConfig {
             && (n == 0 || (n as usize) < self.peers().len() + 1)
         {
             return bad("nodes must be at least the number of seeds plus this node");
+        }
+        if !self.dns_seeds().is_empty() && self.nodes.is_none() {
+            return bad(
+                "nodes (the expected cluster size N) is required with dns: seeds: the 1/N rule needs N before the first answer",
+            );
+        }
+        self.discovery.validate().map_err(ConfigError::Invalid)?;
+        let advertise = self.advertise_ip().map_err(ConfigError::Invalid)?;
+        if self.bind.ip().is_unspecified() && advertise.is_none() {
+            return bad(
+                "bind is a wildcard address: set advertise (an IP, or env:VAR such as env:POD_IP) so peers can reach this node",
+            );
         }
         if self.flow_separator.as_deref() == Some("") {
             return bad("flow_separator must not be empty");

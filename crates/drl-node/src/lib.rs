@@ -6,6 +6,7 @@
 //!   that gossip, membership and Orbit share, plus a fault-injecting wrapper
 //!   for tests;
 //! * [`membership`]: SWIM failure detection and join/leave by `foca`;
+//! * [`discovery`]: `dns:NAME:PORT` seeds resolved periodically;
 //! * [`gossip`]: the sans-IO [`gossip::Driver`] that feeds drl-cluster's
 //!   Cloud Control node (`drl_cluster::cloud_control::Node`: per-key
 //!   estimators and allocators, aggregation, the 1/N rule, the payload)
@@ -16,6 +17,7 @@
 //!   mapped to the node's `Settings` by [`GossipConfig::settings`]).
 
 pub mod config;
+pub mod discovery;
 pub mod gossip;
 pub mod membership;
 pub mod orbit;

@@ -373,6 +373,26 @@ impl Membership {
         self.drain()
     }
 
+    /// Declares every member at `addr` down, in this node's view only
+    /// (nothing is broadcast): discovery calls it when `addr`'s DNS record
+    /// is gone. The node loop then ignores `addr`'s datagrams until the
+    /// record is back, so the member stays gone.
+    pub fn forget(&mut self, addr: SocketAddr) -> Output {
+        let gone: Vec<NodeIdent> = self
+            .foca
+            .iter_members()
+            .map(|m| *m.id())
+            .filter(|id| id.addr == addr)
+            .collect();
+        if !gone.is_empty() {
+            let updates = gone.into_iter().map(|id| Member::new(id, 0, State::Down));
+            if let Err(e) = self.foca.apply_many(updates, false, &mut self.rt) {
+                tracing::debug!(error = %e, "forgetting a member failed");
+            }
+        }
+        self.drain()
+    }
+
     /// The active members other than this node.
     pub fn members(&self) -> Vec<NodeIdent> {
         let mut v: Vec<NodeIdent> = self.foca.iter_members().map(|m| *m.id()).collect();

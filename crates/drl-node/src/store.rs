@@ -72,6 +72,9 @@ struct Shared {
     live: AtomicU32,
     members: Mutex<Vec<NodeIdent>>,
     gossip_rejected: AtomicU64,
+    /// Peer addresses the `dns:` seeds resolved to last (this node
+    /// excluded), sorted.
+    discovered: Mutex<Vec<SocketAddr>>,
 }
 
 impl Shared {
@@ -124,6 +127,9 @@ pub struct GossipStore {
 enum Input {
     Datagram(Datagram),
     Timer(Timer<NodeIdent>),
+    /// What the `dns:` seeds resolve to now (every name; a name whose
+    /// resolution failed keeps its previous answer).
+    Resolved(Vec<SocketAddr>),
 }
 
 impl GossipStore {
@@ -149,6 +155,7 @@ impl GossipStore {
             live: AtomicU32::new(1),
             members: Mutex::new(Vec::new()),
             gossip_rejected: AtomicU64::new(0),
+            discovered: Mutex::new(Vec::new()),
             cfg,
         });
         metrics::gauge!("drl_node_live_nodes").set(1.0);
@@ -178,9 +185,18 @@ impl GossipStore {
             .unwrap_or(0);
         let me = NodeIdent {
             id: shared.cfg.node_id,
-            addr: local,
+            addr: shared.cfg.advertised(local),
             generation,
         };
+        let mut tasks = vec![recv_task];
+        let dns = shared.cfg.dns_seeds();
+        if !dns.is_empty() {
+            tasks.push(tokio::spawn(resolve_loop(
+                dns,
+                shared.cfg.discovery,
+                tx.clone(),
+            )));
+        }
         let membership = Membership::new(me, settings.nodes, &shared.cfg.membership, seed);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let node = NodeLoop {
@@ -191,12 +207,16 @@ impl GossipStore {
             tx,
             out_bytes: Vec::new(),
             out: Vec::new(),
+            dns_known: std::collections::BTreeSet::new(),
+            dns_gone: std::collections::BTreeSet::new(),
         };
         let loop_task = tokio::spawn(node.run(rx, stop_rx));
+        // The node loop stays last: `leave` waits on it.
+        tasks.push(loop_task);
         Ok(Self {
             shared,
             transport,
-            tasks: vec![recv_task, loop_task],
+            tasks,
             stop: Mutex::new(Some(stop_tx)),
         })
     }
@@ -239,6 +259,12 @@ impl GossipStore {
     /// The peers membership reports active.
     pub fn members(&self) -> Vec<NodeIdent> {
         self.shared.members.lock().clone()
+    }
+
+    /// The peer addresses the `dns:` seeds resolved to last (this node
+    /// excluded), sorted; empty without `dns:` seeds.
+    pub fn discovered(&self) -> Vec<SocketAddr> {
+        self.shared.discovered.lock().clone()
     }
 
     /// The state of limit `limit`'s aggregate `aggregate`, if active.
@@ -369,6 +395,42 @@ struct NodeLoop {
     /// The payloads of one drain, back to back, and where each goes.
     out_bytes: Vec<u8>,
     out: Vec<(SocketAddr, Range<usize>)>,
+    /// Addresses the `dns:` seeds resolved to last.
+    dns_known: std::collections::BTreeSet<SocketAddr>,
+    /// Addresses whose record disappeared: forgotten by membership, their
+    /// datagrams ignored until the record is back.
+    dns_gone: std::collections::BTreeSet<SocketAddr>,
+}
+
+/// Resolves the `dns:` seeds every `cfg.interval_ms` and hands the union
+/// of the answers to the node loop. A name that fails to resolve keeps its
+/// previous answer (a DNS outage never empties the cluster).
+async fn resolve_loop(
+    names: Vec<(String, u16)>,
+    cfg: crate::discovery::DiscoveryConfig,
+    tx: mpsc::Sender<Input>,
+) {
+    let mut last: Vec<Vec<SocketAddr>> = vec![Vec::new(); names.len()];
+    let mut tick = tokio::time::interval(Duration::from_millis(cfg.interval_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        for (i, (name, port)) in names.iter().enumerate() {
+            match crate::discovery::resolve(name, *port, &cfg).await {
+                Ok(addrs) => last[i] = addrs,
+                Err(e) => {
+                    metrics::counter!("drl_node_discovery_errors_total").increment(1);
+                    tracing::warn!(name = %name, error = %e, "dns seed did not resolve; keeping its previous answer");
+                }
+            }
+        }
+        let mut all: Vec<SocketAddr> = last.iter().flatten().copied().collect();
+        all.sort();
+        all.dedup();
+        if tx.send(Input::Resolved(all)).await.is_err() {
+            return;
+        }
+    }
 }
 
 impl NodeLoop {
@@ -404,6 +466,7 @@ impl NodeLoop {
                     self.driver.on_timer(now);
                 }
                 Some(input) = rx.recv() => match input {
+                    Input::Resolved(addrs) => self.on_resolved(addrs).await,
                     Input::Datagram(d) => self.on_datagram(d).await,
                     Input::Timer(t) => {
                         let out = self.membership.handle_timer(t);
@@ -415,7 +478,37 @@ impl NodeLoop {
         }
     }
 
+    /// A new answer of the `dns:` seeds: announce to the new addresses,
+    /// forget the members at addresses that are gone.
+    async fn on_resolved(&mut self, addrs: Vec<SocketAddr>) {
+        let me = self.membership.me().addr;
+        let now: std::collections::BTreeSet<SocketAddr> =
+            addrs.into_iter().filter(|a| *a != me).collect();
+        let added: Vec<SocketAddr> = now.difference(&self.dns_known).copied().collect();
+        let removed: Vec<SocketAddr> = self.dns_known.difference(&now).copied().collect();
+        for a in &removed {
+            tracing::info!(addr = %a, "dns record gone: peer forgotten");
+            self.dns_gone.insert(*a);
+            let out = self.membership.forget(*a);
+            self.apply(out).await;
+        }
+        for a in &added {
+            self.dns_gone.remove(a);
+        }
+        if !added.is_empty() {
+            tracing::info!(peers = ?added, "dns seeds: new peers");
+            let out = self.membership.join(&added);
+            self.apply(out).await;
+        }
+        metrics::gauge!("drl_node_discovered_peers").set(now.len() as f64);
+        *self.shared.discovered.lock() = now.iter().copied().collect();
+        self.dns_known = now;
+    }
+
     async fn on_datagram(&mut self, d: Datagram) {
+        if self.dns_gone.contains(&d.from) {
+            return;
+        }
         match d.channel {
             channel::MEMBERSHIP => {
                 let out = self.membership.handle_data(&d.payload);
@@ -457,22 +550,31 @@ impl NodeLoop {
     }
 
     async fn apply(&mut self, out: Output) {
-        for (to, data) in out.send {
-            let _ = self.transport.send(to, channel::MEMBERSHIP, &data).await;
-        }
-        for (after, t) in out.timers {
-            let tx = self.tx.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(after).await;
-                let _ = tx.send(Input::Timer(t)).await;
-            });
-        }
-        if !out.events.is_empty() {
+        let mut queue = vec![out];
+        while let Some(out) = queue.pop() {
+            for (to, data) in out.send {
+                let _ = self.transport.send(to, channel::MEMBERSHIP, &data).await;
+            }
+            for (after, t) in out.timers {
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    let _ = tx.send(Input::Timer(t)).await;
+                });
+            }
+            if out.events.is_empty() {
+                continue;
+            }
             let now = self.shared.now();
             for e in out.events {
                 match e {
                     crate::membership::Event::Up(id) if id.id != self.shared.cfg.node_id => {
                         tracing::info!(peer = id.id, addr = %id.addr, "peer up");
+                        if self.dns_gone.contains(&id.addr) {
+                            // Heard of through a third node while its
+                            // record is gone: forget it again.
+                            queue.push(self.membership.forget(id.addr));
+                        }
                     }
                     crate::membership::Event::Down(id) if id.id != self.shared.cfg.node_id => {
                         tracing::info!(peer = id.id, addr = %id.addr, "peer down");

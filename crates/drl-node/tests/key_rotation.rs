@@ -112,6 +112,7 @@ async fn orbit_keys_rotate_on_a_running_ring() {
         .map(|id| RingMember {
             id,
             addr: format!("127.0.54.{id}:9381").parse().unwrap(),
+            dns: None,
         })
         .collect();
     let mut stores = Vec::new();

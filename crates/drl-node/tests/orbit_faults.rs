@@ -28,6 +28,7 @@ fn ring(n: u32) -> Vec<RingMember> {
         .map(|(i, s)| RingMember {
             id: i as u32 + 1,
             addr: SocketAddr::from(([127, 0, 0, 1], s.local_addr().expect("addr").port())),
+            dns: None,
         })
         .collect()
 }

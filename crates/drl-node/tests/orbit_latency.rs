@@ -22,6 +22,7 @@ fn configs(n: u32, epoch_ms: u64) -> Vec<OrbitConfig> {
         .map(|(i, s)| RingMember {
             id: i as u32 + 1,
             addr: SocketAddr::from(([127, 0, 0, 1], s.local_addr().expect("addr").port())),
+            dns: None,
         })
         .collect();
     drop(socks);

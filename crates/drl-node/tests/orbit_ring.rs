@@ -37,6 +37,7 @@ fn ring(ports: &[u16]) -> Vec<RingMember> {
         .map(|(i, &p)| RingMember {
             id: i as u32 + 1,
             addr: SocketAddr::from(([127, 0, 0, 1], p)),
+            dns: None,
         })
         .collect()
 }

@@ -19,13 +19,53 @@ const MS: Nanos = 1_000_000;
 /// One member of the ring: its node id and the UDP address its Orbit
 /// runtime listens on. The ring order is the order of the list, and every
 /// node must be given the same list.
+///
+/// In YAML `addr` is `IP:PORT`, or `dns:NAME:PORT`: a name with one
+/// record (e.g. a StatefulSet pod's `drl-orbit-0.drl-orbit`), re-resolved
+/// every `orbit.discovery.interval_ms`, so a member that comes back at
+/// another address is found again. Ids and order stay those of the list.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "RawMember")]
 pub struct RingMember {
     /// Node id (unique in the ring).
     pub id: NodeId,
-    /// UDP address of the node's Orbit runtime.
+    /// UDP address of the node's Orbit runtime (for a `dns:` member, the
+    /// unspecified address with its port until resolved).
     pub addr: SocketAddr,
+    /// The `dns:` name and port the address is resolved from, if any.
+    pub dns: Option<(String, u16)>,
+}
+
+impl RingMember {
+    /// A member at a literal address.
+    pub fn new(id: NodeId, addr: SocketAddr) -> Self {
+        Self {
+            id,
+            addr,
+            dns: None,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMember {
+    id: NodeId,
+    addr: crate::discovery::Seed,
+}
+
+impl TryFrom<RawMember> for RingMember {
+    type Error = String;
+    fn try_from(r: RawMember) -> Result<Self, String> {
+        Ok(match r.addr {
+            crate::discovery::Seed::Addr(addr) => RingMember::new(r.id, addr),
+            crate::discovery::Seed::Dns { name, port } => RingMember {
+                id: r.id,
+                addr: SocketAddr::from(([0, 0, 0, 0], port)),
+                dns: Some((name, port)),
+            },
+        })
+    }
 }
 
 /// Where the shared cluster key (at least 16 bytes; frames are encrypted
@@ -157,12 +197,17 @@ pub struct LimitSettings {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OrbitConfig {
-    /// This node's id; must be one of `ring`.
+    /// This node's id; must be one of `ring`. A number, or `ordinal` (a
+    /// StatefulSet pod's ordinal plus one, from its hostname).
+    #[serde(deserialize_with = "crate::discovery::de_node_id")]
     pub node_id: NodeId,
     /// UDP address to bind (port 0: any free port, for tests).
     pub bind: SocketAddr,
     /// The ring, in order (at least one member, at most 1024).
     pub ring: Vec<RingMember>,
+    /// How `dns:` member addresses are resolved.
+    #[serde(default)]
+    pub discovery: crate::discovery::DiscoveryConfig,
     /// The cluster key.
     pub key: KeySource,
     /// How long a node holds the table before passing it on, ms (> 0).
@@ -247,6 +292,7 @@ impl OrbitConfig {
             node_id,
             bind,
             ring,
+            discovery: crate::discovery::DiscoveryConfig::default(),
             key,
             epoch_ms: defaults::epoch_ms(),
             rollover_ratio: defaults::rollover_ratio(),
@@ -291,6 +337,9 @@ impl OrbitConfig {
         }
         if self.epoch_ms == 0 {
             return bad("orbit.epoch_ms must be positive".into());
+        }
+        if let Err(e) = self.discovery.validate() {
+            return bad(format!("orbit.{e}"));
         }
         if !(0.0..1.0).contains(&self.rollover_ratio) {
             return bad(format!(

@@ -110,7 +110,9 @@ struct State {
 struct Inner {
     cfg: OrbitConfig,
     ring: Vec<NodeId>,
-    addrs: BTreeMap<NodeId, SocketAddr>,
+    /// Where each ring member is reached (a `dns:` member only once
+    /// resolved, and not while its name has no record).
+    addrs: parking_lot::RwLock<BTreeMap<NodeId, SocketAddr>>,
     transport: Arc<dyn Transport>,
     incarnation: u64,
     last_now: AtomicU64,
@@ -180,7 +182,7 @@ impl OrbitStore {
             )));
         }
         // Frames to ring members are bound to their ids from the first one.
-        for m in &config.ring {
+        for m in config.ring.iter().filter(|m| m.dns.is_none()) {
             transport.learn_peer(m.addr, m.id);
         }
         let now_i = Instant::now();
@@ -202,7 +204,14 @@ impl OrbitStore {
             .collect();
         let inner = Arc::new(Inner {
             ring: config.ring_ids(),
-            addrs: config.ring.iter().map(|m| (m.id, m.addr)).collect(),
+            addrs: parking_lot::RwLock::new(
+                config
+                    .ring
+                    .iter()
+                    .filter(|m| m.dns.is_none())
+                    .map(|m| (m.id, m.addr))
+                    .collect(),
+            ),
             state: Mutex::new(State {
                 limits: BTreeMap::new(),
                 names: BTreeMap::new(),
@@ -218,15 +227,24 @@ impl OrbitStore {
             closed: AtomicBool::new(false),
             counters: Counters::default(),
         });
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(driver(inner.clone())),
             tokio::spawn(receiver(inner.clone())),
         ];
+        if inner.cfg.ring.iter().any(|m| m.dns.is_some()) {
+            tasks.push(tokio::spawn(resolve_ring(inner.clone())));
+        }
         Ok(Self {
             inner,
             fault,
             tasks: Mutex::new(tasks),
         })
+    }
+
+    /// Where each ring member is reached now (`dns:` members once
+    /// resolved).
+    pub fn ring_addrs(&self) -> BTreeMap<NodeId, SocketAddr> {
+        self.inner.addrs.read().clone()
     }
 
     /// This node's id.
@@ -546,7 +564,7 @@ impl Inner {
 
     async fn send_all(&self, out: Vec<(u64, Outgoing)>) {
         for (limit, o) in out {
-            let Some(&addr) = self.addrs.get(&o.to) else {
+            let Some(addr) = self.addrs.read().get(&o.to).copied() else {
                 continue;
             };
             let bytes = match codec::encode(&o.msg) {
@@ -583,10 +601,15 @@ impl Inner {
     /// Heartbeats every peer and marks silent ones down.
     async fn heartbeat_round(&self) {
         let hb = wire::heartbeat(self.incarnation);
-        for (&id, &addr) in &self.addrs {
-            if id != self.cfg.node_id {
-                let _ = self.transport.send(addr, channel::ORBIT, &hb).await;
-            }
+        let targets: Vec<SocketAddr> = self
+            .addrs
+            .read()
+            .iter()
+            .filter(|(id, _)| **id != self.cfg.node_id)
+            .map(|(_, a)| *a)
+            .collect();
+        for addr in targets {
+            let _ = self.transport.send(addr, channel::ORBIT, &hb).await;
         }
         let suspect = Duration::from_millis(self.cfg.suspect_after_ms);
         let mut st = self.state.lock();
@@ -620,7 +643,9 @@ impl Inner {
             self.counters.malformed.fetch_add(1, Ordering::Relaxed);
             Vec::new()
         };
-        if d.sender == self.cfg.node_id || !self.addrs.contains_key(&d.sender) {
+        // A member whose DNS record is gone is not heard either: the
+        // failure detector must see it down, the virtual ring skip it.
+        if d.sender == self.cfg.node_id || !self.addrs.read().contains_key(&d.sender) {
             return bad();
         }
         let Some(p) = wire::decode(&d.payload) else {
@@ -735,6 +760,56 @@ async fn receiver(inner: Arc<Inner>) {
                 tracing::warn!(error = %e, "orbit: receive failed");
                 // Back off so a persistent socket error does not spin.
                 tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// Re-resolves the ring's `dns:` members every `discovery.interval_ms`: a
+/// new address is learned (and frames to that member are bound to it); a
+/// name with no record takes the member's address away (nothing is sent
+/// to it, and the failure detector marks it down); a failed resolution
+/// keeps the previous address.
+async fn resolve_ring(inner: Arc<Inner>) {
+    let names: Vec<(NodeId, String, u16)> = inner
+        .cfg
+        .ring
+        .iter()
+        .filter(|m| m.id != inner.cfg.node_id)
+        .filter_map(|m| m.dns.clone().map(|(n, p)| (m.id, n, p)))
+        .collect();
+    let cfg = inner.cfg.discovery;
+    let mut tick = tokio::time::interval(Duration::from_millis(cfg.interval_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !inner.closed.load(Ordering::SeqCst) {
+        tick.tick().await;
+        for (id, name, port) in &names {
+            let found = match crate::discovery::resolve(name, *port, &cfg).await {
+                Ok(a) => a,
+                Err(e) => {
+                    metrics::counter!("drl_node_discovery_errors_total").increment(1);
+                    tracing::warn!(member = id, error = %e, "orbit: ring member did not resolve; keeping its address");
+                    continue;
+                }
+            };
+            if found.len() > 1 {
+                tracing::warn!(member = id, name = %name, records = found.len(), "orbit: a ring member's name has several records; using the first");
+            }
+            let now = found.first().copied();
+            let before = inner.addrs.read().get(id).copied();
+            if now == before {
+                continue;
+            }
+            match now {
+                Some(a) => {
+                    tracing::info!(member = id, addr = %a, "orbit: ring member resolved");
+                    inner.transport.learn_peer(a, *id);
+                    inner.addrs.write().insert(*id, a);
+                }
+                None => {
+                    tracing::info!(member = id, name = %name, "orbit: ring member's record gone");
+                    inner.addrs.write().remove(id);
+                }
             }
         }
     }

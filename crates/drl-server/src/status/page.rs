@@ -49,7 +49,13 @@ fn opt_f(x: Option<f64>) -> String {
 pub fn sparkline(allowed: &[u64], denied: &[u64]) -> String {
     const W: f64 = 120.0;
     const H: f64 = 28.0;
-    let peak = allowed.iter().chain(denied).copied().max().unwrap_or(0).max(1);
+    let peak = allowed
+        .iter()
+        .chain(denied)
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(1);
     let points = |v: &[u64]| {
         let n = v.len().max(2) - 1;
         let mut p = String::new();
@@ -128,13 +134,14 @@ fn top_keys(out: &mut String, s: &Status) {
     out.push_str(r#"<section aria-labelledby="h-top"><h2 id="h-top">Top keys</h2><p class="note">From a fixed-size sketch per limit (space-saving); a key's true weight lies between count − error and count.</p>"#);
     for (i, l) in with.iter().enumerate() {
         let t = l.top_keys.as_ref().expect("filtered");
-        let _ = write!(
-            out,
-            r#"<h3>{}</h3><div class="pair">"#,
-            escape(&l.name)
-        );
+        let _ = write!(out, r#"<h3>{}</h3><div class="pair">"#, escape(&l.name));
         ranking_table(out, &format!("top-demand-{i}"), "By demand", &t.by_demand);
-        ranking_table(out, &format!("top-denials-{i}"), "By denials", &t.by_denials);
+        ranking_table(
+            out,
+            &format!("top-denials-{i}"),
+            "By denials",
+            &t.by_denials,
+        );
         out.push_str("</div>");
     }
     out.push_str("</section>");
@@ -243,7 +250,14 @@ fn redis(out: &mut String, s: &Status) {
     let _ = write!(
         out,
         r#"<section aria-labelledby="h-redis"><h2 id="h-redis">Redis</h2><table class="kv" id="redis"><caption>Connection and circuit breaker</caption><tbody><tr><th scope="row">Engine</th><td>{}</td></tr><tr><th scope="row">Breaker</th><td class="state-{}">{}</td></tr><tr><th scope="row">Errors</th><td class="num">{}</td></tr><tr><th scope="row">Timeouts</th><td class="num">{}</td></tr><tr><th scope="row">Fail-overs</th><td class="num">{}</td></tr><tr><th scope="row">Calls in flight</th><td class="num">{} of {}</td></tr></tbody></table></section>"#,
-        r.engine, r.breaker, r.breaker, r.errors, r.timeouts, r.fail_overs, r.in_flight, r.max_in_flight
+        r.engine,
+        r.breaker,
+        r.breaker,
+        r.errors,
+        r.timeouts,
+        r.fail_overs,
+        r.in_flight,
+        r.max_in_flight
     );
 }
 
@@ -255,7 +269,11 @@ pub fn main_html(s: &Status) -> String {
         r#"<section aria-labelledby="h-node"><h2 id="h-node">Node</h2><table class="kv" id="node"><caption>This process</caption><tbody><tr><th scope="row">Version</th><td>{}</td></tr><tr><th scope="row">Uptime</th><td data-field="uptime">{} s</td></tr><tr><th scope="row">State</th><td>{}</td></tr></tbody></table></section>"#,
         escape(s.node.version),
         s.node.uptime_s,
-        if s.node.draining { "draining" } else { "serving" }
+        if s.node.draining {
+            "draining"
+        } else {
+            "serving"
+        }
     );
     limits_table(&mut out, s);
     top_keys(&mut out, s);
@@ -285,9 +303,15 @@ mod tests {
 
     #[test]
     fn keys_are_escaped_and_sparklines_scale() {
-        assert_eq!(escape(r#"<a href="x">&'"#), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+        assert_eq!(
+            escape(r#"<a href="x">&'"#),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
         let svg = sparkline(&[0, 5, 10], &[10, 0, 0]);
-        assert!(svg.contains(r#"points="0.0,27.0 60.0,14.0 120.0,1.0""#), "{svg}");
+        assert!(
+            svg.contains(r#"points="0.0,27.0 60.0,14.0 120.0,1.0""#),
+            "{svg}"
+        );
         assert!(svg.contains("peak 10/s"), "{svg}");
         // Empty history: no NaN.
         assert!(!sparkline(&[], &[]).contains("NaN"));

@@ -6,9 +6,9 @@ use serde::Serialize;
 use super::history::Series;
 use super::latency::quantile_ns;
 use super::topkeys::{self, Ranking};
+use crate::config::Scope;
 use crate::engine::Engine;
 use crate::limits::Limit;
-use crate::config::Scope;
 
 /// Keys shown per ranking and per cluster table.
 pub const TOP_N: usize = 10;
@@ -440,4 +440,3 @@ pub fn build(engine: &Engine) -> Status {
         redis,
     }
 }
-

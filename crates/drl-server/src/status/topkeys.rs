@@ -171,7 +171,11 @@ impl TopKeys {
             .map(|p| {
                 let s = p.0.lock();
                 std::mem::size_of::<Padded>()
-                    + s.demand.iter().chain(&s.denials).map(|x| x.bytes()).sum::<usize>()
+                    + s.demand
+                        .iter()
+                        .chain(&s.denials)
+                        .map(|x| x.bytes())
+                        .sum::<usize>()
             })
             .sum()
     }
@@ -209,7 +213,10 @@ mod tests {
         assert!(h.error <= demand.bound && demand.bound <= demand.total / CAPACITY as u64);
         assert_eq!(denials.total, 4_000);
         assert_eq!(denials.keys.len(), 1);
-        assert_eq!((denials.keys[0].key.as_str(), denials.keys[0].count), ("denied", 4_000));
+        assert_eq!(
+            (denials.keys[0].key.as_str(), denials.keys[0].count),
+            ("denied", 4_000)
+        );
         // A second rotation drops the first generation.
         t.rotate();
         let (demand, _) = t.report(3);

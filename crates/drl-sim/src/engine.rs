@@ -12,6 +12,16 @@
 //! random drop) run one limiter for all traffic; rates are still
 //! attributed to the limiter each flow entered.
 //!
+//! Flows (see [`crate::scenario::FlowSpec`]) start and stop at given
+//! times, each with its own RTT (per flow or per limiter). Finite flows
+//! open with a handshake: the client's SYN reaches the source unpoliced,
+//! the source's SYN-ACK crosses the limiter like data (and can be dropped
+//! there), and the client retries after 3 s, then 6 s, ...; data starts
+//! when its ACK and request arrive, and the flow's completion time is its
+//! last byte's arrival at the sink. A shared upstream link (a FIFO at its
+//! own rate with a drop-tail queue) can sit between some flows' access
+//! links and their limiter from a given time on.
+//!
 //! Each limiter is a [`drl_cluster::cloud_control::Node`], the type
 //! `drl serve` runs for `scope: gossip`: its payloads travel over gossip
 //! links with half the inter-limiter RTT of delay, optional loss, jitter
@@ -28,11 +38,33 @@ use rand_chacha::ChaCha8Rng;
 use crate::event::EventQueue;
 use crate::rng::{Component, stream};
 use crate::scenario::{Scenario, ScenarioError};
-use crate::tcp::{Ack, Segment, TcpSender, TcpSink, TcpStats};
+use crate::tcp::{Ack, Segment, TcpConfig, TcpSender, TcpSink, TcpStats};
+
+/// A packet on the data path.
+#[derive(Debug, Clone, Copy)]
+enum Pkt {
+    Data(Segment),
+    /// The server's SYN-ACK.
+    SynAck,
+}
+
+/// Bytes of a handshake packet on the wire.
+const HANDSHAKE_BYTES: u32 = 60;
+/// Linux's initial retransmission timeout for a SYN (RFC 2988's 3 s).
+const SYN_RTO: Nanos = 3_000_000_000;
 
 enum Ev {
+    /// The flow begins (its request is made).
     Start(u32),
-    AtLimiter(u32, Segment),
+    /// The handshake is done: the source starts sending data.
+    Open(u32),
+    /// The source leaves.
+    Stop(u32),
+    /// The client's SYN timer for its `attempt`-th SYN.
+    SynTimer(u32, u32),
+    /// A packet reaches the shared upstream link.
+    AtUpstream(u32, Pkt),
+    AtLimiter(u32, Pkt),
     AtSink(u32, Segment),
     AtSender(u32, Ack),
     Rto(u32),
@@ -71,6 +103,13 @@ struct Flow {
     rto_event: Option<Nanos>,
     goodput: u64,
     delivered_total: u64,
+    spec: crate::scenario::FlowSpec,
+    rtt: Nanos,
+    segments: Option<u64>,
+    opened: bool,
+    syn_attempts: u32,
+    stopped: bool,
+    finished: Option<Nanos>,
 }
 
 /// Per-flow outcome.
@@ -84,6 +123,30 @@ pub struct FlowResult {
     pub total_bytes: u64,
     /// TCP counters.
     pub tcp: TcpStats,
+    /// When the flow began (its request, for Web flows).
+    pub start: Nanos,
+    /// When it left (`None`: it ran to the end).
+    pub stop: Option<Nanos>,
+    /// Its round-trip time (propagation).
+    pub rtt: Nanos,
+    /// Object size for finite flows, bytes.
+    pub size_bytes: Option<u64>,
+    /// When the last byte of a finite flow reached the sink.
+    pub finished: Option<Nanos>,
+    /// SYNs sent beyond the first (handshake losses).
+    pub syn_retries: u32,
+}
+
+impl FlowResult {
+    /// A finished finite flow's delivered rate: its size over the time
+    /// from its request to its last byte, bits per second.
+    pub fn completion_bps(&self) -> Option<f64> {
+        let (size, done) = (self.size_bytes?, self.finished?);
+        Some(crate::metrics::bps(
+            size,
+            done.saturating_sub(self.start).max(1),
+        ))
+    }
 }
 
 /// One limiter's state at an estimate-interval boundary.
@@ -122,8 +185,13 @@ pub struct RunResult {
     pub gossip_sent: u64,
     /// Gossip messages lost.
     pub gossip_lost: u64,
+    /// Gossip payload bytes sent (lost ones included; the node's wire
+    /// format, without transport framing or IP/UDP headers).
+    pub gossip_bytes: u64,
     /// Events processed.
     pub events: u64,
+    /// Packets dropped by the shared upstream link's queue.
+    pub upstream_drops: u64,
 }
 
 fn tx_time(bytes: u32, bps: u64) -> Nanos {
@@ -195,22 +263,39 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
     let nbins = sc.duration.div_ceil(sc.bin) as usize;
     let mut forwarded = vec![vec![0u64; nbins]; nl];
     let mut arrived = vec![vec![0u64; nbins]; nl];
-    let mut flows: Vec<Flow> = Vec::new();
-    for (l, &k) in sc.flows_per_limiter.iter().enumerate() {
-        for _ in 0..k {
-            flows.push(Flow {
-                limiter: l,
-                sender: TcpSender::new(sc.tcp),
+    let payload = (sc.packet_bytes as u64).saturating_sub(40).max(1);
+    let flows_plan = sc.plan_flows();
+    if flows_plan.len() > 200_000 {
+        return Err(ScenarioError::TooManyFlows(flows_plan.len() as u64));
+    }
+    let mut flows: Vec<Flow> = flows_plan
+        .into_iter()
+        .map(|spec| {
+            let segments = spec.bytes.map(|b| b.div_ceil(payload));
+            Flow {
+                limiter: spec.limiter as usize,
+                sender: TcpSender::new(TcpConfig {
+                    total_segments: segments,
+                    ..sc.tcp
+                }),
                 sink: TcpSink::new(),
                 access_free: 0,
                 rto_event: None,
                 goodput: 0,
                 delivered_total: 0,
-            });
-        }
-    }
+                rtt: spec
+                    .rtt
+                    .unwrap_or_else(|| sc.flow_rtt_of(spec.limiter as usize)),
+                segments,
+                opened: false,
+                syn_attempts: 0,
+                stopped: false,
+                finished: None,
+                spec,
+            }
+        })
+        .collect();
     let mut q: EventQueue<Ev> = EventQueue::new();
-    let mut start_rng = stream(sc.seed, Component::FlowStart, 0);
     let mut jitter_rng: Vec<ChaCha8Rng> = (0..flows.len())
         .map(|i| stream(sc.seed, Component::Jitter, i as u64))
         .collect();
@@ -218,13 +303,11 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
         .map(|i| stream(sc.seed, Component::DataLink, i as u64))
         .collect();
     let mut gossip_rng = stream(sc.seed, Component::GossipLink, 0);
-    for i in 0..flows.len() {
-        let t = if sc.start_spread > 0 {
-            start_rng.random_range(0..sc.start_spread)
-        } else {
-            0
-        };
-        q.schedule(t, Ev::Start(i as u32));
+    for (i, f) in flows.iter().enumerate() {
+        q.schedule(f.spec.start, Ev::Start(i as u32));
+        if let Some(t) = f.spec.stop {
+            q.schedule(t, Ev::Stop(i as u32));
+        }
     }
     for n in 0..nodes {
         if let Some(t) = limiters[n as usize].poll_timeout() {
@@ -247,14 +330,19 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
         }
     }
     let mut buf = Vec::new();
-    let egress_prop = sc.flow_rtt / 4;
-    let access_prop = sc.flow_rtt / 4;
-    let ack_prop = sc.flow_rtt - egress_prop - access_prop;
+    // Propagation of each leg of a flow's path: a quarter of its RTT from
+    // the source to the limiter, a quarter on to the sink, half back.
+    let legs = |rtt: Nanos| (rtt / 4, rtt / 4, rtt - 2 * (rtt / 4));
+    let up = sc.upstream.clone();
+    let mut up_free: Nanos = 0;
+    let mut upstream_drops = 0u64;
     let gossip_delay = sc.limiter_rtt / 2;
     let tx = tx_time(sc.packet_bytes, sc.link_bps);
+    let tx_syn = tx_time(HANDSHAKE_BYTES, sc.link_bps);
     let mut egress_free = vec![0 as Nanos; flows.len()];
     let mut ticks = Vec::new();
     let (mut gossip_sent, mut gossip_lost, mut events) = (0u64, 0u64, 0u64);
+    let mut gossip_bytes = 0u64;
     let pkt = sc.packet_bytes as u64;
     let mut next_progress = crate::scenario::SEC;
 
@@ -265,20 +353,33 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
                 loss: &mut Vec<ChaCha8Rng>,
                 i: usize,
                 now: Nanos,
-                segs: Vec<Segment>| {
+                segs: Vec<Pkt>| {
         let f = &mut flows[i];
-        for seg in segs {
+        if f.stopped {
+            return;
+        }
+        let (access_prop, _, _) = legs(f.rtt);
+        for p in segs {
             let j = if sc.jitter > 0 {
                 jitter[i].random_range(0..sc.jitter)
             } else {
                 0
             };
+            let size = match p {
+                Pkt::Data(_) => tx,
+                Pkt::SynAck => tx_syn,
+            };
             let depart = (now + j).max(f.access_free);
-            f.access_free = depart + tx;
+            f.access_free = depart + size;
             if sc.data_loss > 0.0 && loss[i].random_bool(sc.data_loss) {
                 continue;
             }
-            q.schedule(depart + tx + access_prop, Ev::AtLimiter(i as u32, seg));
+            let at = depart + size + access_prop;
+            if f.spec.upstream && up.as_ref().is_some_and(|u| at >= u.from) {
+                q.schedule(at, Ev::AtUpstream(i as u32, p));
+            } else {
+                q.schedule(at, Ev::AtLimiter(i as u32, p));
+            }
         }
         if let Some(d) = f.sender.rto_deadline()
             && f.rto_event.is_none_or(|t| d < t)
@@ -296,7 +397,51 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
         }
         match ev {
             Ev::Start(i) => {
-                let segs = flows[i as usize].sender.start(now);
+                let f = &mut flows[i as usize];
+                if f.spec.handshake {
+                    // The client's SYN reaches the server (unpoliced, like
+                    // every packet towards the source) half an RTT later.
+                    f.syn_attempts = 1;
+                    let (_, _, back) = legs(f.rtt);
+                    q.schedule(now + back, Ev::SynTimer(i, 0));
+                    q.schedule(now + SYN_RTO, Ev::SynTimer(i, 1));
+                } else {
+                    q.schedule(now, Ev::Open(i));
+                }
+            }
+            Ev::SynTimer(i, attempt) => {
+                let f = &mut flows[i as usize];
+                if f.opened || f.stopped {
+                    continue;
+                }
+                if attempt == 0 {
+                    // The SYN arrived: the server answers.
+                    send(
+                        &mut q,
+                        &mut flows,
+                        &mut jitter_rng,
+                        &mut loss_rng,
+                        i as usize,
+                        now,
+                        vec![Pkt::SynAck],
+                    );
+                } else if attempt == f.syn_attempts {
+                    // No SYN-ACK yet: the client sends its SYN again and
+                    // doubles the timer.
+                    f.syn_attempts += 1;
+                    let (_, _, back) = legs(f.rtt);
+                    q.schedule(now + back, Ev::SynTimer(i, 0));
+                    let wait = SYN_RTO.saturating_mul(1 << attempt.min(6));
+                    q.schedule(now + wait, Ev::SynTimer(i, attempt + 1));
+                }
+            }
+            Ev::Open(i) => {
+                let f = &mut flows[i as usize];
+                if f.opened || f.stopped {
+                    continue;
+                }
+                f.opened = true;
+                let segs = f.sender.start(now);
                 send(
                     &mut q,
                     &mut flows,
@@ -304,24 +449,61 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
                     &mut loss_rng,
                     i as usize,
                     now,
-                    segs,
+                    segs.into_iter().map(Pkt::Data).collect(),
                 );
             }
-            Ev::AtLimiter(i, seg) => {
+            Ev::Stop(i) => {
+                let f = &mut flows[i as usize];
+                f.stopped = true;
+                f.rto_event = None;
+            }
+            Ev::AtUpstream(i, p) => {
+                let Some(u) = up.as_ref() else { continue };
+                let size = match p {
+                    Pkt::Data(_) => sc.packet_bytes,
+                    Pkt::SynAck => HANDSHAKE_BYTES,
+                };
+                let tx_up = tx_time(size, u.bps);
+                let full = tx_time(sc.packet_bytes, u.bps).max(1);
+                // Packets queued (the one on the wire included).
+                let queued = up_free.saturating_sub(now).div_ceil(full);
+                if queued >= u.queue_packets as u64 {
+                    upstream_drops += 1;
+                    continue;
+                }
+                up_free = up_free.max(now) + tx_up;
+                q.schedule(up_free, Ev::AtLimiter(i, p));
+            }
+            Ev::AtLimiter(i, p) => {
                 let l = flows[i as usize].limiter;
                 let node = if nodes == 1 { 0 } else { l };
                 let bin = ((now / sc.bin) as usize).min(nbins - 1);
-                arrived[l][bin] += pkt;
+                let bytes = match p {
+                    Pkt::Data(_) => pkt,
+                    Pkt::SynAck => HANDSHAKE_BYTES as u64,
+                };
+                arrived[l][bin] += bytes;
                 let allowed = alive[node]
                     && limiters[node]
-                        .admit(now, KEY, limit, pkt, i as u64)
+                        .admit(now, KEY, limit, bytes, i as u64)
                         .is_ok_and(|a| a.allowed);
                 if allowed {
-                    forwarded[l][bin] += pkt;
+                    forwarded[l][bin] += bytes;
+                    let (_, egress_prop, back) = legs(flows[i as usize].rtt);
                     let e = &mut egress_free[i as usize];
                     let depart = now.max(*e);
-                    *e = depart + tx;
-                    q.schedule(depart + tx + egress_prop, Ev::AtSink(i, seg));
+                    match p {
+                        Pkt::Data(seg) => {
+                            *e = depart + tx;
+                            q.schedule(depart + tx + egress_prop, Ev::AtSink(i, seg));
+                        }
+                        Pkt::SynAck => {
+                            // The client answers with its ACK and the
+                            // request; data starts when it arrives.
+                            *e = depart + tx_syn;
+                            q.schedule(depart + tx_syn + egress_prop + back, Ev::Open(i));
+                        }
+                    }
                 }
             }
             Ev::AtSink(i, seg) => {
@@ -332,9 +514,16 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
                 if now >= sc.warmup {
                     f.goodput += bytes;
                 }
-                q.schedule(now + ack_prop, Ev::AtSender(i, ack));
+                if f.finished.is_none() && f.segments.is_some_and(|n| f.sink.delivered() >= n) {
+                    f.finished = Some(now);
+                }
+                let (_, _, back) = legs(f.rtt);
+                q.schedule(now + back, Ev::AtSender(i, ack));
             }
             Ev::AtSender(i, ack) => {
+                if flows[i as usize].stopped {
+                    continue;
+                }
                 let segs = flows[i as usize].sender.on_ack(now, &ack);
                 send(
                     &mut q,
@@ -343,12 +532,12 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
                     &mut loss_rng,
                     i as usize,
                     now,
-                    segs,
+                    segs.into_iter().map(Pkt::Data).collect(),
                 );
             }
             Ev::Rto(i) => {
                 let f = &mut flows[i as usize];
-                if f.rto_event != Some(now) {
+                if f.stopped || f.rto_event != Some(now) {
                     continue; // superseded by an earlier one
                 }
                 f.rto_event = None;
@@ -362,7 +551,7 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
                             &mut loss_rng,
                             i as usize,
                             now,
-                            segs,
+                            segs.into_iter().map(Pkt::Data).collect(),
                         );
                     }
                     Some(d) => {
@@ -395,6 +584,7 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
                 }
                 crate::node_trace::drain(&mut limiters[n], now, &mut buf, |to, bytes| {
                     gossip_sent += 1;
+                    gossip_bytes += bytes.len() as u64;
                     let cut = side[n] != side[to as usize];
                     if cut || (sc.gossip_loss > 0.0 && gossip_rng.random_bool(sc.gossip_loss)) {
                         gossip_lost += 1;
@@ -529,11 +719,19 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
                 goodput_bytes: f.goodput,
                 total_bytes: f.delivered_total,
                 tcp: f.sender.stats(),
+                start: f.spec.start,
+                stop: f.spec.stop,
+                rtt: f.rtt,
+                size_bytes: f.spec.bytes,
+                finished: f.finished,
+                syn_retries: f.syn_attempts.saturating_sub(1),
             })
             .collect(),
         ticks,
         gossip_sent,
         gossip_lost,
+        gossip_bytes,
         events,
+        upstream_drops,
     })
 }

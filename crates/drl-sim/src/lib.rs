@@ -18,6 +18,7 @@ pub mod engine;
 pub mod event;
 pub mod experiment;
 pub mod faults;
+pub mod figures;
 pub mod metrics;
 pub mod node_trace;
 pub mod plot;

@@ -52,15 +52,29 @@ fn title(a: AlgorithmKind) -> &'static str {
 /// Figure 3: forwarding rate per limiter and aggregate over time, one panel
 /// per algorithm (first run), averaged over `series` windows.
 pub fn figure3(res: &ExperimentResult, series: Nanos, path: &Path) -> Result<(), PlotError> {
-    let n = res.algorithms.len().max(1);
+    let panels: Vec<(String, &crate::engine::RunResult)> = res
+        .algorithms
+        .iter()
+        .filter_map(|a| Some((title(a.algorithm).to_string(), a.runs.first()?)))
+        .collect();
+    time_series(&panels, series, path)
+}
+
+/// Forwarding rate per limiter and aggregate over time, one panel per
+/// `(caption, run)`, averaged over `series` windows (Figures 3, 6, 7, 9).
+pub fn time_series(
+    runs: &[(String, &crate::engine::RunResult)],
+    series: Nanos,
+    path: &Path,
+) -> Result<(), PlotError> {
+    let n = runs.len().max(1);
     let cols = if n > 3 { 2 } else { 1 };
     let rows = n.div_ceil(cols);
     let root = SVGBackend::new(path, (600 * cols as u32, 300 * rows as u32)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(path, e))?;
     let panels = root.split_evenly((rows, cols));
-    let limit = res.experiment.base.limit_bps as f64 / 1e6;
-    for (a, panel) in res.algorithms.iter().zip(panels.iter()) {
-        let Some(run) = a.runs.first() else { continue };
+    for ((caption, run), panel) in runs.iter().zip(panels.iter()) {
+        let limit = run.scenario.limit_bps as f64 / 1e6;
         let dur = run.scenario.duration as f64 / 1e9;
         let per = (series / run.scenario.bin).max(1) as usize;
         let nl = run.forwarded.len();
@@ -82,7 +96,7 @@ pub fn figure3(res: &ExperimentResult, series: Nanos, path: &Path) -> Result<(),
         }
         let ymax = (limit * 1.6).max(lines[nl].iter().map(|p| p.1).fold(0.0, f64::max) * 1.05);
         let mut chart = ChartBuilder::on(panel)
-            .caption(title(a.algorithm), ("sans-serif", 18))
+            .caption(caption.as_str(), ("sans-serif", 18))
             .margin(8)
             .x_label_area_size(30)
             .y_label_area_size(40)
@@ -102,10 +116,15 @@ pub fn figure3(res: &ExperimentResult, series: Nanos, path: &Path) -> Result<(),
         for l in 0..nl {
             let c = LIMITER_COLORS[l % LIMITER_COLORS.len()];
             let flows = run.scenario.flows_per_limiter[l];
+            let label = if run.scenario.flow_specs.is_empty() && run.scenario.web.is_empty() {
+                format!("Limiter {} ({} flows)", l + 1, flows)
+            } else {
+                format!("Limiter {}", l + 1)
+            };
             chart
                 .draw_series(LineSeries::new(lines[l].clone(), c))
                 .map_err(|e| err(path, e))?
-                .label(format!("Limiter {} ({} flows)", l + 1, flows))
+                .label(label)
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c));
         }
         chart

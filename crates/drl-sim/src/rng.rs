@@ -22,6 +22,10 @@ pub enum Component {
     Jitter,
     /// Membership: when each node learns of a heal or a restart.
     Membership,
+    /// Workloads: Web arrival times and object sizes.
+    Workload,
+    /// Shared upstream links.
+    Upstream,
 }
 
 /// A 64-bit seed for `component` number `index` of a run seeded `seed`

@@ -45,6 +45,9 @@ pub enum ScenarioError {
     /// The node settings are invalid.
     #[error(transparent)]
     Settings(#[from] SettingsError),
+    /// A flow, workload or link is malformed.
+    #[error("flows: {0}")]
+    Flows(String),
     /// A fault event names a node that does not exist, or is malformed.
     #[error("fault event: {0}")]
     Fault(String),
@@ -79,6 +82,182 @@ pub enum FaultEvent {
         /// Healed at.
         until: Nanos,
     },
+}
+
+/// One flow described on its own (paper §5.2-5.5, §5.7), beside the
+/// long-lived flows of [`Scenario::flows_per_limiter`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowSpec {
+    /// The limiter it enters (0-based).
+    pub limiter: u32,
+    /// When its source starts (the request, if it opens with a handshake).
+    pub start: Nanos,
+    /// When its source leaves: nothing is sent after this (`None`: never).
+    pub stop: Option<Nanos>,
+    /// Its round-trip time (`None`: the limiter's, see
+    /// [`Scenario::flow_rtt_of`]).
+    pub rtt: Option<Nanos>,
+    /// Bytes to transfer (`None`: an endless bulk transfer).
+    pub bytes: Option<u64>,
+    /// Opens with a TCP handshake whose SYN-ACK crosses the limiter; a
+    /// lost one is retried after the initial RTO of 3 s, doubling.
+    pub handshake: bool,
+    /// Crosses the shared upstream link ([`Scenario::upstream`]).
+    pub upstream: bool,
+}
+
+impl FlowSpec {
+    /// A long-lived flow at `limiter` from `start` to `stop`.
+    pub fn bulk(limiter: u32, start: Nanos, stop: Option<Nanos>) -> Self {
+        Self {
+            limiter,
+            start,
+            stop,
+            rtt: None,
+            bytes: None,
+            handshake: false,
+            upstream: false,
+        }
+    }
+}
+
+/// A shared link upstream of some limiters (paper §5.4): every packet of
+/// the flows that cross it is serialised at `bps` through one FIFO holding
+/// at most `queue_packets` packets (drop-tail), from `from` on; before
+/// that the link is not in their path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    /// Capacity, bits per second.
+    pub bps: u64,
+    /// Drop-tail queue length, packets (the one being sent included).
+    pub queue_packets: u32,
+    /// When the link enters the path.
+    pub from: Nanos,
+    /// Limiters whose [`Scenario::flows_per_limiter`] flows cross it
+    /// ([`FlowSpec::upstream`] decides for the others).
+    pub limiters: Vec<u32>,
+}
+
+/// Heavy-tailed object sizes for Web flows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SizeDist {
+    /// The SURGE model (Barford & Crovella, 1998): a lognormal body
+    /// (`mu`, `sigma` of ln bytes) below `cut` bytes and a Pareto tail
+    /// (shape `alpha`, scale `cut`) above it with probability `tail`;
+    /// sizes are capped at `max`.
+    LognormalPareto {
+        /// Mean of ln(size) in the body.
+        mu: f64,
+        /// Standard deviation of ln(size) in the body.
+        sigma: f64,
+        /// Where the tail starts, bytes.
+        cut: f64,
+        /// Pareto shape of the tail.
+        alpha: f64,
+        /// Probability that an object is from the tail.
+        tail: f64,
+        /// Largest object, bytes.
+        max: f64,
+    },
+    /// Pareto with shape `alpha` and scale `min` bytes, capped at `max`.
+    Pareto {
+        /// Shape.
+        alpha: f64,
+        /// Smallest object, bytes.
+        min: f64,
+        /// Largest object, bytes.
+        max: f64,
+    },
+}
+
+impl SizeDist {
+    /// The SURGE fit: body lognormal(9.357, 1.318), tail Pareto(1.1) from
+    /// 133 KB for 7 % of objects, capped at 10 MB.
+    pub const SURGE: SizeDist = SizeDist::LognormalPareto {
+        mu: 9.357,
+        sigma: 1.318,
+        cut: 133_000.0,
+        alpha: 1.1,
+        tail: 0.07,
+        max: 10_000_000.0,
+    };
+
+    /// The fit `drl sim table1` uses: body lognormal(8.5, 1.5) (median
+    /// 4.9 KB) below 133 KB, tail Pareto(1.2) from 133 KB for 1 % of
+    /// objects, capped at 10 MB. Mean ≈ 16.5 KB, so 15 requests per second
+    /// offer ≈ 2 Mbps, what the paper's Web flows received (Table 1: 1.8-2.1
+    /// Mbps); the paper's CAIDA-derived distribution itself is not
+    /// published. (SURGE's mean, ≈ 60 KB, would offer ≈ 7.7 Mbps.)
+    pub const WEB: SizeDist = SizeDist::LognormalPareto {
+        mu: 8.5,
+        sigma: 1.5,
+        cut: 133_000.0,
+        alpha: 1.2,
+        tail: 0.01,
+        max: 10_000_000.0,
+    };
+
+    /// Draws one size in bytes (at least 1).
+    pub fn sample(&self, rng: &mut impl rand::Rng) -> u64 {
+        let u = |rng: &mut dyn rand::RngCore| -> f64 {
+            // Uniform in (0, 1].
+            ((rng.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
+        };
+        let x = match *self {
+            SizeDist::LognormalPareto {
+                mu,
+                sigma,
+                cut,
+                alpha,
+                tail,
+                max,
+            } => {
+                if u(rng) < tail {
+                    (cut / u(rng).powf(1.0 / alpha)).min(max)
+                } else {
+                    // Box-Muller; redrawn above the cut (the body is the
+                    // lognormal conditioned on being below it).
+                    loop {
+                        let (a, b) = (u(rng), u(rng));
+                        let z = (-2.0 * a.ln()).sqrt() * (std::f64::consts::TAU * b).cos();
+                        let v = (mu + sigma * z).exp();
+                        if v < cut {
+                            break v;
+                        }
+                    }
+                }
+            }
+            SizeDist::Pareto { alpha, min, max } => (min / u(rng).powf(1.0 / alpha)).min(max),
+        };
+        (x.round() as u64).max(1)
+    }
+}
+
+/// Web requests arriving at one limiter (paper §5.3): a Poisson process of
+/// finite transfers, each opening with a handshake.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebWorkload {
+    /// The limiter the responses cross.
+    pub limiter: u32,
+    /// Mean arrivals per second.
+    pub per_second: f64,
+    /// Object sizes.
+    pub sizes: SizeDist,
+    /// First possible arrival.
+    pub from: Nanos,
+    /// No arrival at or after this.
+    pub until: Nanos,
+}
+
+/// Flow churn (paper §5.6): the long-lived flows of
+/// [`Scenario::flows_per_limiter`] start one every `every`, in a seeded
+/// random order, and each leaves `life` after its start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Churn {
+    /// Time between two starts.
+    pub every: Nanos,
+    /// Life of each flow.
+    pub life: Nanos,
 }
 
 /// One simulated experiment.
@@ -153,6 +332,18 @@ pub struct Scenario {
     pub fps_mean: FpsConfig,
     /// `grd-smooth` tuning.
     pub grd_smooth: GrdSmoothConfig,
+    /// Round-trip time of the flows of each limiter (empty: `flow_rtt` for
+    /// all; otherwise one per limiter).
+    pub limiter_flow_rtts: Vec<Nanos>,
+    /// Flows described one by one, after the long-lived ones.
+    pub flow_specs: Vec<FlowSpec>,
+    /// A shared upstream link with a drop-tail queue, if any.
+    pub upstream: Option<Upstream>,
+    /// Poisson Web workloads.
+    pub web: Vec<WebWorkload>,
+    /// Churn of the long-lived flows (`None`: all start within
+    /// `start_spread` and live to the end).
+    pub churn: Option<Churn>,
 }
 
 impl Scenario {
@@ -192,6 +383,11 @@ impl Scenario {
             fps: FpsConfig::default(),
             fps_mean: FpsConfig::mean_variant(),
             grd_smooth: GrdSmoothConfig::default(),
+            limiter_flow_rtts: Vec::new(),
+            flow_specs: Vec::new(),
+            upstream: None,
+            web: Vec::new(),
+            churn: None,
         }
     }
 
@@ -226,9 +422,84 @@ impl Scenario {
         self.flows_per_limiter.len()
     }
 
-    /// Total number of flows.
+    /// Number of long-lived flows ([`Scenario::flows_per_limiter`]) plus
+    /// the flows described one by one (Web arrivals not included).
     pub fn total_flows(&self) -> u64 {
-        self.flows_per_limiter.iter().map(|&f| f as u64).sum()
+        self.flows_per_limiter
+            .iter()
+            .map(|&f| f as u64)
+            .sum::<u64>()
+            + self.flow_specs.len() as u64
+    }
+
+    /// The round-trip time of the flows entering `limiter` (unless a
+    /// [`FlowSpec`] sets its own).
+    pub fn flow_rtt_of(&self, limiter: usize) -> Nanos {
+        self.limiter_flow_rtts
+            .get(limiter)
+            .copied()
+            .unwrap_or(self.flow_rtt)
+    }
+
+    /// Every flow of the run, in flow order: the long-lived flows of
+    /// [`Scenario::flows_per_limiter`] (limiter 0's first; start times
+    /// drawn in `[0, start_spread)`, or staggered by [`Scenario::churn`]),
+    /// then [`Scenario::flow_specs`], then the Web arrivals of
+    /// [`Scenario::web`] in time order. Random draws come from the seed.
+    pub fn plan_flows(&self) -> Vec<FlowSpec> {
+        use crate::rng::{Component, stream};
+        use rand::Rng;
+        use rand::seq::SliceRandom;
+        let mut out = Vec::new();
+        let mut start_rng = stream(self.seed, Component::FlowStart, 0);
+        for (l, &k) in self.flows_per_limiter.iter().enumerate() {
+            let upstream = self
+                .upstream
+                .as_ref()
+                .is_some_and(|u| u.limiters.contains(&(l as u32)));
+            for _ in 0..k {
+                let start = if self.start_spread > 0 {
+                    start_rng.random_range(0..self.start_spread)
+                } else {
+                    0
+                };
+                out.push(FlowSpec {
+                    upstream,
+                    ..FlowSpec::bulk(l as u32, start, None)
+                });
+            }
+        }
+        if let Some(c) = self.churn {
+            let mut order: Vec<usize> = (0..out.len()).collect();
+            order.shuffle(&mut stream(self.seed, Component::FlowStart, 1));
+            for (k, i) in order.into_iter().enumerate() {
+                let start = c.every.saturating_mul(k as u64);
+                out[i].start = start;
+                out[i].stop = Some(start.saturating_add(c.life));
+            }
+        }
+        out.extend(self.flow_specs.iter().cloned());
+        let mut web = Vec::new();
+        for (w, wl) in self.web.iter().enumerate() {
+            let mut rng = stream(self.seed, Component::Workload, w as u64);
+            let mut t = wl.from as f64;
+            loop {
+                // Exponential inter-arrival times (a Poisson process).
+                let u: f64 = 1.0 - rng.random::<f64>();
+                t += -u.ln() / wl.per_second * SEC as f64;
+                if t >= wl.until as f64 || t >= self.duration as f64 {
+                    break;
+                }
+                web.push(FlowSpec {
+                    bytes: Some(wl.sizes.sample(&mut rng)),
+                    handshake: true,
+                    ..FlowSpec::bulk(wl.limiter, t as Nanos, None)
+                });
+            }
+        }
+        web.sort_by_key(|f| (f.start, f.limiter));
+        out.extend(web);
+        out
     }
 
     /// Number of Cloud Control nodes: one for the central references
@@ -273,8 +544,68 @@ impl Scenario {
     /// Checks the parameters.
     pub fn validate(&self) -> Result<(), ScenarioError> {
         let total = self.total_flows();
-        if self.flows_per_limiter.is_empty() || total == 0 {
+        if self.flows_per_limiter.is_empty() || (total == 0 && self.web.is_empty()) {
             return Err(ScenarioError::NoFlows(self.flows_per_limiter.clone()));
+        }
+        let nl = self.limiters() as u32;
+        let expected_web: f64 = self
+            .web
+            .iter()
+            .map(|w| w.per_second * w.until.min(self.duration).saturating_sub(w.from) as f64 / 1e9)
+            .sum();
+        if expected_web > 100_000.0 {
+            return Err(ScenarioError::TooManyFlows(expected_web as u64));
+        }
+        if !self.limiter_flow_rtts.is_empty() && self.limiter_flow_rtts.len() != nl as usize {
+            return Err(ScenarioError::Flows(format!(
+                "{} flow RTTs for {nl} limiters (give one, or one per limiter)",
+                self.limiter_flow_rtts.len()
+            )));
+        }
+        if self.limiter_flow_rtts.contains(&0) {
+            return Err(ScenarioError::NotPositive("flow RTT"));
+        }
+        for (i, f) in self.flow_specs.iter().enumerate() {
+            if f.limiter >= nl {
+                return Err(ScenarioError::Flows(format!(
+                    "flow {i} enters limiter {} (limiters 0..{nl})",
+                    f.limiter
+                )));
+            }
+            if f.stop.is_some_and(|s| s <= f.start) {
+                return Err(ScenarioError::Flows(format!(
+                    "flow {i} stops before it starts"
+                )));
+            }
+            if f.rtt == Some(0) || f.bytes == Some(0) {
+                return Err(ScenarioError::Flows(format!(
+                    "flow {i}: RTT and size must be positive"
+                )));
+            }
+        }
+        for w in &self.web {
+            if w.limiter >= nl {
+                return Err(ScenarioError::Flows(format!(
+                    "Web workload at limiter {} (limiters 0..{nl})",
+                    w.limiter
+                )));
+            }
+            if !(w.per_second.is_finite() && w.per_second > 0.0) {
+                return Err(ScenarioError::NotPositive("Web arrival rate"));
+            }
+        }
+        if let Some(u) = &self.upstream {
+            if u.bps == 0 || u.queue_packets == 0 {
+                return Err(ScenarioError::NotPositive("upstream link rate and queue"));
+            }
+            if let Some(l) = u.limiters.iter().find(|&&l| l >= nl) {
+                return Err(ScenarioError::Flows(format!(
+                    "upstream link before limiter {l} (limiters 0..{nl})"
+                )));
+            }
+        }
+        if self.churn.is_some_and(|c| c.every == 0 || c.life == 0) {
+            return Err(ScenarioError::NotPositive("churn interval and life"));
         }
         if total > 100_000 || self.flows_per_limiter.len() > 10_000 {
             return Err(ScenarioError::TooManyFlows(total));

@@ -1,0 +1,47 @@
+//! The server side of the layer benchmark (scripts/client-bench): the same
+//! axum handler twice, bare on one port and behind `RateLimitLayer` with
+//! the in-process backend on another, so `wrk` can alternate between them.
+//!
+//! ```text
+//! cargo run --release -p drl-client --example layer_bench_app -- BARE_ADDR LAYERED_ADDR
+//! ```
+
+use axum::Router;
+use axum::routing::get;
+use drl_client::extract::by_header;
+use drl_client::{Client, InProcess, RateLimitLayer};
+
+/// Every request is admitted: the benchmark measures the layer's cost,
+/// not 429s (which are cheaper than the handler).
+const CONFIG: &str = "limits:\n  - name: bench\n    algorithm: gcra\n    quota: 1000000000/s\n";
+
+async fn hello() -> &'static str {
+    "hello\n"
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let usage = "usage: layer_bench_app BARE_ADDR LAYERED_ADDR";
+    let bare_addr = args.next().ok_or(usage)?;
+    let layered_addr = args.next().ok_or(usage)?;
+    let client = Client::in_process(InProcess::from_yaml(CONFIG, "<bench>")?);
+    let bare = Router::new().route("/", get(hello));
+    let layered = Router::new()
+        .route("/", get(hello))
+        .layer(RateLimitLayer::new(
+            client,
+            by_header("bench", "x-api-key", Some("anonymous")),
+        ));
+    let l1 = tokio::net::TcpListener::bind(&bare_addr).await?;
+    let l2 = tokio::net::TcpListener::bind(&layered_addr).await?;
+    eprintln!(
+        "layer_bench_app: bare http://{} layered http://{}",
+        l1.local_addr()?,
+        l2.local_addr()?
+    );
+    let a = tokio::spawn(async move { axum::serve(l1, bare).await });
+    let b = tokio::spawn(async move { axum::serve(l2, layered).await });
+    let _ = tokio::try_join!(a, b)?;
+    Ok(())
+}

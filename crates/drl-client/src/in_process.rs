@@ -1,0 +1,138 @@
+//! [`InProcess`]: limits decided in this process with drl-core, from the
+//! same config file as `drl serve` (every limit as `scope: local`).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use drl_core::{Clock, Decision, KeyedConfig, KeyedLimiter, MultiLimiter, Nanos, SystemClock};
+
+use crate::Error;
+use crate::config::{ClientConfig, Scope};
+
+/// One limit, ready to decide.
+#[derive(Debug)]
+struct Limit {
+    limiter: KeyedLimiter<String>,
+    shadow: bool,
+}
+
+/// The in-process backend: one drl-core keyed limiter per configured limit,
+/// bounded by the limit's `max_keys` / `max_bytes`. No network, no task.
+#[derive(Debug)]
+pub struct InProcess {
+    limits: HashMap<String, Limit>,
+    config: ClientConfig,
+    clock: Arc<dyn ClockDebug>,
+}
+
+/// A [`Clock`] that can be shown in `Debug` output.
+pub trait ClockDebug: Clock + std::fmt::Debug {}
+impl<T: Clock + std::fmt::Debug> ClockDebug for T {}
+
+impl InProcess {
+    /// Limits from a config file (`drl serve --config`'s format). A limit
+    /// with another scope than `local` is refused (its state lives in the
+    /// server); see [`InProcess::from_config_any_scope`].
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, Error> {
+        Self::from_config(ClientConfig::load(path)?)
+    }
+
+    /// Limits from a config text; `source_name` names it in errors.
+    pub fn from_yaml(text: &str, source_name: &str) -> Result<Self, Error> {
+        Self::from_config(ClientConfig::parse(text, source_name)?)
+    }
+
+    /// Limits from a parsed config; only `scope: local` limits.
+    pub fn from_config(config: ClientConfig) -> Result<Self, Error> {
+        if let Some(l) = config.limits.iter().find(|l| l.scope != Scope::Local) {
+            return Err(Error::Setup(format!(
+                "limit {:?} has scope {:?}: its state lives in drl serve's store, so decide it remotely (Remote), or decide every limit in this process with from_config_any_scope",
+                l.name, l.scope
+            )));
+        }
+        Ok(Self::from_config_any_scope(config))
+    }
+
+    /// Limits from a parsed config, every scope decided in this process
+    /// (one process's share of the traffic only).
+    pub fn from_config_any_scope(config: ClientConfig) -> Self {
+        let limits = config
+            .limits
+            .iter()
+            .map(|l| {
+                let keyed = KeyedConfig {
+                    max_keys: l.max_keys,
+                    max_bytes: l.max_bytes,
+                    ..KeyedConfig::default()
+                };
+                let limiter =
+                    KeyedLimiter::new(MultiLimiter::uniform(l.algorithm, &l.quotas), keyed);
+                (
+                    l.name.clone(),
+                    Limit {
+                        limiter,
+                        shadow: l.shadow,
+                    },
+                )
+            })
+            .collect();
+        Self {
+            limits,
+            config,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// Decides with `clock` instead of the system clock (tests, replay).
+    pub fn with_clock(mut self, clock: Arc<dyn ClockDebug>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The config the limits came from.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// The time decisions use.
+    pub fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+
+    /// Checks a request as the server validates it: known limit, key
+    /// length, cost bound.
+    pub(crate) fn validate(&self, limit: &str, key: &str, cost: u64) -> Result<(), Error> {
+        if !self.limits.contains_key(limit) {
+            return Err(Error::UnknownLimit {
+                limit: limit.to_string(),
+            });
+        }
+        if key.len() > self.config.max_key_bytes {
+            return Err(Error::Invalid(format!(
+                "the key is {} bytes; at most {} (server.max_key_bytes)",
+                key.len(),
+                self.config.max_key_bytes
+            )));
+        }
+        if cost > self.config.max_cost {
+            return Err(Error::Invalid(format!(
+                "cost {cost} is larger than server.max_cost ({})",
+                self.config.max_cost
+            )));
+        }
+        Ok(())
+    }
+
+    /// Decides one validated check at `now` (shadow mode applied).
+    pub(crate) fn decide_at(&self, limit: &str, key: &str, cost: u64, now: Nanos) -> Decision {
+        let l = &self.limits[limit];
+        let mut d = l.limiter.decide(key, now, cost);
+        if l.shadow && !d.allowed {
+            d.allowed = true;
+            d.retry_after = Some(0);
+            d.reason = None;
+        }
+        d
+    }
+}

@@ -1,0 +1,90 @@
+//! The native gRPC transport (`drl.v1.RateLimiter/Check`): one HTTP/2
+//! connection (tonic `Channel`), reconnected on demand.
+
+use tonic::Code;
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Channel, Endpoint};
+
+use super::{Item, SendError, SendFuture, Transport, decision};
+use crate::Error;
+
+/// Code generated from `crates/drl-server/proto/drl/v1/ratelimit.proto`.
+#[allow(missing_docs, clippy::all)]
+pub(crate) mod pb {
+    tonic::include_proto!("drl.v1");
+}
+
+use pb::rate_limiter_client::RateLimiterClient;
+
+pub(crate) struct Grpc {
+    client: RateLimiterClient<Channel>,
+    auth: Option<MetadataValue<tonic::metadata::Ascii>>,
+}
+
+impl Grpc {
+    pub(crate) fn new(endpoint: &str, token: Option<&str>) -> Result<Self, Error> {
+        let ep = Endpoint::from_shared(endpoint.to_string())
+            .map_err(|e| Error::Setup(format!("gRPC endpoint {endpoint:?}: {e}")))?
+            .tcp_nodelay(true);
+        let auth = match token {
+            Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| {
+                Error::Setup("the bearer token is not a valid header value".into())
+            })?),
+            None => None,
+        };
+        Ok(Self {
+            client: RateLimiterClient::new(ep.connect_lazy()),
+            auth,
+        })
+    }
+}
+
+impl Transport for Grpc {
+    fn send(&self, batch: Vec<Item>) -> SendFuture {
+        let mut client = self.client.clone();
+        let mut req = tonic::Request::new(pb::CheckRequest {
+            requests: batch
+                .into_iter()
+                .map(|i| pb::CheckItem {
+                    limit: i.limit,
+                    key: i.key,
+                    cost: Some(i.cost),
+                })
+                .collect(),
+        });
+        if let Some(a) = &self.auth {
+            req.metadata_mut().insert("authorization", a.clone());
+        }
+        Box::pin(async move {
+            match client.check(req).await {
+                Ok(r) => Ok(r
+                    .into_inner()
+                    .results
+                    .into_iter()
+                    .map(|r| {
+                        decision(
+                            r.allowed,
+                            r.limit,
+                            r.remaining,
+                            r.retry_after_ms,
+                            r.reset_after_ms,
+                            r.delay_ms,
+                            &r.reason,
+                        )
+                    })
+                    .collect()),
+                Err(s) => Err(match s.code() {
+                    Code::NotFound
+                    | Code::InvalidArgument
+                    | Code::Unauthenticated
+                    | Code::PermissionDenied
+                    | Code::OutOfRange => SendError::Refused {
+                        not_found: s.code() == Code::NotFound,
+                        message: s.message().to_string(),
+                    },
+                    _ => SendError::Unavailable(format!("gRPC {:?}: {}", s.code(), s.message())),
+                }),
+            }
+        })
+    }
+}

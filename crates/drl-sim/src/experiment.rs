@@ -11,6 +11,20 @@ use crate::engine::{RunResult, run};
 use crate::metrics::stddev;
 use crate::scenario::{Scenario, ScenarioError};
 
+/// The algorithms `drl sim <figure>` compares when `--algorithms` is not
+/// given: `baseline` CTB, GTB, GRD, FPS; `fig3` and `fig4` the same; `fig5`
+/// adds central random drop. The paper's algorithms only: `grd-smooth`
+/// (ours) was in these lists until it was found to drift apart at five
+/// limiters (each limiter integrates its own estimate of the global
+/// forwarded rate; 9.40 Mbps and Jain 0.686), `tests/five_limiters.rs`.
+pub fn default_algorithms(figure: &str) -> Vec<AlgorithmKind> {
+    use AlgorithmKind::*;
+    match figure {
+        "fig5" => vec![Ctb, Crd, Gtb, Grd, Fps],
+        _ => vec![Ctb, Gtb, Grd, Fps],
+    }
+}
+
 /// A set of runs: every algorithm × `runs` seeds of one scenario template.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Experiment {

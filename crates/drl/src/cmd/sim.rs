@@ -272,11 +272,7 @@ fn parse_partition(s: &str) -> anyhow::Result<FaultEvent> {
 
 fn build(which: &str, f: &Flags) -> anyhow::Result<Experiment> {
     use AlgorithmKind::*;
-    let default_algs: Vec<AlgorithmKind> = match which {
-        "baseline" => vec![Ctb, Gtb, Grd, Fps],
-        "fig5" => vec![Ctb, Crd, Gtb, Grd, GrdSmooth, Fps],
-        _ => vec![Ctb, Gtb, Grd, GrdSmooth, Fps],
-    };
+    let default_algs = drl_sim::experiment::default_algorithms(which);
     let runs = f.runs.unwrap_or(if which == "fig5" { 10 } else { 1 });
     anyhow::ensure!(runs >= 1, "--runs must be at least 1");
     anyhow::ensure!(

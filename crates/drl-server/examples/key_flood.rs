@@ -4,6 +4,7 @@
 //! ```text
 //! key_flood --grpc ADDR --http ADDR --pid PID --limit NAME
 //!           [--keys 10000000] [--batch 1000] [--senders 4] [--hot 100]
+//!           [--rate 100000] [--paced 2000000]
 //! ```
 //!
 //! 1. Exhausts `--hot` hot keys (each then holds live state for the whole
@@ -15,14 +16,22 @@
 //!    records its round trip.
 //! 3. Flood: the same, but every check names a new, distinct key (`--keys`
 //!    distinct keys in all).
-//! 4. Reports RSS (before, after each phase, peak), the keys, bytes and
+//! 4. Equal offered load: `--paced` checks at `--rate` checks/s, first over
+//!    the fixed keys (the unflooded run), then over new distinct keys with
+//!    the table full (every insert evicts), the probe running in both.
+//! 5. Reports RSS (before, after each phase, peak), the keys, bytes and
 //!    evictions the server's `/metrics` shows, the probe's p50/p99/p999 in
-//!    both phases and their ratio, and how many hot keys were admitted
-//!    after the flood (each must be matched by a live eviction).
+//!    every phase and the two p99 ratios, and how many hot keys were
+//!    admitted after the flood (each must be matched by a live eviction).
 //!
-//! The probe's calls share the server with the senders in both phases, so
-//! the p99 ratio isolates what distinct keys cost (inserts, sweeps,
-//! evictions), not load.
+//! The probe's calls share the server with the senders in every phase. At
+//! full speed both phases saturate the server, so the probe's p99 there is
+//! mostly queueing behind batches and its ratio is roughly the ratio of the
+//! two phases' per-check costs; at equal offered load (below the flood's
+//! saturation) the ratio isolates what distinct keys cost each decision
+//! (inserts, sweeps, evictions) at the same load. The goal (p99 within 2x
+//! of the unflooded run) is judged on the equal-load ratio; both are
+//! reported.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,6 +50,8 @@ struct Args {
     batch: u64,
     senders: u64,
     hot: u64,
+    rate: u64,
+    paced: u64,
 }
 
 fn args() -> Args {
@@ -53,6 +64,8 @@ fn args() -> Args {
         batch: 1_000,
         senders: 4,
         hot: 100,
+        rate: 100_000,
+        paced: 2_000_000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -66,6 +79,8 @@ fn args() -> Args {
             "--batch" => a.batch = v.parse().expect("--batch"),
             "--senders" => a.senders = v.parse().expect("--senders"),
             "--hot" => a.hot = v.parse().expect("--hot"),
+            "--rate" => a.rate = v.parse().expect("--rate"),
+            "--paced" => a.paced = v.parse().expect("--paced"),
             _ => panic!("unknown argument {k}"),
         }
     }
@@ -138,9 +153,25 @@ fn hot_key(i: u64) -> String {
     format!("hot-{i:08}")
 }
 
-/// Runs senders and the probe until `total` checks were sent; returns the
-/// probe's sorted round trips (µs) and the elapsed time.
-async fn phase(a: &Arc<Args>, chan: &Channel, distinct: bool, base: u64) -> (Vec<u64>, Duration) {
+/// One phase's load: `total` checks, at full speed (`rate` 0) or paced to
+/// `rate` checks/s in all, over fixed keys or distinct keys from `base` on.
+#[derive(Clone, Copy)]
+struct Load {
+    total: u64,
+    rate: u64,
+    distinct: bool,
+    base: u64,
+}
+
+/// Runs senders and the probe until `load.total` checks were sent; returns
+/// the probe's sorted round trips (µs) and the elapsed time.
+async fn phase(a: &Arc<Args>, chan: &Channel, load: Load) -> (Vec<u64>, Duration) {
+    let Load {
+        total,
+        rate,
+        distinct,
+        base,
+    } = load;
     let sent = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -149,12 +180,26 @@ async fn phase(a: &Arc<Args>, chan: &Channel, distinct: bool, base: u64) -> (Vec
         let (a, sent, chan) = (a.clone(), sent.clone(), chan.clone());
         senders.push(tokio::spawn(async move {
             let mut c = RateLimiterClient::new(chan).max_decoding_message_size(64 << 20);
+            // Paced: each sender sends one batch per `senders x batch / rate`
+            // seconds, so all of them together offer `rate` checks/s.
+            let mut tick = (rate > 0).then(|| {
+                let every = Duration::from_secs_f64((a.senders * a.batch) as f64 / rate as f64);
+                let mut t = tokio::time::interval_at(
+                    tokio::time::Instant::now() + every.mul_f64(s as f64 / a.senders as f64),
+                    every,
+                );
+                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                t
+            });
             loop {
+                if let Some(t) = tick.as_mut() {
+                    t.tick().await;
+                }
                 let first = sent.fetch_add(a.batch, Ordering::Relaxed);
-                if first >= a.keys {
+                if first >= total {
                     break;
                 }
-                let n = a.batch.min(a.keys - first);
+                let n = a.batch.min(total - first);
                 let keys = (first..first + n).map(|i| {
                     if distinct {
                         format!("flood-{:012}", base + i)
@@ -229,7 +274,13 @@ async fn main() {
     println!("RSS at start: {}", mb(rss0));
 
     // 2. Baseline (fixed keys), 3. flood (distinct keys).
-    let (base, base_t) = phase(&a, &chan, false, 0).await;
+    let full = |distinct, base| Load {
+        total: a.keys,
+        rate: 0,
+        distinct,
+        base,
+    };
+    let (base, base_t) = phase(&a, &chan, full(false, 0)).await;
     let (rss1, _) = rss(a.pid);
     let page = scrape(&a.http).await;
     let held_base = metric(&page, &format!("drl_keys_held{{limit=\"{}\"}}", a.limit));
@@ -240,7 +291,7 @@ async fn main() {
         a.keys as f64 / base_t.as_secs_f64(),
         mb(rss1)
     );
-    let (flood, flood_t) = phase(&a, &chan, true, 0).await;
+    let (flood, flood_t) = phase(&a, &chan, full(true, 0)).await;
     let (rss2, hwm) = rss(a.pid);
     println!(
         "flood: {} distinct keys in {:.1} s ({:.0}/s); RSS {} (peak {})",
@@ -275,7 +326,40 @@ async fn main() {
         a.hot
     );
 
-    for (name, r) in [("baseline", &base), ("flood", &flood)] {
+    // 5. Equal offered load: the unflooded run, then distinct keys into the
+    // full table (new keys, numbered past the flood's).
+    let paced = |distinct, base| Load {
+        total: a.paced,
+        rate: a.rate,
+        distinct,
+        base,
+    };
+    let (base_eq, base_eq_t) = phase(&a, &chan, paced(false, 0)).await;
+    let (flood_eq, flood_eq_t) = phase(&a, &chan, paced(true, a.keys)).await;
+    let (rss3, hwm) = rss(a.pid);
+    for (name, n, t) in [
+        ("baseline", a.paced, base_eq_t),
+        ("flood", a.paced, flood_eq_t),
+    ] {
+        println!(
+            "equal load {name}: {n} checks offered at {}/s, sent in {:.1} s ({:.0}/s)",
+            a.rate,
+            t.as_secs_f64(),
+            n as f64 / t.as_secs_f64()
+        );
+    }
+    println!(
+        "RSS after the equal-load flood {} (peak {})",
+        mb(rss3),
+        mb(hwm)
+    );
+
+    for (name, r) in [
+        ("baseline at full speed", &base),
+        ("flood at full speed", &flood),
+        ("baseline at equal load", &base_eq),
+        ("flood at equal load", &flood_eq),
+    ] {
         println!(
             "probe {name}: {} calls, p50 {} us, p99 {} us, p99.9 {} us",
             r.len(),
@@ -284,11 +368,17 @@ async fn main() {
             pct(r, 0.999)
         );
     }
-    let ratio = pct(&flood, 0.99) as f64 / pct(&base, 0.99) as f64;
-    println!("p99 flood / baseline: {ratio:.2}");
+    let ratio_full = pct(&flood, 0.99) as f64 / pct(&base, 0.99) as f64;
+    let ratio = pct(&flood_eq, 0.99) as f64 / pct(&base_eq, 0.99) as f64;
+    println!("p99 flood / baseline at full speed (both saturated): {ratio_full:.2}");
     println!(
-        "RESULT rss_start={rss0} rss_baseline={rss1} rss_flood={rss2} rss_peak={hwm} keys_held={held} bytes_held={bytes} evicted_fresh={fresh} evicted_live={live} hot_readmitted={readmitted} p99_base_us={} p99_flood_us={} ratio={ratio:.2}",
-        pct(&base, 0.99),
-        pct(&flood, 0.99)
+        "p99 flood / baseline at equal load ({}/s): {ratio:.2}",
+        a.rate
+    );
+    println!(
+        "RESULT rss_start={rss0} rss_baseline={rss1} rss_flood={} rss_peak={hwm} keys_held={held} bytes_held={bytes} evicted_fresh={fresh} evicted_live={live} hot_readmitted={readmitted} p99_base_us={} p99_flood_us={} ratio={ratio:.2} ratio_full={ratio_full:.2}",
+        rss2.max(rss3),
+        pct(&base_eq, 0.99),
+        pct(&flood_eq, 0.99)
     );
 }

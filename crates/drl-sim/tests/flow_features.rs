@@ -192,4 +192,23 @@ proptest! {
         let median = xs[2000];
         prop_assert!((8_000..16_000).contains(&median), "median {}", median);
     }
+
+    /// Table 1's fit: within [1, 10 MB], median near e^8.5 (4.9 KB), about
+    /// 1 % of objects from the tail, and a body that keeps the mean of
+    /// objects under 133 KB near 11 KB (the tail's mean is ~0.5 MB, so the
+    /// whole mean, ≈ 16.5 KB, is too noisy to test on 4,000 draws).
+    #[test]
+    fn web_size_fit(seed in any::<u64>()) {
+        use rand::SeedableRng;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut xs: Vec<u64> = (0..4000).map(|_| SizeDist::WEB.sample(&mut rng)).collect();
+        prop_assert!(xs.iter().all(|&x| (1..=10_000_000).contains(&x)));
+        let tail = xs.iter().filter(|&&x| x >= 133_000).count();
+        prop_assert!((10..=90).contains(&tail), "{} of 4000 from the tail", tail);
+        let body: Vec<u64> = xs.iter().copied().filter(|&x| x < 133_000).collect();
+        let body_mean = body.iter().sum::<u64>() as f64 / body.len() as f64;
+        prop_assert!((8_500.0..14_000.0).contains(&body_mean), "body mean {}", body_mean);
+        xs.sort();
+        prop_assert!((4_000..6_000).contains(&xs[2000]), "median {}", xs[2000]);
+    }
 }

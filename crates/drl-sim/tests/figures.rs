@@ -1,0 +1,161 @@
+//! The claims of the paper's Figures 6, 7, 9 and Tables 1, 2 on short
+//! runs with fixed seeds, and their determinism (the same seed gives
+//! byte-identical output files).
+
+use drl_core::Nanos;
+use drl_sim::figures::catalog::Figure;
+use drl_sim::figures::common::{FigureOptions, VariantRuns};
+use drl_sim::figures::{fig6, fig7, fig9, table1, table2};
+use drl_sim::scenario::{MS, SEC};
+
+fn run(fig: Figure, runs: u32, duration: Option<Nanos>) -> Vec<VariantRuns> {
+    let o = FigureOptions {
+        runs: Some(runs),
+        duration,
+        ..FigureOptions::default()
+    };
+    fig.plan(&o).run(&mut |_| {}).unwrap()
+}
+
+/// Table 2: every aggregate within 10 % of the paper's, and FPS gives the
+/// long-RTT flows more than CTB does (and the short-RTT ones less).
+#[test]
+fn table2_aggregates_and_rtt_fairness() {
+    let runs = run(Figure::Table2, 3, Some(40 * SEC));
+    let t = table2::results(&runs);
+    for (label, c) in &t {
+        let paper = c.paper.unwrap()[0];
+        assert!(
+            (c.aggregate_mbps - paper).abs() <= 0.1 * paper,
+            "{label}: aggregate {} vs paper {paper}",
+            c.aggregate_mbps
+        );
+    }
+    assert!(
+        t["fps"].long_rtt_mbps > t["ctb"].long_rtt_mbps,
+        "fps long {} vs ctb long {}",
+        t["fps"].long_rtt_mbps,
+        t["ctb"].long_rtt_mbps
+    );
+    assert!(t["fps"].short_rtt_mbps < t["ctb"].short_rtt_mbps);
+    // Through one bucket short RTTs win.
+    assert!(t["ctb"].short_rtt_mbps > 2.0 * t["ctb"].long_rtt_mbps);
+}
+
+/// Figure 6: with one flow per limiter joining every 10 s, every variant
+/// holds the limit; FPS at 500 ms is steadier per flow than GRD at 500 ms,
+/// and GRD at 50 ms is fairer across the active flows than GRD at 500 ms.
+#[test]
+fn fig6_flow_dynamics() {
+    let runs = run(Figure::Fig6, 1, None);
+    let d = fig6::results(&runs);
+    for (label, x) in &d {
+        assert!(
+            (x.aggregate_mbps - 10.0).abs() < 1.0,
+            "{label}: aggregate {}",
+            x.aggregate_mbps
+        );
+    }
+    assert!(
+        d["fps-500ms"].flow_stddev_500ms < d["grd-500ms"].flow_stddev_500ms,
+        "{d:?}"
+    );
+    assert!(
+        d["grd-50ms"].epoch_jain > d["grd-500ms"].epoch_jain,
+        "{d:?}"
+    );
+}
+
+/// Figure 7: behind the 2 Mbps bottleneck limiter 2 forwards at most
+/// 2 Mbps and FPS gives limiter 1 the rest; after the join FPS reaches
+/// 90 % of the 40 % share within about 8 s and settles near 40 %.
+#[test]
+fn fig7_fps_reapportions_around_a_bottleneck() {
+    let runs = run(Figure::Fig7, 1, Some(50 * SEC));
+    let b = fig7::results(&runs);
+    let fps = &b["fps"];
+    assert!(fps.bottlenecked_mbps[1] <= 2.05, "{fps:?}");
+    assert!(
+        fps.bottlenecked_mbps[0] > 7.0,
+        "limiter 1 takes the rest: {fps:?}"
+    );
+    let t = fps.time_to_target_s.expect("FPS reaches the 40 % share");
+    assert!(t <= 10.0, "{t} s to 40 %");
+    assert!(
+        (fps.limiter2_share_after - 0.4).abs() < 0.08,
+        "share {}",
+        fps.limiter2_share_after
+    );
+    assert!(fps.upstream_drops > 0.0);
+}
+
+/// Figure 9: while the demand sits at 4 of the 10 sites, static 1/N
+/// delivers about 4/10 of the limit and FPS nearly all of it; with the
+/// demand spread both deliver the limit.
+#[test]
+fn fig9_fps_follows_the_demand_static_does_not() {
+    let runs = run(Figure::Fig9, 1, Some(60 * SEC));
+    let s = fig9::results(&runs);
+    let (st, fps) = (&s["static"], &s["fps"]);
+    assert!(st.phases[0].of_limit > 0.9, "{st:?}");
+    assert!(fps.phases[0].of_limit > 0.9, "{fps:?}");
+    assert!((st.phases[1].of_limit - 0.4).abs() < 0.06, "{st:?}");
+    assert!(fps.phases[1].of_limit > 0.9, "{fps:?}");
+}
+
+/// Table 1: the bulk flows and the Web flows both get service, bulk
+/// fairness is high for every variant, and larger objects see higher
+/// delivered rates (handshakes and slow start dominate small ones).
+#[test]
+fn table1_bulk_and_web_share_the_limit() {
+    let runs = run(Figure::Table1, 2, Some(40 * SEC));
+    let t = table1::results(&runs);
+    for (label, c) in &t {
+        let total = (c.bulk_goodput_kbps + c.web_goodput_kbps) / 1e3;
+        assert!(
+            (total - 10.0).abs() < 1.5,
+            "{label}: total goodput {total} Mbps"
+        );
+        assert!(c.web_goodput_kbps > 500.0, "{label}: {c:?}");
+        assert!(c.bulk_fairness > 0.9, "{label}: {c:?}");
+        let h = c.web_rate_hmean_kbps;
+        assert!(h[0] < h[1] && h[1] < h[2], "{label}: {h:?}");
+    }
+}
+
+/// Every figure writes the same bytes for the same seed.
+#[test]
+fn figures_are_deterministic() {
+    for fig in [
+        Figure::Fig6,
+        Figure::Fig7,
+        Figure::Fig9,
+        Figure::Table1,
+        Figure::Table2,
+    ] {
+        let o = FigureOptions {
+            runs: Some(1),
+            duration: Some(12 * SEC),
+            seed: 9,
+            ..FigureOptions::default()
+        };
+        let write = |dir: &std::path::Path| {
+            let plan = fig.plan(&o);
+            let runs = plan.run(&mut |_| {}).unwrap();
+            fig.write(&plan, &runs, dir, 500 * MS).unwrap()
+        };
+        let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (fa, fb) = (write(da.path()), write(db.path()));
+        assert_eq!(fa.len(), 5, "{fa:?}");
+        for (x, y) in fa.iter().zip(&fb) {
+            let (bx, by) = (std::fs::read(x).unwrap(), std::fs::read(y).unwrap());
+            assert!(!bx.is_empty());
+            assert!(
+                bx == by,
+                "{}: {} differs between runs",
+                fig.name(),
+                x.display()
+            );
+        }
+    }
+}

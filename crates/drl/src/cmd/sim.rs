@@ -51,6 +51,20 @@ enum Which {
     Fig4(Box<Flags>),
     /// Figure 5: Jain's fairness index over 10 runs, quantiles against CTB.
     Fig5(Box<Flags>),
+    /// Figure 6: flows join 5 limiters one every 10 s, then leave (CTB, GRD at
+    /// 500 and 50 ms, FPS at 500 ms).
+    Fig6(FigureFlags),
+    /// Figure 7: a 2 Mbps upstream bottleneck on the 7-flow limiter at 15 s,
+    /// an unbottlenecked flow joining it at 31 s (limiter 2 should reach 40 %).
+    Fig7(FigureFlags),
+    /// Figure 9: 10 sites at 5 Mbps, demand moving to 4 sites every 30 s
+    /// (static 1/N against FPS; branching 4, 0.47 % gossip loss).
+    Fig9(FigureFlags),
+    /// Table 1: 10 bulk flows against Poisson Web requests (15/s, SURGE object
+    /// sizes, handshakes with 3 s SYN timeouts).
+    Table1(FigureFlags),
+    /// Table 2: 3 flows with a 100 ms RTT against 7 with a 10 ms RTT.
+    Table2(FigureFlags),
     /// Fault harness: a protocol's invariant over many seeded fault scenarios.
     ///
     /// Runs the protocol's state machines (orbit) on virtual time with loss,
@@ -59,11 +73,40 @@ enum Which {
     Faults(super::sim_faults::Args),
 }
 
+/// Flags of the figure commands (fig6, fig7, fig9, table1, table2): the
+/// scenario is the figure's (see `drl sim <figure> --help` and EXPERIMENTS.md).
+#[derive(Debug, Clone, clap::Args)]
+struct FigureFlags {
+    /// Seed of the first run (run k uses seed + k).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Runs per variant [default: 10 for the tables, 1 for the figures].
+    #[arg(long)]
+    runs: Option<u32>,
+    /// Simulated seconds per run [default: the figure's: fig6 90, fig7 60,
+    /// fig9 120, table1 60, table2 60].
+    #[arg(long)]
+    duration: Option<f64>,
+    /// How limiters aggregate each other's values (peer-table or push-sum).
+    #[arg(long, default_value = "peer-table")]
+    aggregation: Aggregation,
+    /// Window of the rate time series (rates.csv and the SVG), ms.
+    #[arg(long, default_value_t = 500)]
+    series_ms: u64,
+    /// Output directory [default: sim-out/<figure>].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
 #[derive(Debug, Clone, clap::Args)]
 struct Flags {
-    /// Algorithms to compare (ctb, crd, gtb, grd, grd-smooth, fps, fps-mean)
-    /// [default: baseline ctb,gtb,grd,fps; fig3/fig4 ctb,gtb,grd,grd-smooth,fps;
-    /// fig5 adds crd].
+    /// Algorithms to compare (ctb, crd, gtb, grd, grd-smooth, fps, fps-mean,
+    /// fps-lrd, static) [default: ctb,gtb,grd,fps; fig5 adds crd].
+    /// grd-smooth is not a default: beyond two limiters its drop
+    /// probabilities drift apart (EXPERIMENTS.md).
     #[arg(long, value_delimiter = ',')]
     algorithms: Option<Vec<AlgorithmKind>>,
     /// Long-lived TCP flows at each limiter; one number per limiter.
@@ -84,9 +127,10 @@ struct Flags {
     /// Runs per algorithm [default: 10 for fig5, else 1].
     #[arg(long)]
     runs: Option<u32>,
-    /// Round-trip time of every flow, ms.
-    #[arg(long, default_value_t = 40.0)]
-    flow_rtt_ms: f64,
+    /// Round-trip time of the flows, ms: one value for all, or one per
+    /// limiter (`100,10`: the paper's Table 2).
+    #[arg(long, value_delimiter = ',', default_value = "40")]
+    flow_rtt_ms: Vec<f64>,
     /// Round-trip time between limiters (gossip delay is half), ms.
     #[arg(long, default_value_t = 40.0)]
     limiter_rtt_ms: f64,
@@ -167,8 +211,10 @@ struct Flags {
     /// Flows start uniformly at random within this many ms.
     #[arg(long, default_value_t = 500.0)]
     start_spread_ms: f64,
-    /// Per-packet host jitter, µs (uniform).
-    #[arg(long, default_value_t = 50.0)]
+    /// Per-packet host jitter, µs (uniform in [0, jitter)): one tick of the
+    /// paper's senders' kernel clock; under ~1 ms all flows phase-lock
+    /// (EXPERIMENTS.md, "Phase lock").
+    #[arg(long, default_value_t = drl_sim::scenario::DEFAULT_JITTER as f64 / 1e3)]
     jitter_us: f64,
     /// Data packet size on the wire, bytes.
     #[arg(long, default_value_t = 1500)]
@@ -295,7 +341,23 @@ fn build(which: &str, f: &Flags) -> anyhow::Result<Experiment> {
     base.duration = ns(f.duration * 1e3, "--duration")?;
     base.warmup = ns(f.warmup * 1e3, "--warmup")?;
     base.seed = f.seed;
-    base.flow_rtt = ns(f.flow_rtt_ms, "--flow-rtt-ms")?;
+    let rtts = f
+        .flow_rtt_ms
+        .iter()
+        .map(|&ms| ns(ms, "--flow-rtt-ms"))
+        .collect::<anyhow::Result<Vec<u64>>>()?;
+    match rtts.as_slice() {
+        [one] => base.flow_rtt = *one,
+        many => {
+            anyhow::ensure!(
+                many.len() == f.flows.len(),
+                "--flow-rtt-ms takes one value or one per limiter ({} limiters, {} values)",
+                f.flows.len(),
+                many.len()
+            );
+            base.limiter_flow_rtts = many.to_vec();
+        }
+    }
     base.limiter_rtt = ns(f.limiter_rtt_ms, "--limiter-rtt-ms")?;
     base.estimate_interval = ns(f.interval_ms, "--interval-ms")?;
     base.ewma = f.ewma;
@@ -361,6 +423,81 @@ fn build(which: &str, f: &Flags) -> anyhow::Result<Experiment> {
     })
 }
 
+fn progress_bar(quiet: bool, total: u64) -> ProgressBar {
+    if quiet || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    b.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    b
+}
+
+/// Runs one of the figure commands.
+fn run_figure(
+    fig: drl_sim::figures::catalog::Figure,
+    f: &FigureFlags,
+) -> anyhow::Result<std::process::ExitCode> {
+    let opts = drl_sim::figures::common::FigureOptions {
+        seed: f.seed,
+        runs: f.runs,
+        aggregation: f.aggregation,
+        duration: f
+            .duration
+            .map(|d| {
+                anyhow::ensure!(d > 0.0, "--duration must be positive");
+                ns(d * 1e3, "--duration")
+            })
+            .transpose()?,
+    };
+    anyhow::ensure!(f.runs != Some(0), "--runs must be at least 1");
+    anyhow::ensure!(f.series_ms > 0, "--series-ms must be positive");
+    let plan = fig.plan(&opts);
+    for v in &plan.variants {
+        v.scenario
+            .validate()
+            .with_context(|| format!("invalid parameters for {}", v.label))?;
+    }
+    let out = f
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("sim-out").join(fig.name()));
+    let secs = plan
+        .variants
+        .first()
+        .map_or(1, |v| (v.scenario.duration / SEC).max(1));
+    let bar = progress_bar(f.quiet, plan.variants.len() as u64 * plan.runs as u64 * secs);
+    let started = Instant::now();
+    let runs = plan.run(&mut |p: Progress| {
+        bar.set_position(p.runs_done as u64 * secs + (p.current * secs as f64) as u64);
+        bar.set_message(format!(
+            "run {}/{}",
+            (p.runs_done + 1).min(p.runs_total),
+            p.runs_total
+        ));
+    })?;
+    bar.finish_and_clear();
+    let elapsed = started.elapsed();
+    let files = fig
+        .write(&plan, &runs, &out, f.series_ms * MS)
+        .with_context(|| format!("writing results to {}", out.display()))?;
+    println!(
+        "{}: {} variant(s) x {} run(s) x {} s simulated in {:.2} s",
+        fig.name(),
+        plan.variants.len(),
+        plan.runs,
+        secs,
+        elapsed.as_secs_f64()
+    );
+    for line in fig.report(&runs) {
+        println!("{line}");
+    }
+    println!("wrote {} files to {}", files.len(), out.display());
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
 /// Runs `drl sim`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let (which, flags) = match &args.which {
@@ -368,6 +505,11 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         Which::Fig3(f) => ("fig3", f),
         Which::Fig4(f) => ("fig4", f),
         Which::Fig5(f) => ("fig5", f),
+        Which::Fig6(f) => return run_figure(drl_sim::figures::catalog::Figure::Fig6, f),
+        Which::Fig7(f) => return run_figure(drl_sim::figures::catalog::Figure::Fig7, f),
+        Which::Fig9(f) => return run_figure(drl_sim::figures::catalog::Figure::Fig9, f),
+        Which::Table1(f) => return run_figure(drl_sim::figures::catalog::Figure::Table1, f),
+        Which::Table2(f) => return run_figure(drl_sim::figures::catalog::Figure::Table2, f),
         Which::Faults(a) => return super::sim_faults::run(a),
     };
     let exp = build(which, flags)?;

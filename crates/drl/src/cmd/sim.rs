@@ -468,7 +468,10 @@ fn run_figure(
         .variants
         .first()
         .map_or(1, |v| (v.scenario.duration / SEC).max(1));
-    let bar = progress_bar(f.quiet, plan.variants.len() as u64 * plan.runs as u64 * secs);
+    let bar = progress_bar(
+        f.quiet,
+        plan.variants.len() as u64 * plan.runs as u64 * secs,
+    );
     let started = Instant::now();
     let runs = plan.run(&mut |p: Progress| {
         bar.set_position(p.runs_done as u64 * secs + (p.current * secs as f64) as u64);

@@ -4,8 +4,16 @@
 //! same shape, but without deciding anything. `drl serve`'s throughput
 //! divided by this one's is drl's overhead.
 //!
+//! Its gRPC listener also answers Envoy RLS v3
+//! (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`): it
+//! decodes the request and answers `OK` with one status per descriptor, of
+//! the shape `drl serve` answers (current limit, remaining, reset), again
+//! without deciding: the baseline of `scripts/bench-peers`' RLS rows.
+//!
 //! Also: `drl-minimal-server encode-grpc N` writes a framed gRPC
-//! `CheckRequest` of N items to stdout (the body h2load sends).
+//! `CheckRequest` of N items to stdout (the body h2load sends), and
+//! `drl-minimal-server encode-rls DOMAIN KEY=VALUE[,KEY=VALUE...]` a framed
+//! Envoy RLS request with one descriptor of those entries.
 //!
 //! With `--tls-cert FILE --tls-key FILE` both listeners speak TLS through
 //! the same stack as `drl serve` (rustls with ring, tokio-rustls,
@@ -22,6 +30,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use drl_server::grpc::pb::rate_limiter_server::{RateLimiter, RateLimiterServer};
 use drl_server::grpc::pb::{CheckItem, CheckRequest, CheckResponse, CheckResult};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit as PbRateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use prost::Message as _;
 use serde::Deserialize;
 use tonic::{Request, Status};
@@ -94,6 +113,72 @@ impl RateLimiter for Minimal {
     }
 }
 
+/// The Envoy RLS baseline: decodes the request, answers OK per descriptor.
+#[derive(Debug, Default)]
+struct MinimalRls;
+
+#[tonic::async_trait]
+impl RateLimitService for MinimalRls {
+    async fn should_rate_limit(
+        &self,
+        req: Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, Status> {
+        let n = req.into_inner().descriptors.len();
+        let statuses = (0..n)
+            .map(|_| DescriptorStatus {
+                code: Code::Ok.into(),
+                current_limit: Some(PbRateLimit {
+                    name: String::new(),
+                    requests_per_unit: 1_000_000,
+                    unit: Unit::Second.into(),
+                }),
+                limit_remaining: 999_999,
+                duration_until_reset: Some(PbDuration {
+                    seconds: 1,
+                    nanos: 0,
+                }),
+                quota: None,
+            })
+            .collect();
+        Ok(tonic::Response::new(RateLimitResponse {
+            overall_code: Code::Ok.into(),
+            statuses,
+            ..Default::default()
+        }))
+    }
+}
+
+/// A framed Envoy RLS request: `domain`, one descriptor of `entries`
+/// (`k=v,k=v`).
+fn encode_rls(domain: &str, entries: &str) -> Vec<u8> {
+    let req = RateLimitRequest {
+        domain: domain.to_string(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: entries
+                .split(',')
+                .map(|kv| {
+                    let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+                    Entry {
+                        key: key.to_string(),
+                        value: value.to_string(),
+                    }
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        hits_addend: 1,
+    };
+    frame(req.encode_to_vec())
+}
+
+fn frame(msg: Vec<u8>) -> Vec<u8> {
+    let mut framed = Vec::with_capacity(msg.len() + 5);
+    framed.push(0);
+    framed.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&msg);
+    framed
+}
+
 fn encode_grpc(n: usize, limit: &str) -> Vec<u8> {
     let req = CheckRequest {
         requests: (0..n)
@@ -104,12 +189,7 @@ fn encode_grpc(n: usize, limit: &str) -> Vec<u8> {
             })
             .collect(),
     };
-    let msg = req.encode_to_vec();
-    let mut framed = Vec::with_capacity(msg.len() + 5);
-    framed.push(0);
-    framed.extend_from_slice(&(msg.len() as u32).to_be_bytes());
-    framed.extend_from_slice(&msg);
-    framed
+    frame(req.encode_to_vec())
 }
 
 fn main() -> anyhow::Result<()> {
@@ -118,6 +198,13 @@ fn main() -> anyhow::Result<()> {
         let n: usize = args.get(1).map_or(Ok(1), |s| s.parse())?;
         let limit = args.get(2).map_or("bench", String::as_str);
         std::io::stdout().write_all(&encode_grpc(n, limit))?;
+        return Ok(());
+    }
+    if args.first().map(String::as_str) == Some("encode-rls") {
+        let (Some(domain), Some(entries)) = (args.get(1), args.get(2)) else {
+            anyhow::bail!("usage: drl-minimal-server encode-rls DOMAIN KEY=VALUE[,KEY=VALUE...]");
+        };
+        std::io::stdout().write_all(&encode_rls(domain, entries))?;
         return Ok(());
     }
     // The same tracing setup as `drl serve`: without a subscriber, the
@@ -172,7 +259,7 @@ fn main() -> anyhow::Result<()> {
                 )
             }
             other => anyhow::bail!(
-                "usage: drl-minimal-server [--http ADDR] [--grpc ADDR] [--threads N] [--tls-cert FILE --tls-key FILE] | encode-grpc N [LIMIT] (got {other:?})"
+                "usage: drl-minimal-server [--http ADDR] [--grpc ADDR] [--threads N] [--tls-cert FILE --tls-key FILE] | encode-grpc N [LIMIT] | encode-rls DOMAIN K=V[,K=V...] (got {other:?})"
             ),
         }
     }
@@ -202,7 +289,9 @@ fn main() -> anyhow::Result<()> {
                 )
                 .map(tokio_rustls::TlsAcceptor::from)
             };
-            let routes = tonic::service::Routes::new(RateLimiterServer::new(Minimal)).prepare();
+            let routes = tonic::service::Routes::new(RateLimiterServer::new(Minimal))
+                .add_service(RateLimitServiceServer::new(MinimalRls))
+                .prepare();
             let h = serve_tls(http_l, tls(&[b"h2", b"http/1.1"])?, app, false);
             let g = serve_tls(grpc_l, tls(&[b"h2"])?, routes, true);
             tokio::select! {
@@ -214,6 +303,7 @@ fn main() -> anyhow::Result<()> {
         let incoming = tonic::transport::server::TcpIncoming::from(grpc_l).with_nodelay(Some(true));
         let g = tonic::transport::Server::builder()
             .add_service(RateLimiterServer::new(Minimal))
+            .add_service(RateLimitServiceServer::new(MinimalRls))
             .serve_with_incoming(incoming);
         let h = axum::serve(http_l, app);
         tokio::select! {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use drl_core::Decision;
@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 use crate::deadline::bounded;
 use crate::engine::{self, CheckError, CheckRequest, Engine};
-use crate::headers::{self, ceil_ms};
+use crate::headers::ceil_ms;
 use crate::metrics::{Api, rejected};
 
 /// Shared state of the HTTP handlers.
@@ -80,25 +80,11 @@ async fn read_body(api: Api, body: Body, max: usize) -> Result<Bytes, Response> 
     })
 }
 
-static PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
 static JSON: HeaderValue = HeaderValue::from_static("application/json");
-static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
-/// An RFC 9457 problem response.
+/// An RFC 9457 problem response ([`drl_http::problem::response`]).
 pub fn problem(status: StatusCode, kind: &str, title: &str, detail: &str) -> Response {
-    let body = serde_json::json!({
-        "type": format!("https://drl.invalid/problems/{kind}"),
-        "title": title,
-        "status": status.as_u16(),
-        "detail": detail,
-    });
-    (
-        status,
-        [(header::CONTENT_TYPE, PROBLEM_JSON.clone())],
-        body.to_string(),
-    )
-        .into_response()
+    drl_http::problem::response(status, kind, title, detail).into_response()
 }
 
 fn bad_request(api: Api, kind: &'static str, detail: &str) -> Response {
@@ -404,39 +390,13 @@ async fn forward_auth_bounded(
         Err(e) => return check_error(api, &e),
     };
     app.engine.api_metrics.observe(api, started);
+    // The same answer as drl-client's tower layer (drl-http).
     let mut resp = if d.allowed {
         StatusCode::OK.into_response()
     } else {
-        let detail = match d.retry_after {
-            Some(ns) => format!(
-                "limit {:?} is exhausted for this client; retry in {} ms",
-                limit.name,
-                ceil_ms(ns)
-            ),
-            None => format!(
-                "a request of cost {cost} can never fit limit {:?}",
-                limit.name
-            ),
-        };
-        let body = serde_json::json!({
-            "type": "https://drl.invalid/problems/rate-limited",
-            "title": "Too Many Requests",
-            "status": deny_status.as_u16(),
-            "detail": detail,
-            "limit": &*limit.name,
-            "retry_after_ms": d.retry_after.map(ceil_ms),
-        });
-        let mut r = (deny_status, body.to_string()).into_response();
-        r.headers_mut()
-            .insert(header::CONTENT_TYPE, PROBLEM_JSON.clone());
-        if let Some(ra) = headers::retry_after(&d) {
-            r.headers_mut().insert(header::RETRY_AFTER, ra);
-        }
-        r
+        drl_http::problem::rate_limited(&limit.name, cost, deny_status, &d).into_response()
     };
-    let h = resp.headers_mut();
-    h.insert(RATELIMIT_POLICY.clone(), limit.policy.clone());
-    h.insert(RATELIMIT.clone(), headers::ratelimit(&limit.name, &d));
+    drl_http::headers::insert_ratelimit(resp.headers_mut(), &limit.name, limit.policy.clone(), &d);
     resp
 }
 

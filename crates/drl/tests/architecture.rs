@@ -64,6 +64,33 @@ const RULES: &[Rule] = &[
         krate: "drl-node",
         forbidden: &["drl-server", "drl"],
     },
+    Rule {
+        krate: "drl-http",
+        forbidden: &[
+            "drl-cluster",
+            "drl-store",
+            "drl-node",
+            "drl-server",
+            "drl-sim",
+            "drl-redis-module",
+            "drl",
+            // Response building only: no runtime, no framework.
+            "tokio",
+            "axum",
+        ],
+    },
+    Rule {
+        krate: "drl-client",
+        forbidden: &[
+            "drl-cluster",
+            "drl-store",
+            "drl-node",
+            "drl-server",
+            "drl-sim",
+            "drl-redis-module",
+            "drl",
+        ],
+    },
 ];
 
 /// One package of a dependency graph.

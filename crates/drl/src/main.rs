@@ -22,6 +22,10 @@ enum Command {
     Config(cmd::config::Args),
     /// Simulate distributed rate limiters; reproduce the paper's figures.
     Sim(cmd::sim::Args),
+    /// Limit real packets (NFQUEUE) with Cloud Control, locally or by gossip.
+    Relay(cmd::relay::Args),
+    /// The Cloud Control testbed: sites in network namespaces on real TCP.
+    Testbed(cmd::testbed::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -31,6 +35,8 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => cmd::serve::run(args),
         Command::Config(args) => cmd::config::run(args),
         Command::Sim(args) => cmd::sim::run(args),
+        Command::Relay(args) => cmd::relay::run(args),
+        Command::Testbed(args) => cmd::testbed::run(args),
     };
     match result {
         Ok(code) => code,

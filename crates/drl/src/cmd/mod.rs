@@ -1,7 +1,9 @@
 //! Subcommands, one module each.
 
 pub mod config;
+pub mod relay;
 pub mod replay;
 pub mod serve;
 pub mod sim;
 mod sim_faults;
+pub mod testbed;

@@ -91,6 +91,10 @@ const RULES: &[Rule] = &[
             "drl",
         ],
     },
+    Rule {
+        krate: "drl-relay",
+        forbidden: &["drl-server", "drl-sim", "drl-redis-module", "drl"],
+    },
 ];
 
 /// One package of a dependency graph.

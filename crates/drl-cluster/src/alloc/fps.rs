@@ -380,9 +380,15 @@ impl Allocator for Fps {
         } else {
             self.weight.update(ideal)
         };
-        let total = remote + w;
+        // The others count this limiter at `heard` when its weight lags:
+        // claim the share that weight entitles it to, no more.
+        let claim = match input.heard {
+            Some(h) if h.is_finite() => w.min(h.max(0.0)),
+            _ => w,
+        };
+        let total = remote + claim;
         self.local_limit = if total > 0.0 {
-            w * self.limit / total
+            claim * self.limit / total
         } else {
             0.0
         };
@@ -480,6 +486,7 @@ mod tests {
             raw_forwarded: fwd as f64 * 1e9 / IV as f64,
             remote,
             nodes: 2,
+            heard: None,
         });
         (fwd, w)
     }
@@ -616,6 +623,7 @@ mod tests {
             raw_forwarded: 3_000.0,
             remote: 3_500.0,
             nodes: 2,
+            heard: None,
         });
         assert_eq!(f.regime(), Regime::Bottlenecked);
         assert!((f.weight() - 1_500.0).abs() < 1e-6, "weight {}", f.weight());
@@ -636,6 +644,7 @@ mod tests {
             raw_forwarded: 0.0,
             remote: 200.0,
             nodes: 2,
+            heard: None,
         });
         // No sampled flow: second regime with demand above the limit.
         assert_eq!(f.regime(), Regime::Bottlenecked);

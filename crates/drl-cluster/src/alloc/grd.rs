@@ -93,6 +93,19 @@ impl Allocator for Grd {
     fn on_interval(&mut self, input: &IntervalInput) -> f64 {
         let demand = input.local_rate + input.remote;
         self.p = self.drop_probability_for(demand);
+        if let Some(h) = input.heard
+            && input.local_rate > 0.0
+            && h.is_finite()
+        {
+            // The others count this limiter's demand at `h` (it lags):
+            // they admit all of theirs while `remote + h` fits the limit,
+            // else `remote × limit / (remote + h)`. Admit no more than the
+            // rest.
+            let (r, h, l) = (input.remote.max(0.0), h.max(0.0), self.limit);
+            let safe = if r + h <= l { l - r } else { l * h / (h + r) };
+            let admit = (safe / input.local_rate).clamp(0.0, 1.0);
+            self.p = self.p.max(1.0 - admit);
+        }
         self.threshold = to_threshold(self.p);
         input.local_rate
     }
@@ -205,6 +218,7 @@ mod tests {
             raw_forwarded: fwd,
             remote,
             nodes: 2,
+            heard: None,
         }
     }
 
@@ -252,5 +266,37 @@ mod tests {
             g.on_interval(&input(0.0, 0.0, 0.0));
         }
         assert_eq!(g.drop_probability(), Some(0.0));
+    }
+    proptest::proptest! {
+        /// A lagging limiter (the others count its demand at `heard`) never
+        /// admits more than the limit leaves it beside what the others
+        /// admit on that belief; with `heard` at its demand it is plain GRD.
+        #[test]
+        fn a_lagging_demand_claims_only_what_was_heard(
+            limit in 1_000u64..1_000_000,
+            local in 1.0f64..2e6,
+            remote in 0.0f64..2e6,
+            heard_frac in 0.0f64..1.5,
+        ) {
+            let heard = local * heard_frac;
+            let mut g = Grd::new(limit, false);
+            let mut i = input(local, local, remote);
+            g.on_interval(&i);
+            let plain = g.drop_probability().unwrap();
+            i.heard = Some(heard);
+            g.on_interval(&i);
+            let p = g.drop_probability().unwrap();
+            proptest::prop_assert!(p >= plain - 1e-12);
+            let l = limit as f64;
+            let others = if remote + heard.min(local) <= l {
+                remote
+            } else {
+                remote * l / (remote + heard.min(local))
+            };
+            proptest::prop_assert!(local * (1.0 - p) + others <= l * (1.0 + 1e-9));
+            if heard >= local {
+                proptest::prop_assert!((p - plain).abs() < 1e-12);
+            }
+        }
     }
 }

@@ -74,6 +74,7 @@ mod tests {
             raw_forwarded: local,
             remote,
             nodes: 2,
+            heard: None,
         }
     }
 

@@ -65,6 +65,14 @@ pub struct IntervalInput {
     pub remote: f64,
     /// Number of limiters in the cluster.
     pub nodes: u32,
+    /// What the other limiters hold for this one's published value, when
+    /// it lags the latest (`None`: they hold the latest, as with a few
+    /// nodes or push-sum). The others' sums count this limiter at `heard`,
+    /// so they hand out the limit as if its value were `heard`; an
+    /// allocator must claim no more than `heard` entitles it to, or the
+    /// cluster admits the difference twice (peer table at scale,
+    /// `cloud_control::key::KeyState`).
+    pub heard: Option<f64>,
 }
 
 /// A per-limiter allocation policy.

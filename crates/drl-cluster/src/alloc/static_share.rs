@@ -77,6 +77,7 @@ mod tests {
             raw_forwarded: 0.0,
             remote: 0.0,
             nodes: 1,
+            heard: None,
         };
         assert_eq!(s.on_interval(&input), 0.0);
         // 10 s of one unit every 100 µs (10,000/s offered): depth + 10 s x

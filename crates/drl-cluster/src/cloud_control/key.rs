@@ -50,6 +50,10 @@ pub struct KeySnapshot {
     pub local_forwarded: f64,
     /// The remote sum used at the last interval.
     pub remote: f64,
+    /// What the peers hold for this node's value, on average, when it
+    /// lags the published one (see [`KeyState`]); the allocator claims no
+    /// more than this entitles it to.
+    pub heard: Option<f64>,
     /// The value this node publishes (rate for GRD, weight for FPS).
     pub published: f64,
     /// Local limit, if the allocator has one.
@@ -164,11 +168,32 @@ struct Slow {
     forwarded: RateEstimator,
     last_tick: Nanos,
     published: f64,
+    /// What the peers hold for this node's value, on average: the
+    /// published values smoothed over one dissemination round.
+    heard: f64,
+    /// `heard` as last passed to the allocator (`None`: not lagging).
+    claimed: Option<f64>,
     remote: f64,
     quiet_ticks: u32,
 }
 
 /// One aggregate's state.
+///
+/// **Demand the cluster has not heard of.** With the peer table a value
+/// reaches every peer only once per [`Settings::dissemination_rounds`]
+/// intervals (163 at 490 nodes and branching 3, 8 s; longer where a
+/// payload is lost), so the others' sums lag this node's value: a node
+/// whose demand appears or grows is counted at its old, lower value (often
+/// 0) by most peers for seconds, and they hand out the whole limit among
+/// themselves while it takes its share on top (490 limiters with flows
+/// arriving one every 100 ms: FPS at 129 Mbps against 50, with or without
+/// loss; loss lengthens the lag). So a node claims only what its peers
+/// have heard: the allocator gets `heard`, the published value smoothed
+/// over one round (EWMA with `alpha = 2 / (rounds + 1)`, what a peer holds
+/// on average), and enforces the share that value entitles it to
+/// ([`IntervalInput::heard`]). Lost or late gossip then delays a node's
+/// claim instead of handing its share out twice. With one round (a few
+/// nodes, or push-sum) nothing lags and `heard` is `None`.
 ///
 /// Two locks: decisions take only the first (allocator, random stream,
 /// counters); the interval step works under the second and takes the
@@ -205,6 +230,8 @@ impl KeyState {
                 forwarded: RateEstimator::new(s.interval, s.ewma),
                 last_tick: now,
                 published: 0.0,
+                heard: 0.0,
+                claimed: None,
                 remote: 0.0,
                 quiet_ticks: 0,
             }),
@@ -285,6 +312,10 @@ impl KeyState {
         let local_rate = sl.ingress.close(now, s.interval);
         let local_forwarded = sl.forwarded.close(now, s.interval);
         sl.remote = remote;
+        // What the peers have not heard of this node's value counts as
+        // demand elsewhere (see the type's docs).
+        let rounds = s.dissemination_rounds();
+        sl.claimed = (rounds > 1).then_some(sl.heard);
         let input = IntervalInput {
             now,
             elapsed,
@@ -293,6 +324,7 @@ impl KeyState {
             raw_forwarded: sl.forwarded.raw_rate(),
             remote,
             nodes: live,
+            heard: sl.claimed,
         };
         let (published, old) = {
             let mut f = self.fast.lock();
@@ -307,6 +339,8 @@ impl KeyState {
         };
         drop(old);
         sl.published = published;
+        let alpha = 2.0 / (rounds as f64 + 1.0);
+        sl.heard += alpha * (published - sl.heard);
         if published > 0.0 {
             sl.quiet_ticks = 0;
         } else {
@@ -332,6 +366,7 @@ impl KeyState {
             local_rate: s.ingress.rate(),
             local_forwarded: s.forwarded.rate(),
             remote: s.remote,
+            heard: s.claimed,
             published: s.published,
             local_limit: f.alloc.local_limit(),
             drop_probability: f.alloc.drop_probability(),
@@ -411,5 +446,61 @@ mod tests {
         assert_eq!(snap.effective_limit, 600);
         assert!((snap.drop_probability.unwrap() - (1.0 - 600.0 / 1_800.0)).abs() < 1e-9);
         assert!(snap.denied > 30, "kept dropping: {snap:?}");
+    }
+    /// Issue 15, defect 2: with the peer table at scale a node's new
+    /// weight reaches its peers over a round of `ceil((N - 1) / branching)`
+    /// intervals; until then it claims only the share of what they hold.
+    #[test]
+    fn a_lagging_weight_claims_only_what_the_peers_heard() {
+        let lim = KeyLimit {
+            rate: 1_000_000,
+            depth: 10_000,
+        };
+        let run = |nodes: u32, branching: u32| {
+            let s = Settings {
+                branching,
+                ..settings(AlgorithmKind::Fps, nodes)
+            };
+            assert_eq!(s.dissemination_rounds() > 1, nodes > branching + 1);
+            let k = KeyState::new(&s, lim, nodes, 1, 0);
+            let mut out = Vec::new();
+            for t in 1..=400u64 {
+                // Ten flows at full speed; the others' weights sum to 90.
+                for i in 0..100 {
+                    k.admit((t - 1) * 50 * MS + i * MS / 2, lim, 5_000, i % 10);
+                }
+                k.tick(&s, t * 50 * MS, 90.0, nodes);
+                out.push(k.snapshot());
+            }
+            out
+        };
+        // Three nodes, branching 2: every peer hears every value; the share
+        // is the weight's.
+        for snap in run(3, 2).iter().skip(1) {
+            assert_eq!(snap.heard, None);
+            let w = snap.published;
+            let share = w * 1e6 / (w + 90.0);
+            assert!((snap.local_limit.unwrap() - share).abs() < 1e-6 * share);
+        }
+        // 100 nodes, branching 1: 99 intervals per round. Early on the
+        // peers have heard a fraction of the weight and the node claims
+        // that fraction's share only; it converges to the full share.
+        let lagging = run(100, 1);
+        // At the first interval the peers have heard nothing: no claim,
+        // where the three-node cluster claims its share at once.
+        assert_eq!(lagging[0].heard, Some(0.0));
+        assert_eq!(lagging[0].local_limit, Some(0.0));
+        assert!(run(3, 2)[0].local_limit.unwrap() > 0.0);
+        for snap in &lagging {
+            let claim = snap.published.min(snap.heard.unwrap());
+            let share = claim * 1e6 / (claim + 90.0);
+            assert!(snap.local_limit.unwrap() <= share + 1e-6, "{snap:?}");
+        }
+        let last = lagging.last().unwrap();
+        let full = last.published * 1e6 / (last.published + 90.0);
+        assert!(
+            (last.local_limit.unwrap() - full).abs() < 0.02 * full,
+            "{last:?}"
+        );
     }
 }

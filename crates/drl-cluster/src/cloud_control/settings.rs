@@ -160,6 +160,20 @@ impl Settings {
             .min(1_000_000_000.max(2 * interval))
     }
 
+    /// Intervals it takes this node's value to reach every peer once:
+    /// `ceil((nodes - 1) / branching)` with the peer table (each interval
+    /// goes to the next `branching` peers of a round), 1 with push-sum
+    /// (whose mixing is not a round of direct sends).
+    pub fn dissemination_rounds(&self) -> u64 {
+        match self.aggregation {
+            Aggregation::PeerTable => {
+                let others = self.nodes.saturating_sub(1).max(1) as u64;
+                others.div_ceil(self.branching.max(1) as u64)
+            }
+            Aggregation::PushSum => 1,
+        }
+    }
+
     /// The rise time in force.
     pub fn rise(&self) -> Nanos {
         self.rise

@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod common;
 pub mod fig6;
 pub mod fig7;
+pub mod fig8;
 pub mod fig9;
 pub mod table1;
 pub mod table2;

@@ -30,6 +30,7 @@ pub mod grpc;
 pub mod guard;
 pub mod headers;
 pub mod http;
+pub mod limitador;
 pub mod limits;
 pub mod listeners;
 pub mod metrics;

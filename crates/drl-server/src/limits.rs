@@ -163,8 +163,11 @@ pub struct Limits {
     by_name: FastMap<Box<str>, usize>,
     /// Envoy domains by name.
     pub domains: FastMap<String, EnvoyLevel>,
-    /// Every fixed-window limit made from Envoy descriptors.
+    /// Every fixed-window limit made from Envoy descriptors (and from
+    /// limitador limits files).
     pub envoy_limits: Vec<Arc<Limit>>,
+    /// limitador limits by namespace (RLS domain).
+    pub limitador: crate::limitador::Namespaces,
     /// Request bounds.
     pub server: ServerConfig,
     /// Listener addresses (read at start only).
@@ -213,11 +216,14 @@ impl Limits {
             let level = build_domain(d, stores, source, &mut envoy_limits)?;
             domains.insert(d.domain.clone(), level);
         }
+        let limitador =
+            crate::limitador::build(&config.limitador, stores, source, &mut envoy_limits)?;
         Ok(Limits {
             limits,
             by_name,
             domains,
             envoy_limits,
+            limitador,
             server: config.server,
             listen: config.listen.clone(),
         })

@@ -7,6 +7,7 @@
 //! (store wiring).
 
 pub mod envoy;
+pub mod limitador;
 mod native;
 
 use std::fmt;
@@ -101,12 +102,15 @@ pub enum Format {
     Native,
     /// An envoyproxy/ratelimit file (`domain:` + `descriptors:`).
     Envoy,
+    /// A limitador limits file (a list of limits with `namespace`).
+    Limitador,
 }
 
 /// Detects the format: a top-level `domain` key means envoyproxy/ratelimit.
 pub fn detect(text: &str) -> Format {
     match serde_norway::from_str::<serde_norway::Value>(text) {
         Ok(serde_norway::Value::Mapping(m)) if m.contains_key("domain") => Format::Envoy,
+        _ if limitador::looks_like(text) => Format::Limitador,
         _ => Format::Native,
     }
 }
@@ -124,13 +128,71 @@ pub fn parse(text: &str, source_name: &str) -> Result<Config, ConfigError> {
             cfg.validate(text, source_name)?;
             Ok(cfg)
         }
+        Format::Limitador => {
+            let cfg = Config {
+                limitador: vec![limitador::LimitadorSource {
+                    file: source_name.into(),
+                    scope: Scope::Local,
+                    limits: limitador::parse(text, source_name)?,
+                }],
+                ..Config::empty()
+            };
+            cfg.validate(text, source_name)?;
+            Ok(cfg)
+        }
         Format::Native => {
-            let cfg: Config = serde_norway::from_str(text)
+            let mut cfg: Config = serde_norway::from_str(text)
                 .map_err(|e| ConfigError::from_yaml(source_name, &e))?;
+            load_limitador(&mut cfg, text, source_name)?;
             cfg.validate(text, source_name)?;
             Ok(cfg)
         }
     }
+}
+
+/// Reads the limitador files a native config names (`limitador:`), and
+/// checks that namespaces, envoy domains and limit names do not collide.
+fn load_limitador(cfg: &mut Config, text: &str, source_name: &str) -> Result<(), ConfigError> {
+    for src in &mut cfg.limitador {
+        let name = src.file.display().to_string();
+        let at = |m: String| ConfigError::new(source_name, m).locate(text, &["file:", &name]);
+        let body = std::fs::read_to_string(&src.file)
+            .map_err(|e| at(format!("limitador.file {name}: cannot read: {e}")))?;
+        src.limits = limitador::parse(&body, &name)?;
+        let missing = match src.scope {
+            Scope::Local => None,
+            Scope::Redis => cfg.redis.is_none().then_some("redis"),
+            Scope::Gossip => cfg.cluster.is_none().then_some("cluster"),
+            Scope::Orbit => cfg.orbit.is_none().then_some("orbit"),
+        };
+        if let Some(section) = missing {
+            return Err(at(format!(
+                "limitador.file {name} has scope {}, but the config has no `{section}:` section",
+                src.scope
+            )));
+        }
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for l in cfg.limitador.iter().flat_map(|s| &s.limits) {
+        if cfg.envoy.iter().any(|d| d.domain == l.namespace) {
+            return Err(ConfigError::new(
+                source_name,
+                format!(
+                    "limitador namespace {:?} is also an envoy domain: one RLS domain, one format",
+                    l.namespace
+                ),
+            )
+            .locate(text, &["limitador:"]));
+        }
+        if !names.insert(l.name.as_str()) {
+            return Err(ConfigError::new(
+                source_name,
+                format!("limitador limit {:?} is defined by two files", l.name),
+            )
+            .locate(text, &["limitador:"]));
+        }
+    }
+    Ok(())
 }
 
 /// Reads and parses a configuration file.

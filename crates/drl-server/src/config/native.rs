@@ -37,6 +37,9 @@ pub struct Config {
     /// envoyproxy/ratelimit domains, inline (same format as their files).
     #[serde(default)]
     pub envoy: Vec<EnvoyDomain>,
+    /// limitador limits files, read unchanged (see docs/limitador.md).
+    #[serde(default)]
+    pub limitador: Vec<super::limitador::LimitadorSource>,
     /// The Redis server or cluster of `scope: redis` limits.
     #[serde(default)]
     pub redis: Option<drl_store::RedisConfig>,
@@ -66,6 +69,7 @@ impl Config {
             server: ServerConfig::default(),
             limits: Vec::new(),
             envoy: Vec::new(),
+            limitador: Vec::new(),
             redis: None,
             redis_resilience: drl_store::ResilienceConfig::default(),
             orbit: None,

@@ -87,6 +87,19 @@ impl RateLimitService for RlsService {
             ));
         }
         let limits = self.engine.limits();
+        if let Some(rules) = limits.limitador.get(&req.domain) {
+            let hits = u64::from(req.hits_addend.max(1));
+            let resp = crate::limitador::should_rate_limit(
+                &self.engine,
+                &limits,
+                rules,
+                &req.descriptors,
+                hits,
+            )
+            .await?;
+            self.engine.api_metrics.observe(Api::EnvoyRls, started);
+            return Ok(Response::new(resp));
+        }
         let Some(root) = limits.domains.get(&req.domain) else {
             rejected(Api::EnvoyRls, "unknown_domain");
             let mut known: Vec<&str> = limits.domains.keys().map(String::as_str).collect();

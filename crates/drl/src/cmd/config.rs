@@ -12,8 +12,9 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 enum Sub {
-    /// Check a config file (drl's or envoyproxy/ratelimit's); errors name
-    /// the line and column. Exit status 1 if it is invalid.
+    /// Check a config file (drl's, envoyproxy/ratelimit's or a limitador
+    /// limits file); errors name the line and column. Exit status 1 if it
+    /// is invalid.
     Check {
         /// The file.
         file: PathBuf,
@@ -28,10 +29,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Sub::Check { file } => match drl_server::config::load_file(&file) {
             Ok(cfg) => {
                 println!(
-                    "{}: ok ({} limits, {} envoy domains)",
+                    "{}: ok ({} limits, {} envoy domains, {} limitador limits)",
                     file.display(),
                     cfg.limits.len(),
-                    cfg.envoy.len()
+                    cfg.envoy.len(),
+                    cfg.limitador.iter().map(|s| s.limits.len()).sum::<usize>()
                 );
                 Ok(ExitCode::SUCCESS)
             }

@@ -49,6 +49,8 @@ struct SinkShared {
 #[derive(Debug)]
 pub struct Sink {
     addr: SocketAddr,
+    /// The listening socket (a clone), shut down on drop to end `accept`.
+    listener: TcpListener,
     shared: Arc<SinkShared>,
     accept: Option<JoinHandle<()>>,
 }
@@ -58,6 +60,7 @@ impl Sink {
     pub fn bind(addr: SocketAddr) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
+        let handle = listener.try_clone()?;
         let shared = Arc::new(SinkShared::default());
         let sh = shared.clone();
         let accept = std::thread::spawn(move || {
@@ -84,6 +87,7 @@ impl Sink {
         });
         Ok(Self {
             addr,
+            listener: handle,
             shared,
             accept: Some(accept),
         })
@@ -130,11 +134,12 @@ impl Drop for Sink {
         for c in self.shared.conns.lock().drain(..) {
             let _ = c.shutdown(Shutdown::Both);
         }
-        // Wake the accept loop (it may be in another namespace: a failed
-        // connect is fine, the thread then ends with the process).
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(100));
-        if let Some(h) = self.accept.take()
-            && h.is_finished()
+        // Wake the accept loop: shutting a listening socket down makes
+        // its blocked `accept` fail (Linux); the loop sees `stop` and
+        // returns, closing the listener, so the port is free for the
+        // next sink when this returns.
+        if rustix::net::shutdown(&self.listener, rustix::net::Shutdown::Read).is_ok()
+            && let Some(h) = self.accept.take()
         {
             let _ = h.join();
         }
@@ -383,5 +388,30 @@ impl Drop for UdpFlood {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Dropping a sink closes its listener, so the next run's sink can
+    /// bind the same port (the testbed runs one sink per algorithm), and
+    /// the bytes of a connection are counted per peer.
+    #[test]
+    fn a_dropped_sink_frees_its_port() {
+        let sink = Sink::bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+        let addr = sink.addr();
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(&[7u8; 1000]).unwrap();
+        let local = c.local_addr().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while sink.by_peer().get(&local).copied() != Some(1000) {
+            assert!(std::time::Instant::now() < deadline, "{:?}", sink.by_peer());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(sink);
+        let again = Sink::bind(addr).expect("the port is free again");
+        assert_eq!(again.addr(), addr);
     }
 }

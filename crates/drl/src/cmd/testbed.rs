@@ -196,7 +196,7 @@ fn fig3(a: Fig3Args) -> anyhow::Result<ExitCode> {
         .map(|f| f.trim().parse())
         .collect::<Result<_, _>>()
         .context("--flows: comma-separated flow counts, e.g. 3,7")?;
-    if flows.is_empty() || flows.iter().any(|&f| f == 0) {
+    if flows.is_empty() || flows.contains(&0) {
         bail!("--flows: at least one site, each with at least one flow");
     }
     if a.warmup >= a.duration {

@@ -256,8 +256,8 @@ fn container_file_is_multi_stage_non_root_and_its_config_is_valid() {
     assert!(cf.contains("COPY --from=build "));
     let user = cf
         .lines()
-        .filter_map(|l| l.strip_prefix("USER "))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix("USER "))
         .expect("a USER");
     assert!(
         !user.starts_with('0') && !user.starts_with("root"),

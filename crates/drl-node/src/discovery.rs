@@ -596,6 +596,54 @@ mod tests {
         assert!(e.is_err(), "no answer is an error, never an empty cluster");
     }
 
+    #[tokio::test]
+    async fn both_resolvers_answer_through_resolve() {
+        // The system resolver (getaddrinfo: /etc/hosts has localhost).
+        let sys = resolve("localhost", 9191, &DiscoveryConfig::default())
+            .await
+            .unwrap();
+        assert!(
+            sys.contains(&SocketAddr::from(([127, 0, 0, 1], 9191))),
+            "{sys:?}"
+        );
+        assert!(sys.windows(2).all(|w| w[0] < w[1]), "sorted, deduplicated");
+        // A given nameserver: its records, with the port; a missing name
+        // is no peer (not an error); a silent server is an error.
+        let dns = DnsResponder::start("127.0.0.1:0".parse().unwrap()).unwrap();
+        dns.set(
+            "peers.test",
+            vec![[127, 0, 0, 3].into(), [127, 0, 0, 2].into()],
+        );
+        let cfg = DiscoveryConfig {
+            nameserver: Some(dns.addr()),
+            timeout_ms: 1_000,
+            ..DiscoveryConfig::default()
+        };
+        assert_eq!(
+            resolve("peers.test", 7, &cfg).await.unwrap(),
+            vec![
+                SocketAddr::from(([127, 0, 0, 2], 7)),
+                SocketAddr::from(([127, 0, 0, 3], 7))
+            ]
+        );
+        assert!(resolve("gone.test", 7, &cfg).await.unwrap().is_empty());
+        let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let cfg = DiscoveryConfig {
+            nameserver: Some(silent.local_addr().unwrap()),
+            timeout_ms: 100,
+            ..DiscoveryConfig::default()
+        };
+        assert!(resolve("peers.test", 7, &cfg).await.is_err());
+        assert!(
+            DiscoveryConfig {
+                interval_ms: 5,
+                ..DiscoveryConfig::default()
+            }
+            .validate()
+            .is_err()
+        );
+    }
+
     #[test]
     fn ordinals() {
         assert_eq!(ordinal_of("drl-0").unwrap(), 1);

@@ -104,3 +104,35 @@ fn print_rules_shows_the_iptables_commands() {
         ]
     );
 }
+
+#[test]
+fn testbed_cleanup_removes_what_a_killed_run_left() {
+    let p = prefix("tc");
+    // What a SIGKILLed testbed leaves: namespaces named from its prefix.
+    let left: Vec<String> = ["rx", "s1"].iter().map(|s| format!("{p}-{s}")).collect();
+    for n in &left {
+        let st = Command::new("ip")
+            .args(["netns", "add", n])
+            .status()
+            .unwrap();
+        assert!(
+            st.success(),
+            "cannot create namespace {n} (run the tests as root)"
+        );
+    }
+    let out = Command::new(exe())
+        .args(["testbed", "cleanup", "--prefix", &p])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    for n in &left {
+        assert!(!listed.contains(n.as_str()), "{n} left behind:\n{listed}");
+    }
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("removed 2 namespaces"));
+}

@@ -6,4 +6,5 @@ pub mod replay;
 pub mod serve;
 pub mod sim;
 mod sim_faults;
+mod sim_fig8;
 pub mod testbed;

@@ -57,6 +57,9 @@ enum Which {
     /// Figure 7: a 2 Mbps upstream bottleneck on the 7-flow limiter at 15 s,
     /// an unbottlenecked flow joining it at 31 s (limiter 2 should reach 40 %).
     Fig7(FigureFlags),
+    /// Figure 8: rate, fairness and control bytes against the number of
+    /// limiters (10-490), gossip branching 1-7, 5 % gossip loss.
+    Fig8(super::sim_fig8::Args),
     /// Figure 9: 10 sites at 5 Mbps, demand moving to 4 sites every 30 s
     /// (static 1/N against FPS; branching 4, 0.47 % gossip loss).
     Fig9(FigureFlags),
@@ -510,6 +513,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         Which::Fig5(f) => ("fig5", f),
         Which::Fig6(f) => return run_figure(drl_sim::figures::catalog::Figure::Fig6, f),
         Which::Fig7(f) => return run_figure(drl_sim::figures::catalog::Figure::Fig7, f),
+        Which::Fig8(a) => return super::sim_fig8::run(a),
         Which::Fig9(f) => return run_figure(drl_sim::figures::catalog::Figure::Fig9, f),
         Which::Table1(f) => return run_figure(drl_sim::figures::catalog::Figure::Table1, f),
         Which::Table2(f) => return run_figure(drl_sim::figures::catalog::Figure::Table2, f),

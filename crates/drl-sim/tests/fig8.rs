@@ -34,10 +34,16 @@ fn control_traffic_per_limiter_is_fixed_and_counted_exactly() {
         assert_eq!(p.datagrams_sent, p.limiters as u64 * 3 * intervals, "{p:?}");
         let overhead = p.control_bytes_per_s_per_limiter - p.payload_bytes_per_s_per_limiter;
         let per_dgram = DATAGRAM_OVERHEAD as f64 * 3.0 * 1e9 / f.base.estimate_interval as f64;
-        assert!((overhead - per_dgram).abs() < 1e-6, "{overhead} vs {per_dgram}");
+        assert!(
+            (overhead - per_dgram).abs() < 1e-6,
+            "{overhead} vs {per_dgram}"
+        );
     }
     let ratio = b.control_bytes_per_s_per_limiter / a.control_bytes_per_s_per_limiter;
-    assert!((ratio - 1.0).abs() < 0.02, "per-limiter control grew {ratio:.3}x");
+    assert!(
+        (ratio - 1.0).abs() < 0.02,
+        "per-limiter control grew {ratio:.3}x"
+    );
 }
 
 /// FPS holds the limit with 5 % gossip loss at 100 limiters, branching 3.
@@ -64,7 +70,11 @@ fn same_seed_same_bytes() {
     let pb = b.write_all(&dir.join("b")).unwrap();
     assert_eq!(pa.len(), 4);
     for (x, y) in pa.iter().zip(&pb) {
-        assert_eq!(std::fs::read(x).unwrap(), std::fs::read(y).unwrap(), "{x:?}");
+        assert_eq!(
+            std::fs::read(x).unwrap(),
+            std::fs::read(y).unwrap(),
+            "{x:?}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -31,10 +31,17 @@ fn fps_splits_five_thousand_flows_three_to_seven() {
     let (s, c) = (share_of_first(&fps), share_of_first(&ctb));
     // CTB, one bucket for all 5,000 flows, is the reference split; FPS
     // within 5 points of 30 %, where the clamp gave 47 %.
-    assert!((s - 0.30).abs() <= 0.05, "FPS gives the 1,500 flows {s:.3} (CTB {c:.3})");
+    assert!(
+        (s - 0.30).abs() <= 0.05,
+        "FPS gives the 1,500 flows {s:.3} (CTB {c:.3})"
+    );
     let agg = fps.aggregate_mbps();
     assert!((agg - 50.0).abs() <= 2.5, "FPS aggregate {agg:.2} Mbps");
     // The published weights are flow counts well above the old clamp.
     let last = fps.ticks.iter().rev().take(2).map(|t| t.published);
-    assert!(last.clone().all(|w| w > 1_000.0), "weights {:?}", last.collect::<Vec<_>>());
+    assert!(
+        last.clone().all(|w| w > 1_000.0),
+        "weights {:?}",
+        last.collect::<Vec<_>>()
+    );
 }

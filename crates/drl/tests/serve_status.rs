@@ -52,6 +52,7 @@ const FIELDS: &[(&str, &str)] = &[
     ("limits[].top_keys", "object?"),
     ("limits[].top_keys.capacity", "number"),
     ("limits[].top_keys.generation_s", "number"),
+    ("limits[].top_keys.sample_1_in", "number"),
     ("limits[].top_keys.by_demand", "object"),
     ("limits[].top_keys.by_demand.total", "number"),
     ("limits[].top_keys.by_demand.error_bound", "number"),
@@ -303,6 +304,11 @@ orbit:
             top["error"].as_u64()
         ),
         (Some("heavy"), Some(30), Some(0))
+    );
+    assert_eq!(
+        api["top_keys"]["sample_1_in"].as_u64(),
+        Some(1),
+        "a few decisions a second are all recorded: exact counts"
     );
     assert!(api["latency"]["samples"].as_u64().unwrap() >= 2, "{api}");
     assert!(

@@ -32,13 +32,17 @@ pub struct Series {
 
 impl Series {
     /// Records the totals `(allowed, denied)` read one second after the
-    /// previous call.
-    pub fn sample(&mut self, totals: (u64, u64)) {
-        if let Some((a, d)) = self.last {
-            push(&mut self.allowed, totals.0.wrapping_sub(a));
-            push(&mut self.denied, totals.1.wrapping_sub(d));
-        }
+    /// previous call; returns the decisions since then (none on the first
+    /// call).
+    pub fn sample(&mut self, totals: (u64, u64)) -> Option<u64> {
+        let delta = self.last.map(|(a, d)| {
+            let (da, dd) = (totals.0.wrapping_sub(a), totals.1.wrapping_sub(d));
+            push(&mut self.allowed, da);
+            push(&mut self.denied, dd);
+            da.saturating_add(dd)
+        });
         self.last = Some(totals);
+        delta
     }
 
     /// Keeps a latency snapshot (every [`LATENCY_EVERY`] seconds).
@@ -73,10 +77,10 @@ mod tests {
     #[test]
     fn per_second_deltas_keep_the_last_minute() {
         let mut s = Series::default();
-        s.sample((10, 1));
+        assert_eq!(s.sample((10, 1)), None);
         assert!(s.allowed.is_empty(), "the first sample is a baseline");
         for i in 1..=70u64 {
-            s.sample((10 + i * 5, 1 + i));
+            assert_eq!(s.sample((10 + i * 5, 1 + i)), Some(6));
         }
         assert_eq!(s.allowed.len(), SECONDS);
         assert!(s.allowed.iter().all(|&v| v == 5));

@@ -6,13 +6,15 @@
 //! - [`LimitStatus`]: per native limit, the decision latency
 //!   ([`latency`]) and the top keys by demand and by denials
 //!   ([`topkeys`], fixed memory, off per limit with `top_keys: false`),
-//!   reached from the decision path through the limit's
+//!   sampled 1 in `s` above [`sampling::SAMPLES_PER_S`] decisions a
+//!   second ([`sampling`]), reached from the decision path through the limit's
 //!   [`crate::metrics::LimitMetrics`]. Keys never leave the process
 //!   except in answers to those two routes (never in `/metrics`).
 //! - [`StatusHub`]: the per-second history of every limit
 //!   ([`history`]), sampled by a task once a second ([`spawn_sampler`])
-//!   from the decision counters, never on the decision path; the gossip
-//!   members seen.
+//!   from the decision counters, never on the decision path, which also
+//!   sets each limit's top-keys sampling from its last second's rate; the
+//!   gossip members seen.
 //! - [`snapshot`]: the JSON document, assembled from the limits, the
 //!   history and the stores (gossip node, Orbit ring, Redis breaker).
 //! - [`page`]: the server-rendered HTML (readable without JavaScript) and
@@ -23,6 +25,7 @@ pub mod history;
 pub mod latency;
 pub mod page;
 pub mod routes;
+pub mod sampling;
 pub mod snapshot;
 pub mod topkeys;
 
@@ -129,6 +132,8 @@ pub struct SeenMember {
 struct HubState {
     series: BTreeMap<String, Series>,
     ticks: u64,
+    /// When the previous sample was taken.
+    last_tick: Option<Instant>,
     members: BTreeMap<u32, SeenMember>,
 }
 
@@ -172,9 +177,10 @@ impl StatusHub {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One sample, a second after the previous: per-limit counts, latency
-    /// snapshots every [`LATENCY_EVERY`] s, a new top-keys generation
-    /// every [`GENERATION_S`] s, gossip members.
+    /// One sample, a second after the previous: per-limit counts, each
+    /// limit's top-keys sampling from its decisions per second since the
+    /// previous sample, latency snapshots every [`LATENCY_EVERY`] s, a new
+    /// top-keys generation every [`GENERATION_S`] s, gossip members.
     pub fn tick(&self, engine: &Engine) {
         if !self.enabled() {
             return;
@@ -183,6 +189,13 @@ impl StatusHub {
         let mut st = self.state();
         st.ticks += 1;
         let ticks = st.ticks;
+        let now = Instant::now();
+        // Seconds since the previous sample (a delayed tick must not
+        // read as a higher rate).
+        let secs = st
+            .last_tick
+            .replace(now)
+            .map_or(1.0, |t| now.duration_since(t).as_secs_f64().max(0.001));
         let all: Vec<_> = limits
             .limits
             .iter()
@@ -193,7 +206,10 @@ impl StatusHub {
         for l in &all {
             let (a, d, _) = l.metrics.totals();
             let s = st.series.entry(l.name.to_string()).or_default();
-            s.sample((a, d));
+            let decided = s.sample((a, d));
+            if let (Some(n), Some(t)) = (decided, l.metrics.status().and_then(|s| s.top_keys())) {
+                t.set_rate((n as f64 / secs) as u64);
+            }
             if let Some(ls) = l.metrics.status()
                 && (ticks - 1) % LATENCY_EVERY == 0
             {

@@ -134,7 +134,15 @@ fn top_keys(out: &mut String, s: &Status) {
     out.push_str(r#"<section aria-labelledby="h-top"><h2 id="h-top">Top keys</h2><p class="note">From a fixed-size sketch per limit (space-saving); a key's true weight lies between count − error and count.</p>"#);
     for (i, l) in with.iter().enumerate() {
         let t = l.top_keys.as_ref().expect("filtered");
-        let _ = write!(out, r#"<h3>{}</h3><div class="pair">"#, escape(&l.name));
+        let _ = write!(out, r#"<h3>{}</h3>"#, escape(&l.name));
+        if t.sample_1_in > 1 {
+            let _ = write!(
+                out,
+                r#"<p class="note sampled">Sampled: 1 decision in {} recorded, weighted by {}; counts and totals are estimates.</p>"#,
+                t.sample_1_in, t.sample_1_in
+            );
+        }
+        out.push_str(r#"<div class="pair">"#);
         ranking_table(out, &format!("top-demand-{i}"), "By demand", &t.by_demand);
         ranking_table(
             out,

@@ -100,6 +100,11 @@ pub struct TopKeysInfo {
     /// Seconds per sketch generation (the rankings cover the last one to
     /// two).
     pub generation_s: u64,
+    /// The rankings were fed 1 decision in this many, each weighted by
+    /// it (the largest such `s` over the generations shown): 1 means every
+    /// decision and exact bounds; above 1, counts, totals and bounds are
+    /// estimates (docs/server.md, "Top keys").
+    pub sample_1_in: u32,
     /// By demand (the cost of every check).
     pub by_demand: RankingInfo,
     /// By denials (the cost of every denied check).
@@ -364,6 +369,7 @@ pub fn build(engine: &Engine) -> Status {
             top_keys: top.map(|(d, n)| TopKeysInfo {
                 capacity: topkeys::CAPACITY,
                 generation_s: topkeys::GENERATION_S,
+                sample_1_in: d.sample_1_in.max(n.sample_1_in),
                 by_demand: ranking(d),
                 by_denials: ranking(n),
             }),

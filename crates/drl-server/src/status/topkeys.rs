@@ -15,12 +15,23 @@
 //! is reported. Keys longer than [`KEY_BYTES`] are kept as a prefix and a
 //! hash. Keys stay in this process: only `/v1/status` and the status page
 //! show them.
+//!
+//! Sampling ([`super::sampling`]): the status sampler sets, once a second,
+//! the limit's `1/s` from its decision rate ([`TopKeys::set_rate`]); above
+//! [`SAMPLES_PER_S`](sampling::SAMPLES_PER_S) decisions a second a decision is recorded with
+//! probability `1/s` and weight `cost * s`. With `s = 1` (the default, and
+//! any rate up to that) every decision is recorded and the
+//! bounds above are exact; otherwise they hold on the sampled estimates,
+//! and [`Ranking::sample_1_in`] (the largest `s` that fed the ranking)
+//! says so.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use drl_core::topk::{HeavyKey, SpaceSaving, merge};
 use parking_lot::Mutex;
+
+use super::sampling::{self, sample_1_in};
 
 /// Keys each sketch monitors.
 pub const CAPACITY: usize = 64;
@@ -60,6 +71,9 @@ struct Shard {
     /// `[generation]`; `cur` is the one being written.
     demand: [SpaceSaving; 2],
     denials: [SpaceSaving; 2],
+    /// The largest `s` of a decision recorded in each generation (0:
+    /// none).
+    max_s: [u32; 2],
     cur: usize,
 }
 
@@ -69,6 +83,7 @@ impl Shard {
         Self {
             demand: [s(), s()],
             denials: [s(), s()],
+            max_s: [0; 2],
             cur: 0,
         }
     }
@@ -84,6 +99,8 @@ struct Padded(Mutex<Shard>);
 pub struct TopKeys {
     shards: Box<[Padded]>,
     mask: usize,
+    /// Record 1 decision in this many (at least 1).
+    sample: AtomicU32,
 }
 
 impl Default for TopKeys {
@@ -101,6 +118,11 @@ pub struct Ranking {
     pub total: u64,
     /// The bound on every key's error and on any key left out.
     pub bound: u64,
+    /// The largest `s` among the decisions recorded (1-in-`s` sampling,
+    /// weight `cost * s`; 1 when every decision was recorded, or none):
+    /// above 1, `count`, `total` and `bound` are estimates (see
+    /// [`super::sampling`] for the error).
+    pub sample_1_in: u32,
 }
 
 impl TopKeys {
@@ -110,21 +132,55 @@ impl TopKeys {
         Self {
             shards: (0..n).map(|_| Padded(Mutex::new(Shard::new()))).collect(),
             mask: n - 1,
+            sample: AtomicU32::new(1),
         }
     }
 
-    /// Records a decision of `cost` for `key`.
+    /// Records a decision of `cost` for `key`: every one while the
+    /// sampling is 1 in 1, else with probability `1/s` and weight
+    /// `cost * s`.
     #[inline]
     pub fn observe(&self, key: &str, cost: u64, allowed: bool) {
         if cost == 0 {
             return;
         }
-        let mut s = self.shards[thread_slot() & self.mask].0.lock();
-        let g = s.cur;
-        s.demand[g].observe(key, cost);
-        if !allowed {
-            s.denials[g].observe(key, cost);
+        let s = self.sample.load(Ordering::Relaxed);
+        if s > 1 && !sampling::draw(s) {
+            return;
         }
+        self.record(key, cost.saturating_mul(u64::from(s)), allowed, s);
+    }
+
+    #[inline]
+    fn record(&self, key: &str, weight: u64, allowed: bool, s: u32) {
+        let mut sh = self.shards[thread_slot() & self.mask].0.lock();
+        let g = sh.cur;
+        sh.demand[g].observe(key, weight);
+        if !allowed {
+            sh.denials[g].observe(key, weight);
+        }
+        if sh.max_s[g] < s {
+            sh.max_s[g] = s;
+        }
+    }
+
+    /// Sets the sampling from the limit's decisions in the last second
+    /// (the status sampler, once a second): 1 in [`sample_1_in`]`(rate)`.
+    /// Returns the new `s`.
+    pub fn set_rate(&self, decisions_per_s: u64) -> u32 {
+        let s = sample_1_in(decisions_per_s);
+        self.set_sample(s);
+        s
+    }
+
+    /// Records 1 decision in `s` from now on (at least 1).
+    pub fn set_sample(&self, s: u32) {
+        self.sample.store(s.max(1), Ordering::Relaxed);
+    }
+
+    /// The sampling in force: 1 decision in this many is recorded.
+    pub fn sample(&self) -> u32 {
+        self.sample.load(Ordering::Relaxed)
     }
 
     /// Starts a new generation, forgetting the older one.
@@ -134,6 +190,7 @@ impl TopKeys {
             let g = 1 - s.cur;
             s.demand[g].clear();
             s.denials[g].clear();
+            s.max_s[g] = 0;
             s.cur = g;
         }
     }
@@ -148,16 +205,24 @@ impl TopKeys {
                 Shard {
                     demand: s.demand.clone(),
                     denials: s.denials.clone(),
+                    max_s: s.max_s,
                     cur: s.cur,
                 }
             })
             .collect();
+        let sample_1_in = shards
+            .iter()
+            .flat_map(|s| s.max_s)
+            .max()
+            .unwrap_or(0)
+            .max(1);
         let rank = |pick: fn(&Shard) -> &[SpaceSaving; 2]| {
             let m = merge(shards.iter().flat_map(|s| pick(s).iter()));
             Ranking {
                 keys: m.keys.into_iter().take(n).collect(),
                 total: m.total,
                 bound: m.bound,
+                sample_1_in,
             }
         };
         (rank(|s| &s.demand), rank(|s| &s.denials))
@@ -223,5 +288,136 @@ mod tests {
         assert_eq!(demand.total, 1);
         t.observe("query", 0, true);
         assert_eq!(t.report(3).0.total, 1, "a cost-0 query is no demand");
+    }
+
+    use proptest::prelude::*;
+
+    /// `n` decisions of cost 1: every 20th on `heavy` (5 % of the
+    /// weight), the others spread over 100,000 light keys (19 each).
+    fn heavy_among_light(t: &TopKeys, n: u64) {
+        for i in 0..n {
+            if i % 20 == 0 {
+                t.observe("heavy", 1, true);
+            } else {
+                t.observe(&format!("light-{}", i % 100_000), 1, i % 3 != 0);
+            }
+        }
+    }
+
+    /// Five standard deviations of a sampled estimate of true weight `w`
+    /// at 1 in `s`, checks of cost 1 (the bound in `sampling`'s docs).
+    fn five_sd(w: u64, s: u32) -> u64 {
+        (5.0 * (w as f64 * f64::from(s)).sqrt()).ceil() as u64
+    }
+
+    /// The sampled claims on one run: the heavy key ranks first, its
+    /// interval `[count - error, count]` widened by five standard
+    /// deviations holds its true weight, and the total is within five
+    /// standard deviations of the truth.
+    fn check_sampled(seed: u64) -> Result<(), TestCaseError> {
+        const N: u64 = 2_000_000;
+        const S: u32 = 100;
+        sampling::seed_thread(seed);
+        let t = TopKeys::new();
+        t.set_sample(S);
+        heavy_among_light(&t, N);
+        let (demand, denials) = t.report(10);
+        prop_assert_eq!(demand.sample_1_in, S);
+        prop_assert_eq!(denials.sample_1_in, S);
+        let h = &demand.keys[0];
+        prop_assert_eq!(h.key.as_str(), "heavy", "{:?}", demand);
+        let w = N / 20;
+        let tol = five_sd(w, S);
+        prop_assert!(
+            h.count - h.error <= w + tol && w <= h.count + tol,
+            "heavy {h:?}, true {w}, tolerance {tol}"
+        );
+        let tol = five_sd(N, S);
+        prop_assert!(
+            demand.total.abs_diff(N) <= tol,
+            "total {} of {N}",
+            demand.total
+        );
+        // Denials: a third of the light decisions.
+        let d = (0..N).filter(|i| i % 20 != 0 && i % 3 == 0).count() as u64;
+        prop_assert!(
+            denials.total.abs_diff(d) <= five_sd(d, S),
+            "denials {} of {d}",
+            denials.total
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn sampled_one_in_100_the_heavy_key_ranks_first_within_tolerance() {
+        check_sampled(19).unwrap();
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4))]
+
+        #[test]
+        fn sampled_estimates_hold_for_any_seed(seed in any::<u64>()) {
+            check_sampled(seed)?;
+        }
+
+        /// With `s = 1` the sketch is exactly the unsampled space-saving
+        /// sketch: the same keys, counts, errors, total and bound.
+        #[test]
+        fn unsampled_is_exactly_the_space_saving_sketch(
+            items in prop::collection::vec((0u16..300, 1u64..5, any::<bool>()), 1..3000),
+        ) {
+            let t = TopKeys::new();
+            t.set_rate(sampling::SAMPLES_PER_S);
+            prop_assert_eq!(t.sample(), 1);
+            let mut demand = SpaceSaving::new(CAPACITY, KEY_BYTES);
+            let mut denials = SpaceSaving::new(CAPACITY, KEY_BYTES);
+            for &(k, c, allowed) in &items {
+                let key = format!("k{k}");
+                t.observe(&key, c, allowed);
+                demand.observe(&key, c);
+                if !allowed {
+                    denials.observe(&key, c);
+                }
+            }
+            let (d, n) = t.report(CAPACITY);
+            let (md, mn) = (merge([&demand]), merge([&denials]));
+            prop_assert_eq!((&d.keys, d.total, d.bound), (&md.keys, md.total, md.bound));
+            prop_assert_eq!((&n.keys, n.total, n.bound), (&mn.keys, mn.total, mn.bound));
+            prop_assert_eq!(d.sample_1_in, 1);
+        }
+    }
+
+    #[test]
+    fn sampling_rises_under_load_and_falls_back_to_every_decision() {
+        let t = TopKeys::new();
+        assert_eq!(t.sample(), 1, "a new limit records every decision");
+        assert_eq!(t.set_rate(5_000), 1);
+        assert_eq!(t.set_rate(sampling::SAMPLES_PER_S * 50), 50);
+        assert_eq!(t.sample(), 50);
+        sampling::seed_thread(7);
+        for _ in 0..10_000 {
+            t.observe("k", 2, true);
+        }
+        let (d, _) = t.report(1);
+        assert_eq!(d.sample_1_in, 50, "the report says it was sampled");
+        assert_eq!(d.total % 100, 0, "each kept decision weighs cost * s");
+        // Five standard deviations: 5 * sqrt(20,000 * 50 * 2).
+        assert!(d.total.abs_diff(20_000) <= 7_100, "{d:?}");
+        assert_eq!(t.set_rate(3), 1, "the load is gone");
+        t.observe("k", 2, true);
+        assert_eq!(
+            t.report(1).0.sample_1_in,
+            50,
+            "until the sampled generations age out"
+        );
+        t.rotate();
+        t.rotate();
+        t.observe("k", 2, true);
+        let (d, _) = t.report(1);
+        assert_eq!((d.sample_1_in, d.total), (1, 2), "exact again");
+        t.rotate();
+        t.rotate();
+        assert_eq!(t.report(1).0.sample_1_in, 1, "nothing recorded: 1");
     }
 }

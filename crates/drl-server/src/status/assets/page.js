@@ -103,7 +103,11 @@
     var sec = section("h-top", "Top keys", el("p", { class: "note" },
       "From a fixed-size sketch per limit (space-saving); a key\u2019s true weight lies between count \u2212 error and count."));
     with_.forEach(function (l, i) {
-      sec.append(el("h3", {}, l.name), el("div", { class: "pair" },
+      var n = l.top_keys.sample_1_in;
+      sec.append(el("h3", {}, l.name));
+      if (n > 1) sec.append(el("p", { class: "note sampled" }, "Sampled: 1 decision in " + n +
+        " recorded, weighted by " + n + "; counts and totals are estimates."));
+      sec.append(el("div", { class: "pair" },
         ranking("top-demand-" + i, "By demand", l.top_keys.by_demand),
         ranking("top-denials-" + i, "By denials", l.top_keys.by_denials)));
     });

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 
-use http::{Extensions, HeaderMap, Method, Request, Uri};
+use http::{Extensions, HeaderMap, HeaderName, Method, Request, Uri};
 
 use crate::layer::Target;
 
@@ -78,8 +78,16 @@ pub fn by_header(
     missing: Option<&'static str>,
 ) -> impl Fn(&RequestView<'_>) -> Option<Target> + Clone + Send + Sync + 'static {
     let limit = limit.into();
+    // Parsed once (a lookup by `&str` parses and lower-cases the name on
+    // every request); a name no header can have is never present.
+    let name = HeaderName::from_bytes(header.as_bytes()).ok();
     move |req| {
-        let key = match req.header(header) {
+        let found = name
+            .as_ref()
+            .and_then(|n| req.headers.get(n))
+            .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
+            .map(str::trim);
+        let key = match found {
             Some(k) => k,
             None => missing?,
         };

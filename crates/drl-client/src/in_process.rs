@@ -1,7 +1,6 @@
 //! [`InProcess`]: limits decided in this process with drl-core, from the
 //! same config file as `drl serve` (every limit as `scope: local`).
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -12,7 +11,7 @@ use crate::config::{ClientConfig, Scope};
 
 /// One limit, ready to decide.
 #[derive(Debug)]
-struct Limit {
+pub(crate) struct Limit {
     limiter: KeyedLimiter<String>,
     shadow: bool,
 }
@@ -21,7 +20,7 @@ struct Limit {
 /// bounded by the limit's `max_keys` / `max_bytes`. No network, no task.
 #[derive(Debug)]
 pub struct InProcess {
-    limits: HashMap<String, Limit>,
+    limits: foldhash::HashMap<String, Limit>,
     config: ClientConfig,
     clock: Arc<dyn ClockDebug>,
 }
@@ -102,12 +101,12 @@ impl InProcess {
 
     /// Checks a request as the server validates it: known limit, key
     /// length, cost bound.
-    pub(crate) fn validate(&self, limit: &str, key: &str, cost: u64) -> Result<(), Error> {
-        if !self.limits.contains_key(limit) {
+    pub(crate) fn validate(&self, limit: &str, key: &str, cost: u64) -> Result<&Limit, Error> {
+        let Some(l) = self.limits.get(limit) else {
             return Err(Error::UnknownLimit {
                 limit: limit.to_string(),
             });
-        }
+        };
         if key.len() > self.config.max_key_bytes {
             return Err(Error::Invalid(format!(
                 "the key is {} bytes; at most {} (server.max_key_bytes)",
@@ -121,12 +120,11 @@ impl InProcess {
                 self.config.max_cost
             )));
         }
-        Ok(())
+        Ok(l)
     }
 
     /// Decides one validated check at `now` (shadow mode applied).
-    pub(crate) fn decide_at(&self, limit: &str, key: &str, cost: u64, now: Nanos) -> Decision {
-        let l = &self.limits[limit];
+    pub(crate) fn decide_at(&self, l: &Limit, key: &str, cost: u64, now: Nanos) -> Decision {
         let mut d = l.limiter.decide(key, now, cost);
         if l.shadow && !d.allowed {
             d.allowed = true;

@@ -42,7 +42,6 @@ pub mod layer;
 pub mod policy;
 pub mod remote;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -129,7 +128,7 @@ struct Inner {
     backend: Backend,
     cache: Option<DenialCache>,
     clock: Arc<dyn Clock>,
-    policies: HashMap<String, HeaderValue>,
+    policies: foldhash::HashMap<String, HeaderValue>,
     cache_hits: AtomicU64,
     fallbacks: AtomicU64,
 }
@@ -152,7 +151,7 @@ impl std::fmt::Debug for Client {
     }
 }
 
-fn policies(config: Option<&ClientConfig>) -> HashMap<String, HeaderValue> {
+fn policies(config: Option<&ClientConfig>) -> foldhash::HashMap<String, HeaderValue> {
     config
         .map(|c| {
             c.limits
@@ -216,8 +215,8 @@ impl Client {
         let inner = &*self.inner;
         match &inner.backend {
             Backend::InProcess(b) => {
-                b.validate(limit, key, cost)?;
-                Ok(self.decide_local(b, limit, key, cost))
+                let l = b.validate(limit, key, cost)?;
+                Ok(self.decide_local(b, l, limit, key, cost))
             }
             Backend::Remote(r) => {
                 let now = inner.clock.now();
@@ -243,12 +242,14 @@ impl Client {
         let inner = &*self.inner;
         match &inner.backend {
             Backend::InProcess(b) => {
-                for c in checks {
-                    b.validate(&c.limit, &c.key, c.cost)?;
-                }
+                let limits = checks
+                    .iter()
+                    .map(|c| b.validate(&c.limit, &c.key, c.cost))
+                    .collect::<Result<Vec<_>, _>>()?;
                 Ok(checks
                     .iter()
-                    .map(|c| self.decide_local(b, &c.limit, &c.key, c.cost))
+                    .zip(limits)
+                    .map(|(c, l)| self.decide_local(b, l, &c.limit, &c.key, c.cost))
                     .collect())
             }
             Backend::Remote(r) => {
@@ -315,15 +316,22 @@ impl Client {
         Some(d)
     }
 
-    fn decide_local(&self, b: &InProcess, limit: &str, key: &str, cost: u64) -> Decision {
+    fn decide_local(
+        &self,
+        b: &InProcess,
+        l: &in_process::Limit,
+        limit: &str,
+        key: &str,
+        cost: u64,
+    ) -> Decision {
         let Some(cache) = &self.inner.cache else {
-            return b.decide_at(limit, key, cost, b.now());
+            return b.decide_at(l, key, cost, b.now());
         };
         let now = b.now();
         if let Some(d) = self.cached(limit, key, cost, now) {
             return d;
         }
-        let d = b.decide_at(limit, key, cost, now);
+        let d = b.decide_at(l, key, cost, now);
         cache.insert(limit, key, cost, &d, now);
         d
     }

@@ -13,6 +13,15 @@
 //! costs an atomic load, one step of a thread-local xorshift generator and
 //! a multiply (a few ns, under 1 % of a 0.5-1 µs decision).
 //!
+//! **Bursts.** The status sampler sets `s` once a second from the last
+//! second's rate, so a burst after a quiet second would be recorded in
+//! full for up to a second. A shard therefore also reads the clock every
+//! [`PACE_RECORDS`] records and raises `s` at once to what its own rate
+//! (decisions since the previous check over the time since, a lower bound
+//! of the limit's rate) calls for: a burst pays the full price for about
+//! [`PACE_RECORDS`] decisions per shard, then the sampled one. Only the
+//! once-a-second sampler lowers `s`.
+//!
 //! **Why Bernoulli, not every `s`-th decision.** Each decision is kept or
 //! not independently (a draw from a per-thread generator), so the estimate
 //! is unbiased for every key whatever the order of the keys: "every
@@ -38,6 +47,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Decisions per second a limit records into its sketch at most, on
 /// average; below this rate every decision is recorded (`s = 1`).
 pub const SAMPLES_PER_S: u64 = 10_000;
+
+/// Records between two in-band rate checks of a shard (one clock read per
+/// this many records: a few ps per decision).
+pub const PACE_RECORDS: u32 = 1_024;
+
+/// The `s` a shard that saw `decisions` in `elapsed` calls for (at most
+/// what its own rate calls for: `elapsed` is floored at 1 µs).
+pub fn in_band_sample(decisions: u64, elapsed: std::time::Duration) -> u32 {
+    let ns = elapsed.as_nanos().max(1_000);
+    let rate = (u128::from(decisions) * 1_000_000_000 / ns).min(u128::from(u64::MAX)) as u64;
+    sample_1_in(rate)
+}
 
 /// The sampling for a limit taking `decisions_per_s`: record 1 decision
 /// in `s` (1 up to [`SAMPLES_PER_S`], then `ceil(rate / SAMPLES_PER_S)`).
@@ -127,6 +148,15 @@ mod tests {
         assert_eq!(sample_1_in(1_000_000), 100);
         assert_eq!(sample_1_in(u64::MAX), u32::MAX);
         assert!(kept(u64::MAX, 1), "s = 1 keeps every draw");
+        let sec = std::time::Duration::from_secs(1);
+        assert_eq!(in_band_sample(SAMPLES_PER_S, sec), 1);
+        assert_eq!(in_band_sample(SAMPLES_PER_S * 30, sec), 30);
+        assert_eq!(in_band_sample(1_024, sec / 1_000), 103, "1,024 in 1 ms");
+        assert_eq!(
+            in_band_sample(1_024, std::time::Duration::ZERO),
+            sample_1_in(1_024_000_000),
+            "elapsed floored at 1 µs"
+        );
     }
 
     proptest! {

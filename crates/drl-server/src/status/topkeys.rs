@@ -23,10 +23,15 @@
 //! any rate up to that) every decision is recorded and the
 //! bounds above are exact; otherwise they hold on the sampled estimates,
 //! and [`Ranking::sample_1_in`] (the largest `s` that fed the ranking)
-//! says so.
+//! says so. So that a burst does not pay the full price until the next
+//! second, each shard also checks its own rate every
+//! [`sampling::PACE_RECORDS`] records and raises `s` at once when it is
+//! too fast (only once the sampler drives the limit: a `TopKeys` nobody
+//! calls [`TopKeys::set_rate`] on records every decision).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::time::Instant;
 
 use drl_core::topk::{HeavyKey, SpaceSaving, merge};
 use parking_lot::Mutex;
@@ -75,6 +80,8 @@ struct Shard {
     /// none).
     max_s: [u32; 2],
     cur: usize,
+    /// Decisions since `pace.0` and records among them (in-band raise).
+    pace: (Instant, u64, u32),
 }
 
 impl Shard {
@@ -85,6 +92,7 @@ impl Shard {
             denials: [s(), s()],
             max_s: [0; 2],
             cur: 0,
+            pace: (Instant::now(), 0, 0),
         }
     }
 }
@@ -101,6 +109,9 @@ pub struct TopKeys {
     mask: usize,
     /// Record 1 decision in this many (at least 1).
     sample: AtomicU32,
+    /// The status sampler sets `sample` ([`TopKeys::set_rate`] was
+    /// called): from then on a shard recording fast raises it in-band.
+    adaptive: AtomicBool,
 }
 
 impl Default for TopKeys {
@@ -133,6 +144,7 @@ impl TopKeys {
             shards: (0..n).map(|_| Padded(Mutex::new(Shard::new()))).collect(),
             mask: n - 1,
             sample: AtomicU32::new(1),
+            adaptive: AtomicBool::new(false),
         }
     }
 
@@ -162,6 +174,24 @@ impl TopKeys {
         if sh.max_s[g] < s {
             sh.max_s[g] = s;
         }
+        sh.pace.1 += u64::from(s);
+        sh.pace.2 += 1;
+        if sh.pace.2 >= sampling::PACE_RECORDS {
+            self.pace(&mut sh.pace, Instant::now());
+        }
+    }
+
+    /// Every [`sampling::PACE_RECORDS`] records of a shard: raises `s` to
+    /// what the shard's own rate since the previous check calls for (a
+    /// lower bound of the limit's rate), once the status sampler drives
+    /// this limit. The sampler may lower it again a second later.
+    #[cold]
+    fn pace(&self, pace: &mut (Instant, u64, u32), now: Instant) {
+        let (start, decisions, _) = std::mem::replace(pace, (now, 0, 0));
+        if self.adaptive.load(Ordering::Relaxed) {
+            let s = sampling::in_band_sample(decisions, now.saturating_duration_since(start));
+            self.sample.fetch_max(s, Ordering::Relaxed);
+        }
     }
 
     /// Sets the sampling from the limit's decisions in the last second
@@ -170,6 +200,7 @@ impl TopKeys {
     pub fn set_rate(&self, decisions_per_s: u64) -> u32 {
         let s = sample_1_in(decisions_per_s);
         self.set_sample(s);
+        self.adaptive.store(true, Ordering::Relaxed);
         s
     }
 
@@ -207,6 +238,7 @@ impl TopKeys {
                     denials: s.denials.clone(),
                     max_s: s.max_s,
                     cur: s.cur,
+                    pace: s.pace,
                 }
             })
             .collect();
@@ -291,6 +323,7 @@ mod tests {
     }
 
     use proptest::prelude::*;
+    use std::time::Duration;
 
     /// `n` decisions of cost 1: every 20th on `heavy` (5 % of the
     /// weight), the others spread over 100,000 light keys (19 each).
@@ -368,7 +401,6 @@ mod tests {
             items in prop::collection::vec((0u16..300, 1u64..5, any::<bool>()), 1..3000),
         ) {
             let t = TopKeys::new();
-            t.set_rate(sampling::SAMPLES_PER_S);
             prop_assert_eq!(t.sample(), 1);
             let mut demand = SpaceSaving::new(CAPACITY, KEY_BYTES);
             let mut denials = SpaceSaving::new(CAPACITY, KEY_BYTES);
@@ -419,5 +451,39 @@ mod tests {
         t.rotate();
         t.rotate();
         assert_eq!(t.report(1).0.sample_1_in, 1, "nothing recorded: 1");
+    }
+
+    #[test]
+    fn a_fast_shard_raises_the_sampling_in_band_once_the_sampler_drives_it() {
+        let t = TopKeys::new();
+        let n = sampling::PACE_RECORDS;
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        // Not driven by the sampler: every decision, however fast.
+        t.pace(&mut (t0, u64::from(n), n), t0 + ms);
+        assert_eq!(t.sample(), 1);
+        // Driven: a slow shard (n decisions over 10 s) changes nothing.
+        assert_eq!(t.set_rate(0), 1);
+        t.pace(&mut (t0, u64::from(n), n), t0 + Duration::from_secs(10));
+        assert_eq!(t.sample(), 1);
+        // A fast one (n decisions in 1 ms) raises s to what its rate
+        // calls for; never lowers it.
+        let mut p = (t0, u64::from(n), n);
+        t.pace(&mut p, t0 + ms);
+        assert_eq!(t.sample(), sampling::in_band_sample(u64::from(n), ms));
+        assert_eq!(p, (t0 + ms, 0, 0), "a new window starts");
+        t.pace(&mut (t0, 1, 1), t0 + ms);
+        assert_eq!(t.sample(), sampling::in_band_sample(u64::from(n), ms));
+        // The sampler lowers it again when the limit is quiet.
+        assert_eq!(t.set_rate(10), 1);
+        // The decision path checks every PACE_RECORDS records.
+        for _ in 0..n {
+            t.observe("k", 1, true);
+        }
+        let slot = thread_slot() & t.mask;
+        assert_eq!(t.shards[slot].0.lock().pace.2, 0, "checked and reset");
+        t.set_sample(1);
+        t.observe("k", 1, true);
+        assert_eq!(t.shards[slot].0.lock().pace.1, 1);
     }
 }

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as PbRateLimit,
 };
@@ -66,6 +67,81 @@ fn current_limit(rule: &EnvoyRule) -> PbRateLimit {
     }
 }
 
+/// Descriptors whose rules are held on the stack (more go to the heap).
+const INLINE_DESCRIPTORS: usize = 4;
+
+/// The state key of a limited descriptor: under an override its keys and
+/// values ([`state_key`]); otherwise its values joined by U+001F (the
+/// rule's path names the keys). One entry without an override is its value
+/// itself, borrowed; otherwise the key is built in `buf`.
+fn descriptor_key<'a>(buf: &'a mut String, entries: &'a [Entry], is_override: bool) -> &'a str {
+    if is_override {
+        state_key(
+            buf,
+            entries.iter().map(|e| (e.key.as_str(), e.value.as_str())),
+        );
+        return buf;
+    }
+    if let [one] = entries {
+        return &one.value;
+    }
+    buf.clear();
+    for (j, e) in entries.iter().enumerate() {
+        if j > 0 {
+            buf.push('\u{1f}');
+        }
+        buf.push_str(&e.value);
+    }
+    buf
+}
+
+/// Appends `n` in decimal (without `core::fmt`, which costs about ten
+/// times as much per number on this path).
+fn push_u64(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        out.push(char::from(d));
+    }
+}
+
+fn u64_string(n: u64) -> String {
+    let mut s = String::with_capacity(20);
+    push_u64(&mut s, n);
+    s
+}
+
+/// The `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset`
+/// headers of the most restrictive limited status.
+fn ratelimit_headers(rule: &EnvoyRule, remaining: u64, reset: u64) -> Vec<HeaderValue> {
+    let h = |k: &str, value: String| HeaderValue {
+        key: k.to_string(),
+        value,
+        ..Default::default()
+    };
+    // "{rpu}, {rpu};w={window seconds}"
+    let rpu = u64::from(rule.requests_per_unit);
+    let mut limit = String::with_capacity(48);
+    push_u64(&mut limit, rpu);
+    limit.push_str(", ");
+    push_u64(&mut limit, rpu);
+    limit.push_str(";w=");
+    push_u64(&mut limit, rule.unit.window() / 1_000_000_000);
+    vec![
+        h("RateLimit-Limit", limit),
+        h("RateLimit-Remaining", u64_string(remaining)),
+        h("RateLimit-Reset", u64_string(ceil_secs(reset))),
+    ]
+}
+
 #[tonic::async_trait]
 impl RateLimitService for RlsService {
     async fn should_rate_limit(
@@ -87,7 +163,10 @@ impl RateLimitService for RlsService {
             ));
         }
         let limits = self.engine.limits();
-        if let Some(rules) = limits.limitador.get(&req.domain) {
+        // (`limitador` is a SipHash map: skip the hash when it is empty.)
+        if !limits.limitador.is_empty()
+            && let Some(rules) = limits.limitador.get(&req.domain)
+        {
             let hits = u64::from(req.hits_addend.max(1));
             let resp = crate::limitador::should_rate_limit(
                 &self.engine,
@@ -144,21 +223,28 @@ impl RateLimitService for RlsService {
             }
         }
         let is_override = |i: usize| overridden.get(i).is_some_and(Option::is_some);
-        let mut rules: Vec<Option<&EnvoyRule>> = req
-            .descriptors
-            .iter()
-            .enumerate()
-            .map(|(i, d)| match overridden.get(i) {
+        // The rule of each descriptor; on the stack for the usual few.
+        let n = req.descriptors.len();
+        let mut rules_inline: [Option<&EnvoyRule>; INLINE_DESCRIPTORS] = [None; INLINE_DESCRIPTORS];
+        let mut rules_heap: Vec<Option<&EnvoyRule>>;
+        let rules: &mut [Option<&EnvoyRule>] = if n <= INLINE_DESCRIPTORS {
+            &mut rules_inline[..n]
+        } else {
+            rules_heap = vec![None; n];
+            &mut rules_heap
+        };
+        for (i, (d, slot)) in req.descriptors.iter().zip(rules.iter_mut()).enumerate() {
+            *slot = match overridden.get(i) {
                 Some(Some(r)) => Some(&**r),
                 _ => match_descriptor(root, d.entries.iter().map(|e| (&e.key, &e.value))),
-            })
-            .collect();
-        let replaced: BTreeSet<&str> = rules
-            .iter()
-            .flatten()
-            .flat_map(|r| r.replaces.iter().map(String::as_str))
-            .collect();
-        if !replaced.is_empty() {
+            };
+        }
+        if rules.iter().flatten().any(|r| !r.replaces.is_empty()) {
+            let replaced: BTreeSet<&str> = rules
+                .iter()
+                .flatten()
+                .flat_map(|r| r.replaces.iter().map(String::as_str))
+                .collect();
             for r in rules.iter_mut() {
                 if r.and_then(|r| r.name.as_deref())
                     .is_some_and(|n| replaced.contains(n))
@@ -172,8 +258,8 @@ impl RateLimitService for RlsService {
         let mut overall = Code::Ok;
         // (remaining, rule, reset_ns) of the most restrictive limited status.
         let mut tightest: Option<(u64, &EnvoyRule, u64)> = None;
-        let mut key = String::new();
-        for (i, (d, rule)) in req.descriptors.iter().zip(&rules).enumerate() {
+        let mut key_buf = String::new();
+        for (i, (d, rule)) in req.descriptors.iter().zip(rules.iter()).enumerate() {
             let cost = d.hits_addend.as_ref().map_or(hits, |h| h.value);
             let Some(rule) = rule else {
                 statuses.push(DescriptorStatus {
@@ -210,21 +296,7 @@ impl RateLimitService for RlsService {
                     }
                 }
                 RuleKind::Limited(limit) => {
-                    if is_override(i) {
-                        state_key(
-                            &mut key,
-                            d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())),
-                        );
-                    } else {
-                        // The rule's path names the keys: values suffice.
-                        key.clear();
-                        for (j, e) in d.entries.iter().enumerate() {
-                            if j > 0 {
-                                key.push('\u{1f}');
-                            }
-                            key.push_str(&e.value);
-                        }
-                    }
+                    let key = descriptor_key(&mut key_buf, &d.entries, is_override(i));
                     if key.len() > limits.server.max_key_bytes {
                         // Too long to hold. Envoy takes an RLS error as a
                         // failure and, by default (`failure_mode_deny:
@@ -239,7 +311,7 @@ impl RateLimitService for RlsService {
                             ..Default::default()
                         }
                     } else {
-                        let dec = match engine::decide(limit, &key, cost, now).await {
+                        let dec = match engine::decide(limit, key, cost, now).await {
                             Ok(dec) => dec,
                             Err(e) => {
                                 rejected(Api::EnvoyRls, e.kind());
@@ -274,23 +346,12 @@ impl RateLimitService for RlsService {
             }
             statuses.push(status);
         }
-        let mut response_headers_to_add = Vec::new();
-        if limits.server.envoy_response_headers
-            && let Some((remaining, rule, reset)) = tightest
-        {
-            let h = |k: &str, v: String| HeaderValue {
-                key: k.to_string(),
-                value: v,
-                ..Default::default()
-            };
-            let w = rule.unit.window() / 1_000_000_000;
-            response_headers_to_add.push(h(
-                "RateLimit-Limit",
-                format!("{0}, {0};w={w}", rule.requests_per_unit),
-            ));
-            response_headers_to_add.push(h("RateLimit-Remaining", remaining.to_string()));
-            response_headers_to_add.push(h("RateLimit-Reset", ceil_secs(reset).to_string()));
-        }
+        let response_headers_to_add = match tightest {
+            Some((remaining, rule, reset)) if limits.server.envoy_response_headers => {
+                ratelimit_headers(rule, remaining, reset)
+            }
+            _ => Vec::new(),
+        };
         self.engine.api_metrics.observe(Api::EnvoyRls, started);
         Ok(Response::new(RateLimitResponse {
             overall_code: overall as i32,
@@ -298,5 +359,104 @@ impl RateLimitService for RlsService {
             response_headers_to_add,
             ..Default::default()
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::envoy::Unit;
+    use proptest::prelude::*;
+
+    /// The key as the handler built it before `descriptor_key`: always in a
+    /// fresh buffer.
+    fn reference_key(entries: &[Entry], is_override: bool) -> String {
+        let mut key = String::new();
+        if is_override {
+            state_key(
+                &mut key,
+                entries.iter().map(|e| (e.key.as_str(), e.value.as_str())),
+            );
+        } else {
+            for (j, e) in entries.iter().enumerate() {
+                if j > 0 {
+                    key.push('\u{1f}');
+                }
+                key.push_str(&e.value);
+            }
+        }
+        key
+    }
+
+    fn entries() -> impl Strategy<Value = Vec<Entry>> {
+        prop::collection::vec(
+            ("\\PC{0,6}", "\\PC{0,8}").prop_map(|(key, value)| Entry { key, value }),
+            0..5,
+        )
+    }
+
+    proptest! {
+        /// The key equals the old construction on any descriptor, with or
+        /// without an override, whatever the reused buffer held before.
+        #[test]
+        fn descriptor_key_matches_the_reference(
+            es in entries(),
+            is_override in any::<bool>(),
+            stale in "\\PC{0,12}",
+        ) {
+            let mut buf = stale;
+            let got = descriptor_key(&mut buf, &es, is_override).to_string();
+            prop_assert_eq!(got, reference_key(&es, is_override));
+        }
+
+        /// The hand-written decimal equals `Display`.
+        #[test]
+        fn push_u64_matches_display(n in any::<u64>(), prefix in "[a-z]{0,3}") {
+            let mut s = prefix.clone();
+            push_u64(&mut s, n);
+            prop_assert_eq!(s, format!("{prefix}{n}"));
+        }
+
+        /// The headers equal the `format!`-made ones.
+        #[test]
+        fn ratelimit_headers_match_format(
+            rpu in any::<u32>(),
+            unit in 0usize..7,
+            remaining in any::<u64>(),
+            reset in any::<u64>(),
+        ) {
+            let unit = [Unit::Second, Unit::Minute, Unit::Hour, Unit::Day, Unit::Week, Unit::Month, Unit::Year][unit];
+            let rule = EnvoyRule {
+                path: Arc::from("p"),
+                kind: RuleKind::Unlimited,
+                name: None,
+                replaces: Vec::new(),
+                shadow: false,
+                unit,
+                requests_per_unit: rpu,
+            };
+            let got: Vec<(String, String)> = ratelimit_headers(&rule, remaining, reset)
+                .into_iter()
+                .map(|h| (h.key, h.value))
+                .collect();
+            let w = unit.window() / 1_000_000_000;
+            let want = vec![
+                ("RateLimit-Limit".to_string(), format!("{rpu}, {rpu};w={w}")),
+                ("RateLimit-Remaining".to_string(), remaining.to_string()),
+                ("RateLimit-Reset".to_string(), ceil_secs(reset).to_string()),
+            ];
+            prop_assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn one_entry_is_borrowed_not_copied() {
+        let es = vec![Entry {
+            key: "k".into(),
+            value: "v".into(),
+        }];
+        let mut buf = String::new();
+        let key = descriptor_key(&mut buf, &es, false);
+        assert!(std::ptr::eq(key.as_ptr(), es[0].value.as_ptr()));
     }
 }

@@ -16,10 +16,11 @@
 //! **Bursts.** The status sampler sets `s` once a second from the last
 //! second's rate, so a burst after a quiet second would be recorded in
 //! full for up to a second. A shard therefore also reads the clock every
-//! [`PACE_RECORDS`] records and raises `s` at once to what its own rate
-//! (decisions since the previous check over the time since, a lower bound
-//! of the limit's rate) calls for: a burst pays the full price for about
-//! [`PACE_RECORDS`] decisions per shard, then the sampled one. Only the
+//! [`PACE_RECORDS`] records and, once its window is at least [`PACE_MIN`]
+//! long, raises `s` at once to what its own rate over the window (a lower
+//! bound of the limit's rate) calls for: a sustained load pays the full
+//! price for about [`PACE_MIN`], then the sampled one, while a short
+//! burst (one large batch on a quiet limit) stays exact. Only the
 //! once-a-second sampler lowers `s`.
 //!
 //! **Why Bernoulli, not every `s`-th decision.** Each decision is kept or
@@ -51,6 +52,11 @@ pub const SAMPLES_PER_S: u64 = 10_000;
 /// Records between two in-band rate checks of a shard (one clock read per
 /// this many records: a few ps per decision).
 pub const PACE_RECORDS: u32 = 1_024;
+
+/// The shortest window an in-band rate is measured over: a burst shorter
+/// than this (a large batch on a quiet limit) raises nothing, and a
+/// sustained load is recorded in full for at most about this long.
+pub const PACE_MIN: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// The `s` a shard that saw `decisions` in `elapsed` calls for (at most
 /// what its own rate calls for: `elapsed` is floored at 1 µs).

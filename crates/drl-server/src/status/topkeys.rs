@@ -181,15 +181,22 @@ impl TopKeys {
         }
     }
 
-    /// Every [`sampling::PACE_RECORDS`] records of a shard: raises `s` to
-    /// what the shard's own rate since the previous check calls for (a
-    /// lower bound of the limit's rate), once the status sampler drives
-    /// this limit. The sampler may lower it again a second later.
+    /// Every [`sampling::PACE_RECORDS`] records of a shard: once the
+    /// window is at least [`sampling::PACE_MIN`] long, raises `s` to what
+    /// the shard's own rate over it calls for (a lower bound of the
+    /// limit's rate) if the status sampler drives this limit, and starts
+    /// a new window. The sampler may lower `s` again a second later.
     #[cold]
     fn pace(&self, pace: &mut (Instant, u64, u32), now: Instant) {
-        let (start, decisions, _) = std::mem::replace(pace, (now, 0, 0));
+        pace.2 = 0;
+        let elapsed = now.saturating_duration_since(pace.0);
+        if elapsed < sampling::PACE_MIN {
+            return;
+        }
+        let decisions = pace.1;
+        *pace = (now, 0, 0);
         if self.adaptive.load(Ordering::Relaxed) {
-            let s = sampling::in_band_sample(decisions, now.saturating_duration_since(start));
+            let s = sampling::in_band_sample(decisions, elapsed);
             self.sample.fetch_max(s, Ordering::Relaxed);
         }
     }
@@ -458,22 +465,27 @@ mod tests {
         let t = TopKeys::new();
         let n = sampling::PACE_RECORDS;
         let t0 = Instant::now();
-        let ms = Duration::from_millis(1);
+        let win = sampling::PACE_MIN;
+        let fast = 1_000 * u64::from(n);
         // Not driven by the sampler: every decision, however fast.
-        t.pace(&mut (t0, u64::from(n), n), t0 + ms);
+        t.pace(&mut (t0, fast, n), t0 + win);
         assert_eq!(t.sample(), 1);
         // Driven: a slow shard (n decisions over 10 s) changes nothing.
         assert_eq!(t.set_rate(0), 1);
         t.pace(&mut (t0, u64::from(n), n), t0 + Duration::from_secs(10));
         assert_eq!(t.sample(), 1);
-        // A fast one (n decisions in 1 ms) raises s to what its rate
-        // calls for; never lowers it.
-        let mut p = (t0, u64::from(n), n);
-        t.pace(&mut p, t0 + ms);
-        assert_eq!(t.sample(), sampling::in_band_sample(u64::from(n), ms));
-        assert_eq!(p, (t0 + ms, 0, 0), "a new window starts");
-        t.pace(&mut (t0, 1, 1), t0 + ms);
-        assert_eq!(t.sample(), sampling::in_band_sample(u64::from(n), ms));
+        // A window shorter than PACE_MIN (a burst) only keeps counting.
+        let mut p = (t0, fast, n);
+        t.pace(&mut p, t0 + win / 10);
+        assert_eq!((t.sample(), p), (1, (t0, fast, 0)));
+        // A fast one (`fast` decisions over PACE_MIN) raises s to what its
+        // rate calls for and starts a new window; never lowers it.
+        t.pace(&mut p, t0 + win);
+        assert_eq!(t.sample(), sampling::in_band_sample(fast, win));
+        assert!(t.sample() > 1);
+        assert_eq!(p, (t0 + win, 0, 0), "a new window starts");
+        t.pace(&mut (t0, 1, 1), t0 + win);
+        assert_eq!(t.sample(), sampling::in_band_sample(fast, win));
         // The sampler lowers it again when the limit is quiet.
         assert_eq!(t.set_rate(10), 1);
         // The decision path checks every PACE_RECORDS records.
@@ -481,9 +493,9 @@ mod tests {
             t.observe("k", 1, true);
         }
         let slot = thread_slot() & t.mask;
-        assert_eq!(t.shards[slot].0.lock().pace.2, 0, "checked and reset");
+        assert_eq!(t.shards[slot].0.lock().pace.2, 0, "checked");
         t.set_sample(1);
         t.observe("k", 1, true);
-        assert_eq!(t.shards[slot].0.lock().pace.1, 1);
+        assert_eq!(t.shards[slot].0.lock().pace.2, 1);
     }
 }

@@ -151,7 +151,7 @@ fn cost_of(index: usize, n: Option<&serde_json::Number>) -> Result<u64, String> 
 
 /// Appends `v` in decimal (itoa: no formatting machinery per decision).
 #[inline]
-fn push_u64(out: &mut String, v: u64) {
+pub(crate) fn push_u64(out: &mut String, v: u64) {
     out.push_str(itoa::Buffer::new().format(v));
 }
 

@@ -36,6 +36,7 @@ use tonic::{Request, Response, Status};
 use crate::engine::{self, Engine};
 use crate::envoy_override::{OverrideError, state_key};
 use crate::headers::ceil_secs;
+use crate::http::push_u64;
 use crate::limits::{EnvoyRule, RuleKind, match_descriptor};
 use crate::metrics::{Api, rejected};
 
@@ -93,12 +94,6 @@ fn descriptor_key<'a>(buf: &'a mut String, entries: &'a [Entry], is_override: bo
         buf.push_str(&e.value);
     }
     buf
-}
-
-/// Appends `n` in decimal (itoa: `core::fmt` costs several times as much
-/// per number on this path).
-fn push_u64(out: &mut String, n: u64) {
-    out.push_str(itoa::Buffer::new().format(n));
 }
 
 fn u64_string(n: u64) -> String {

@@ -19,6 +19,9 @@ pub struct Run {
     pub flows_per_site: Vec<usize>,
     /// (seconds since the flows started, cumulative bytes per flow).
     pub samples: Vec<(f64, Vec<u64>)>,
+    /// IP bytes each limiting relay (one for CTB, one per site
+    /// otherwise) (allowed, dropped) over the whole run, warm-up included.
+    pub relay_bytes: Vec<(f64, f64)>,
 }
 
 /// Rate statistics over windows of one length.
@@ -50,6 +53,10 @@ pub struct AlgorithmSummary {
     pub flow_goodput_mbps: Vec<f64>,
     /// Over 1 s and 100 ms windows.
     pub timescales: Vec<TimescaleStats>,
+    /// Per limiting relay, the fraction of the IP bytes offered to it
+    /// that it dropped (whole run): how hard the limit bound the senders.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub relay_drop_fraction: Vec<f64>,
 }
 
 /// The run's parameters, as `drl sim` records them.
@@ -61,10 +68,12 @@ pub struct Parameters {
     pub limit_mbps: f64,
     /// Token bucket depth.
     pub depth_bytes: u64,
-    /// RTT the relays add (delay line).
+    /// RTT the receiver's relay adds (delay line).
     pub flow_rtt_ms: f64,
     /// Gossip interval.
     pub estimate_interval_ms: f64,
+    /// RTT between the relays (each gossip datagram is held half of it).
+    pub limiter_rtt_ms: f64,
     /// Length of each run.
     pub duration_s: f64,
     /// Time excluded from the averages.
@@ -155,6 +164,7 @@ impl Run {
                 jain: 1.0,
                 flow_goodput_mbps: vec![],
                 timescales: vec![],
+                relay_drop_fraction: vec![],
             };
         };
         let dt = (t1 - t0).max(1e-9);
@@ -198,6 +208,17 @@ impl Run {
             jain: r6(jain(&flows)),
             flow_goodput_mbps: flows.iter().map(|&x| r6(x)).collect(),
             timescales,
+            relay_drop_fraction: self
+                .relay_bytes
+                .iter()
+                .map(|&(ok, dropped)| {
+                    r6(if ok + dropped > 0.0 {
+                        dropped / (ok + dropped)
+                    } else {
+                        0.0
+                    })
+                })
+                .collect(),
         }
     }
 }
@@ -334,6 +355,7 @@ mod tests {
             algorithm: "ctb".into(),
             flows_per_site: vec![1, 2],
             samples,
+            relay_bytes: vec![(900.0, 100.0), (0.0, 0.0)],
         }
     }
 
@@ -350,6 +372,26 @@ mod tests {
         assert_eq!(s.timescales[0].stddev_mbps, 0.0);
         assert_eq!(s.timescales[1].mean_mbps, 16.0);
         assert_eq!(s.timescales[0].frac_over_110pct, 0.0);
+        assert_eq!(s.relay_drop_fraction, vec![0.1, 0.0]);
+        let json = Summary {
+            algorithms: [("ctb".to_string(), s)].into_iter().collect(),
+            parameters: Parameters {
+                flows: vec![1, 2],
+                limit_mbps: 16.0,
+                depth_bytes: 1,
+                flow_rtt_ms: 40.0,
+                estimate_interval_ms: 50.0,
+                limiter_rtt_ms: 40.0,
+                duration_s: 4.0,
+                warmup_s: 1.0,
+                congestion_control: "reno".into(),
+            },
+        }
+        .to_json();
+        assert!(
+            json.contains("\"relay_drop_fraction\": [\n        0.1,"),
+            "{json}"
+        );
     }
 
     #[test]

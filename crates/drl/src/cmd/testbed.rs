@@ -77,6 +77,11 @@ pub struct Fig3Args {
     /// Gossip (estimate) interval, ms.
     #[arg(long, default_value_t = 50)]
     interval_ms: u64,
+    /// Round-trip time between the relays, ms: each gossip datagram is
+    /// held half of it (the cluster transport's fault delay), as
+    /// `drl sim --limiter-rtt-ms` does; 0 sends gossip at once.
+    #[arg(long, default_value_t = 40)]
+    limiter_rtt_ms: u64,
     /// Namespace name prefix (at most 8 bytes; a run first removes what
     /// an earlier run with this prefix left).
     #[arg(long, default_value = "drltb")]
@@ -106,6 +111,10 @@ pub struct PpsArgs {
 
 const PORT: u16 = 5001;
 const GOSSIP_PORT: u16 = 7946;
+/// [`relay_yaml`]'s pseudo-algorithm for the receiver's relay that only
+/// holds verdicts (started with `--accept-all`): the RTT of the
+/// per-site algorithms.
+const DELAY_ONLY: &str = "delay";
 
 /// Runs `drl testbed`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -161,25 +170,41 @@ fn relay_yaml(
     key: &Path,
 ) -> String {
     let peers: Vec<String> = sites.iter().map(|s| s.to_string()).collect();
-    let common = format!(
-        "queue: 0\ndelay_ms: {}\nlisten: 127.0.0.1:9464\nalgorithm: {algorithm}\n",
+    // The RTT is always added at the receiver's INPUT hook, never at a
+    // sender's OUTPUT: a packet held there still counts against its
+    // socket's TCP Small Queues budget (about two packets), which caps
+    // each flow near 2 x 1.5 KB per RTT, about 1 Mbps at 40 ms, whatever
+    // the limit (docs/relay.md, "Testbed").
+    let delay = if algorithm == "ctb" || algorithm == DELAY_ONLY {
         a.rtt_ms
+    } else {
+        0
+    };
+    let common = format!(
+        "queue: 0\ndelay_ms: {delay}\nlisten: 127.0.0.1:9464\nalgorithm: {}\n",
+        if algorithm == DELAY_ONLY {
+            "ctb"
+        } else {
+            algorithm
+        }
     );
     let class = format!(
         "classes:\n  - name: fig3\n    match: {{ dst: 10.77.0.0/16, protocol: tcp, dport: {PORT} }}\n    \
          quota: {}\n    burst: {}\n",
         a.limit, a.burst
     );
-    if algorithm == "ctb" {
+    if algorithm == "ctb" || algorithm == DELAY_ONLY {
         format!("{common}chain: INPUT\nscope: local\n{class}")
     } else {
         format!(
             "{common}chain: OUTPUT\nscope: gossip\ncluster:\n  node_id: {site}\n  bind: {}\n  \
-             seeds: [{}]\n  key_file: {}\n  estimate_interval_ms: {}\n{class}",
+             seeds: [{}]\n  key_file: {}\n  estimate_interval_ms: {}\n  \
+             faults: {{ delay_ms: {} }}\n{class}",
             sites[site - 1],
             peers.join(", "),
             key.display(),
-            a.interval_ms
+            a.interval_ms,
+            a.limiter_rtt_ms / 2
         )
     }
 }
@@ -255,6 +280,16 @@ fn fig3(a: Fig3Args) -> anyhow::Result<ExitCode> {
                 &a.out.join("relay-ctb.log"),
             )?);
         } else {
+            let cfg = a.out.join("relay-delay.yaml");
+            std::fs::write(&cfg, relay_yaml(0, &gossip, DELAY_ONLY, &a, &key))?;
+            relays.push(RelayProcess::start_with(
+                &topo.rx,
+                &exe,
+                &cfg,
+                metrics_addr,
+                &a.out.join(format!("relay-{alg}-delay.log")),
+                &["--accept-all"],
+            )?);
             for (i, site) in topo.sites.iter().enumerate() {
                 let cfg = a.out.join(format!("relay-{alg}-{}.yaml", i + 1));
                 std::fs::write(&cfg, relay_yaml(i + 1, &gossip, alg, &a, &key))?;
@@ -269,7 +304,8 @@ fn fig3(a: Fig3Args) -> anyhow::Result<ExitCode> {
             // Wait until every relay counts every site live.
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {
-                let live = relays.iter().all(|r| {
+                // The first relay is the receiver's delay line.
+                let live = relays.iter().skip(1).all(|r| {
                     r.metrics()
                         .ok()
                         .and_then(|m| metric(&m, "drl_relay_live_nodes", &[]))
@@ -323,6 +359,24 @@ fn fig3(a: Fig3Args) -> anyhow::Result<ExitCode> {
         for s in senders {
             s.stop();
         }
+        // Bytes each limiting relay allowed and dropped (the receiver's
+        // delay line, first for the per-site algorithms, limits nothing).
+        let limiting = if alg == "ctb" {
+            &relays[..]
+        } else {
+            &relays[1..]
+        };
+        let relay_bytes = limiting
+            .iter()
+            .map(|r| {
+                let m = r.metrics().unwrap_or_default();
+                let bytes = |v: &str| {
+                    metric(&m, "drl_relay_bytes_total", &[&format!("verdict=\"{v}\"")])
+                        .unwrap_or(0.0)
+                };
+                (bytes("allowed"), bytes("dropped"))
+            })
+            .collect();
         for mut r in relays {
             r.stop();
         }
@@ -331,6 +385,7 @@ fn fig3(a: Fig3Args) -> anyhow::Result<ExitCode> {
             algorithm: alg.clone(),
             flows_per_site: flows.clone(),
             samples,
+            relay_bytes,
         });
     }
     drop(topo);
@@ -350,6 +405,7 @@ fn fig3(a: Fig3Args) -> anyhow::Result<ExitCode> {
             depth_bytes: depth,
             flow_rtt_ms: a.rtt_ms as f64,
             estimate_interval_ms: a.interval_ms as f64,
+            limiter_rtt_ms: a.limiter_rtt_ms as f64,
             duration_s: a.duration,
             warmup_s: a.warmup,
             congestion_control: a.cc.clone(),
@@ -368,8 +424,8 @@ fn fig3(a: Fig3Args) -> anyhow::Result<ExitCode> {
     std::fs::write(a.out.join("rates.csv"), csv)?;
     for (alg, s) in &summary.algorithms {
         println!(
-            "{alg:>10}: aggregate {:.3} Mbps, sites {:?} Mbps, Jain {:.3}",
-            s.aggregate_mbps, s.limiter_mbps, s.jain
+            "{alg:>10}: aggregate {:.3} Mbps, sites {:?} Mbps, Jain {:.3}, relays dropped {:?} of the bytes offered",
+            s.aggregate_mbps, s.limiter_mbps, s.jain, s.relay_drop_fraction
         );
     }
     println!(

@@ -59,7 +59,11 @@ pub fn class(quota: &str) -> String {
     )
 }
 
-/// A gossip relay's config for site `i` of `n`.
+/// A gossip relay's config for site `i` of `n`. Its 20 ms delay line sits
+/// on the senders' OUTPUT hook, where a held packet counts against its
+/// socket's TCP Small Queues budget: that caps each flow near 2 Mbit/s
+/// (3 KB per 20 ms), above every per-flow share these tests limit to, so
+/// the limit, not the cap, binds (docs/relay.md, `delay_ms`).
 pub fn gossip_yaml(
     i: usize,
     n: usize,

@@ -3,11 +3,12 @@
 //! ([`by_peer_ip`]) or a path prefix ([`by_path_prefix`]).
 
 use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 
 use http::{Extensions, HeaderMap, HeaderName, Method, Request, Uri};
 
-use crate::layer::Target;
+use crate::layer::{Key, Target};
 
 /// A request's head, whatever its body type.
 #[derive(Debug, Clone, Copy)]
@@ -101,7 +102,12 @@ pub fn by_peer_ip(
     limit: impl Into<Cow<'static, str>>,
 ) -> impl Fn(&RequestView<'_>) -> Option<Target> + Clone + Send + Sync + 'static {
     let limit = limit.into();
-    move |req| Some(Target::new(limit.clone(), req.peer_ip()?.to_string(), 1))
+    move |req| {
+        // Written into the key's inline buffer: no allocation.
+        let mut key = Key::new();
+        write!(key, "{}", req.peer_ip()?).ok()?;
+        Some(Target::new(limit.clone(), key, 1))
+    }
 }
 
 /// Limit `limit` by the first `segments` path segments, cost 1 (one

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use drl_core::{Clock, Decision, KeyedConfig, KeyedLimiter, MultiLimiter, Nanos, SystemClock};
+use http::HeaderValue;
 
 use crate::Error;
 use crate::config::{ClientConfig, Scope};
@@ -14,6 +15,17 @@ use crate::config::{ClientConfig, Scope};
 pub(crate) struct Limit {
     limiter: KeyedLimiter<String>,
     shadow: bool,
+    /// The limit's `RateLimit-Policy` value (the layer adds it to every
+    /// answer; built once here, so a check looks the limit up once).
+    policy: HeaderValue,
+}
+
+impl Limit {
+    /// The limit's `RateLimit-Policy` header value.
+    #[inline]
+    pub(crate) fn policy(&self) -> &HeaderValue {
+        &self.policy
+    }
 }
 
 /// The in-process backend: one drl-core keyed limiter per configured limit,
@@ -72,6 +84,7 @@ impl InProcess {
                     Limit {
                         limiter,
                         shadow: l.shadow,
+                        policy: drl_http::headers::policy(&l.name, &l.quotas),
                     },
                 )
             })
@@ -102,16 +115,26 @@ impl InProcess {
     /// Checks a request as the server validates it: known limit, key
     /// length, cost bound.
     pub(crate) fn validate(&self, limit: &str, key: &str, cost: u64) -> Result<&Limit, Error> {
+        self.validate_len(limit, key.len(), cost)
+    }
+
+    /// [`InProcess::validate`] of a key of `key_len` bytes.
+    #[inline]
+    pub(crate) fn validate_len(
+        &self,
+        limit: &str,
+        key_len: usize,
+        cost: u64,
+    ) -> Result<&Limit, Error> {
         let Some(l) = self.limits.get(limit) else {
             return Err(Error::UnknownLimit {
                 limit: limit.to_string(),
             });
         };
-        if key.len() > self.config.max_key_bytes {
+        if key_len > self.config.max_key_bytes {
             return Err(Error::Invalid(format!(
                 "the key is {} bytes; at most {} (server.max_key_bytes)",
-                key.len(),
-                self.config.max_key_bytes
+                key_len, self.config.max_key_bytes
             )));
         }
         if cost > self.config.max_cost {

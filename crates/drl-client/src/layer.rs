@@ -8,35 +8,45 @@
 //! `Retry-After`, exactly as `drl serve`'s forward-auth (drl-http). A check
 //! that fails (unknown limit, key too long) answers a problem: 500
 //! `limit_error` or 400 `invalid_key`.
+//!
+//! Cost per request: with the in-process backend the check is decided in
+//! `call` (it never waits), so the [`ResponseFuture`] is a concrete type
+//! that only waits for the service and adds the headers: no boxed future,
+//! no clone of the service, and a short key ([`Key`]) stays inline. A
+//! remote check is one boxed future that awaits the client.
+
+mod future;
+mod key;
 
 use std::borrow::Cow;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use drl_core::Decision;
+use http::{HeaderValue, Request, Response, StatusCode};
 use tower::{Layer, Service};
 
+pub use self::future::ResponseFuture;
+pub use self::key::Key;
 use crate::extract::RequestView;
-use crate::{Client, Error};
+use crate::{Backend, Client, Error};
 
 /// What to check for one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     /// The configured limit's name.
     pub limit: Cow<'static, str>,
-    /// The key within the limit.
-    pub key: String,
+    /// The key within the limit (inline when short: see [`Key`]).
+    pub key: Key,
     /// The cost.
     pub cost: u64,
 }
 
 impl Target {
     /// A check of `cost` on `limit` for `key`.
-    pub fn new(limit: impl Into<Cow<'static, str>>, key: impl Into<String>, cost: u64) -> Self {
+    pub fn new(limit: impl Into<Cow<'static, str>>, key: impl Into<Key>, cost: u64) -> Self {
         Self {
             limit: limit.into(),
             key: key.into(),
@@ -144,6 +154,34 @@ fn check_failed(e: &Error) -> Response<Body> {
     drl_http::problem::response(status, kind, title, &e.to_string()).map(Body::from)
 }
 
+/// The denial `d` of `t`, answered with `status` and the `RateLimit*`
+/// headers (`policy`, `ratelimit`).
+fn denied(
+    t: &Target,
+    status: StatusCode,
+    d: &Decision,
+    policy: HeaderValue,
+    ratelimit: HeaderValue,
+) -> Response<Body> {
+    let mut resp = drl_http::problem::rate_limited(&t.limit, t.cost, status, d).map(Body::from);
+    drl_http::headers::insert_ratelimit_values(resp.headers_mut(), policy, ratelimit);
+    resp
+}
+
+/// `t` decided in this process, with the limit's `RateLimit-Policy`; `None`
+/// when the client is remote. Synchronous: the layer's future then only
+/// waits for the service.
+#[inline]
+fn decide_now(client: &Client, t: &Target) -> Option<Result<(Decision, HeaderValue), Error>> {
+    let Backend::InProcess(b) = &client.inner.backend else {
+        return None;
+    };
+    Some(b.validate_len(&t.limit, t.key.len(), t.cost).map(|l| {
+        let d = client.decide_local(b, l, &t.limit, t.key.as_str(), t.cost);
+        (d, l.policy().clone())
+    }))
+}
+
 impl<S, F, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, F>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
@@ -155,37 +193,66 @@ where
 {
     type Response = Response<Body>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, S::Error>> + Send>>;
+    type Future = ResponseFuture<S::Future, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let target = (self.classify)(&RequestView::of(&req));
+        let Some(t) = (self.classify)(&RequestView::of(&req)) else {
+            return ResponseFuture::inner(self.inner.call(req), None);
+        };
+        match decide_now(&self.client, &t) {
+            // In process: decided already; the readied service answers an
+            // admission, nothing is boxed or cloned.
+            Some(Ok((d, policy))) => {
+                let ratelimit = drl_http::headers::ratelimit(&t.limit, &d);
+                if d.allowed {
+                    ResponseFuture::inner(self.inner.call(req), Some((policy, ratelimit)))
+                } else {
+                    ResponseFuture::ready(denied(&t, self.deny_status, &d, policy, ratelimit))
+                }
+            }
+            Some(Err(e)) => ResponseFuture::ready(check_failed(&e)),
+            None => self.call_remote(req, t),
+        }
+    }
+}
+
+impl<S, F> RateLimit<S, F> {
+    /// A remote check, then (when admitted) the service: one boxed future.
+    fn call_remote<ReqB, ResB>(
+        &mut self,
+        req: Request<ReqB>,
+        t: Target,
+    ) -> ResponseFuture<S::Future, S::Error>
+    where
+        S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        ReqB: Send + 'static,
+        ResB: http_body::Body<Data = Bytes> + Send + 'static,
+        ResB::Error: Into<BoxError>,
+    {
         // The readied service answers this request; the clone waits for
         // the next poll_ready.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let Some(t) = target else {
-            let fut = inner.call(req);
-            return Box::pin(async move { Ok(fut.await?.map(Body::new)) });
-        };
         let client = self.client.clone();
         let deny_status = self.deny_status;
-        Box::pin(async move {
-            let d = match client.check(&t.limit, &t.key, t.cost).await {
+        ResponseFuture::boxed(Box::pin(async move {
+            let d = match client.check(&t.limit, t.key.as_str(), t.cost).await {
                 Ok(d) => d,
                 Err(e) => return Ok(check_failed(&e)),
             };
             let policy = client.policy_header(&t.limit, &d);
-            let mut resp = if d.allowed {
-                inner.call(req).await?.map(Body::new)
-            } else {
-                drl_http::problem::rate_limited(&t.limit, t.cost, deny_status, &d).map(Body::from)
-            };
-            drl_http::headers::insert_ratelimit(resp.headers_mut(), &t.limit, policy, &d);
+            let ratelimit = drl_http::headers::ratelimit(&t.limit, &d);
+            if !d.allowed {
+                return Ok(denied(&t, deny_status, &d, policy, ratelimit));
+            }
+            let mut resp = inner.call(req).await?.map(Body::new);
+            drl_http::headers::insert_ratelimit_values(resp.headers_mut(), policy, ratelimit);
             Ok(resp)
-        })
+        }))
     }
 }

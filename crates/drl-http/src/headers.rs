@@ -84,8 +84,21 @@ pub fn retry_after(d: &Decision) -> Option<HeaderValue> {
 /// decision `d` of limit `name`: what forward-auth adds to every answer,
 /// admission or denial.
 pub fn insert_ratelimit(headers: &mut HeaderMap, name: &str, policy: HeaderValue, d: &Decision) {
+    insert_ratelimit_values(headers, policy, ratelimit(name, d));
+}
+
+/// Adds `RateLimit-Policy: policy` and `RateLimit: ratelimit` (see
+/// [`ratelimit`]): [`insert_ratelimit`] with the `RateLimit` value built
+/// beforehand (drl-client's layer builds it when it decides, and adds it
+/// when the service has answered).
+#[inline]
+pub fn insert_ratelimit_values(
+    headers: &mut HeaderMap,
+    policy: HeaderValue,
+    ratelimit: HeaderValue,
+) {
     headers.insert(RATELIMIT_POLICY.clone(), policy);
-    headers.insert(RATELIMIT.clone(), ratelimit(name, d));
+    headers.insert(RATELIMIT.clone(), ratelimit);
 }
 
 #[cfg(test)]

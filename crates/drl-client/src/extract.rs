@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 
-use http::{Extensions, HeaderMap, HeaderName, Method, Request, Uri};
+use http::{Extensions, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 
 use crate::layer::{Key, Target};
 
@@ -36,8 +36,7 @@ impl<'a> RequestView<'a> {
 
     /// The value of header `name`, trimmed, when present and UTF-8.
     pub fn header(&self, name: &str) -> Option<&'a str> {
-        let v = self.headers.get(name)?;
-        std::str::from_utf8(v.as_bytes()).ok().map(str::trim)
+        self.headers.get(name).and_then(value_str).map(trim)
     }
 
     /// The peer's IP address: axum's `ConnectInfo<SocketAddr>` (serve with
@@ -70,6 +69,29 @@ impl<'a> RequestView<'a> {
     }
 }
 
+/// A header value as UTF-8 text: `to_str`'s visible-ASCII scan first
+/// (cheaper than a UTF-8 check on short values), then a UTF-8 check for
+/// values with other bytes. Equals `str::from_utf8(v.as_bytes()).ok()`.
+#[inline]
+fn value_str(v: &HeaderValue) -> Option<&str> {
+    match v.to_str() {
+        Ok(s) => Some(s),
+        Err(_) => std::str::from_utf8(v.as_bytes()).ok(),
+    }
+}
+
+/// `s.trim()`, without walking the string when it starts and ends with an
+/// ASCII character that is not whitespace (the usual header value).
+#[inline]
+fn trim(s: &str) -> &str {
+    // The ASCII characters `char::is_whitespace` holds for.
+    let ws = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    match (s.as_bytes().first(), s.as_bytes().last()) {
+        (Some(&f), Some(&l)) if f.is_ascii() && l.is_ascii() && !ws(f) && !ws(l) => s,
+        _ => s.trim(),
+    }
+}
+
 /// Limit `limit` by the value of header `header` (e.g. `x-api-key`), at
 /// cost 1. A request without the header uses the key `missing` when given
 /// (all such requests share it), and is not limited when `None`.
@@ -86,8 +108,8 @@ pub fn by_header(
         let found = name
             .as_ref()
             .and_then(|n| req.headers.get(n))
-            .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
-            .map(str::trim);
+            .and_then(value_str)
+            .map(trim);
         let key = match found {
             Some(k) => k,
             None => missing?,
@@ -151,5 +173,26 @@ mod tests {
         );
         assert_eq!(by_peer_ip("ip")(&v).unwrap().key, "10.0.0.9");
         assert_eq!(by_path_prefix("p", 2)(&v).unwrap().key, "/v1/users");
+    }
+
+    proptest::proptest! {
+        /// The fast paths equal what they replace: `from_utf8` of the
+        /// value's bytes, and `str::trim` (Unicode whitespace too).
+        #[test]
+        fn value_str_and_trim_are_the_plain_forms(
+            bytes in proptest::collection::vec(
+                proptest::prop_oneof![
+                    0x20u8..0x7f,
+                    proptest::sample::select(vec![b'\t', 0x0b, 0x0c, 0x85, 0xa0, 0xc2, 0xe3, 0x80, 0xff]),
+                ],
+                0..12,
+            ),
+            text in "[ \t\n\r\u{b}\u{c}\u{85}\u{a0}\u{3000}a-z\u{1f}é]{0,10}",
+        ) {
+            if let Ok(v) = HeaderValue::from_bytes(&bytes) {
+                proptest::prop_assert_eq!(value_str(&v), std::str::from_utf8(v.as_bytes()).ok());
+            }
+            proptest::prop_assert_eq!(trim(&text), text.trim());
+        }
     }
 }

@@ -108,9 +108,11 @@ impl<S, F> Layer<S> for RateLimitLayer<F> {
     fn layer(&self, inner: S) -> RateLimit<S, F> {
         RateLimit {
             inner,
-            client: self.client.clone(),
-            classify: self.classify.clone(),
-            deny_status: self.deny_status,
+            shared: Arc::new(Shared {
+                client: self.client.clone(),
+                classify: self.classify.clone(),
+                deny_status: self.deny_status,
+            }),
         }
     }
 }
@@ -118,6 +120,13 @@ impl<S, F> Layer<S> for RateLimitLayer<F> {
 /// The service [`RateLimitLayer`] makes.
 pub struct RateLimit<S, F> {
     inner: S,
+    // One `Arc` for all but the service: axum clones the service for
+    // every request.
+    shared: Arc<Shared<F>>,
+}
+
+/// What the clones of one [`RateLimit`] share.
+struct Shared<F> {
     client: Client,
     classify: Arc<F>,
     deny_status: StatusCode,
@@ -127,9 +136,7 @@ impl<S: Clone, F> Clone for RateLimit<S, F> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            client: self.client.clone(),
-            classify: self.classify.clone(),
-            deny_status: self.deny_status,
+            shared: self.shared.clone(),
         }
     }
 }
@@ -137,7 +144,7 @@ impl<S: Clone, F> Clone for RateLimit<S, F> {
 impl<S, F> std::fmt::Debug for RateLimit<S, F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimit")
-            .field("client", &self.client)
+            .field("client", &self.shared.client)
             .finish_non_exhaustive()
     }
 }
@@ -200,10 +207,11 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let Some(t) = (self.classify)(&RequestView::of(&req)) else {
+        let shared = &*self.shared;
+        let Some(t) = (shared.classify)(&RequestView::of(&req)) else {
             return ResponseFuture::inner(self.inner.call(req), None);
         };
-        match decide_now(&self.client, &t) {
+        match decide_now(&shared.client, &t) {
             // In process: decided already; the readied service answers an
             // admission, nothing is boxed or cloned.
             Some(Ok((d, policy))) => {
@@ -211,7 +219,7 @@ where
                 if d.allowed {
                     ResponseFuture::inner(self.inner.call(req), Some((policy, ratelimit)))
                 } else {
-                    ResponseFuture::ready(denied(&t, self.deny_status, &d, policy, ratelimit))
+                    ResponseFuture::ready(denied(&t, shared.deny_status, &d, policy, ratelimit))
                 }
             }
             Some(Err(e)) => ResponseFuture::ready(check_failed(&e)),
@@ -238,8 +246,8 @@ impl<S, F> RateLimit<S, F> {
         // the next poll_ready.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let client = self.client.clone();
-        let deny_status = self.deny_status;
+        let client = self.shared.client.clone();
+        let deny_status = self.shared.deny_status;
         ResponseFuture::boxed(Box::pin(async move {
             let d = match client.check(&t.limit, t.key.as_str(), t.cost).await {
                 Ok(d) => d,

@@ -95,7 +95,7 @@ struct Step {
 fn steps() -> impl Strategy<Value = Vec<Step>> {
     let key = prop_oneof![
         (0..4u8).prop_map(|i| format!("k{i}")),
-        // Longer than Key::INLINE (62): kept on the heap.
+        // Longer than Key::INLINE (56): kept on the heap.
         (0..2u8).prop_map(|i| format!("{i}{}", "long-".repeat(14))),
         // Longer than max_key_bytes (100): invalid.
         Just("x".repeat(101)),

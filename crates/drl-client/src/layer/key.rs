@@ -7,6 +7,8 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::ops::Deref;
 
+use arrayvec::ArrayString;
+
 /// A rate-limit key: a string, stored inline when it is at most
 /// [`Key::INLINE`] bytes long and on the heap otherwise.
 ///
@@ -19,39 +21,25 @@ pub struct Key(Repr);
 
 #[derive(Clone)]
 enum Repr {
-    /// `buf[..len]` is UTF-8.
-    Inline {
-        len: u8,
-        buf: [u8; Key::INLINE],
-    },
+    Inline(ArrayString<{ Key::INLINE }>),
     Heap(String),
 }
 
 impl Key {
     /// The longest key (in bytes) kept inline.
-    pub const INLINE: usize = 62;
+    pub const INLINE: usize = 56;
 
     /// The empty key.
     pub const fn new() -> Self {
-        Self(Repr::Inline {
-            len: 0,
-            buf: [0; Key::INLINE],
-        })
+        Self(Repr::Inline(ArrayString::new_const()))
     }
 
     /// A copy of `s`.
     #[inline]
     fn copy_of(s: &str) -> Self {
-        let b = s.as_bytes();
-        if b.len() <= Key::INLINE {
-            let mut buf = [0; Key::INLINE];
-            buf[..b.len()].copy_from_slice(b);
-            Self(Repr::Inline {
-                len: b.len() as u8,
-                buf,
-            })
-        } else {
-            Self(Repr::Heap(s.to_owned()))
+        match ArrayString::from(s) {
+            Ok(a) => Self(Repr::Inline(a)),
+            Err(_) => Self(Repr::Heap(s.to_owned())),
         }
     }
 
@@ -59,20 +47,16 @@ impl Key {
     #[inline]
     pub fn as_str(&self) -> &str {
         match &self.0 {
-            // Only ever filled from a `&str` (copy_of, write_str), so
-            // this never fails.
-            Repr::Inline { len, buf } => {
-                std::str::from_utf8(&buf[..usize::from(*len)]).expect("an inline key holds UTF-8")
-            }
+            Repr::Inline(a) => a.as_str(),
             Repr::Heap(s) => s,
         }
     }
 
-    /// The key's length in bytes (no UTF-8 check, unlike `as_str().len()`).
+    /// The key's length in bytes.
     #[inline]
     pub fn len(&self) -> usize {
         match &self.0 {
-            Repr::Inline { len, .. } => usize::from(*len),
+            Repr::Inline(a) => a.len(),
             Repr::Heap(s) => s.len(),
         }
     }
@@ -92,7 +76,7 @@ impl Key {
     pub fn into_string(self) -> String {
         match self.0 {
             Repr::Heap(s) => s,
-            Repr::Inline { .. } => self.as_str().to_owned(),
+            Repr::Inline(a) => a.as_str().to_owned(),
         }
     }
 }
@@ -106,14 +90,10 @@ impl Default for Key {
 impl fmt::Write for Key {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         match &mut self.0 {
-            Repr::Inline { len, buf } => {
-                let (at, end) = (usize::from(*len), usize::from(*len) + s.len());
-                if end <= Key::INLINE {
-                    buf[at..end].copy_from_slice(s.as_bytes());
-                    *len = end as u8;
-                } else {
-                    let mut heap = String::with_capacity(end);
-                    heap.push_str(self.as_str());
+            Repr::Inline(a) => {
+                if a.try_push_str(s).is_err() {
+                    let mut heap = String::with_capacity(a.len() + s.len());
+                    heap.push_str(a);
                     heap.push_str(s);
                     self.0 = Repr::Heap(heap);
                 }

@@ -62,53 +62,7 @@ pub struct ClientConfig {
     pub max_cost: u64,
 }
 
-/// A config error, with the place it was found when known.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The file (or the name given for a text).
-    pub source_name: String,
-    /// One-based line, when known.
-    pub line: Option<usize>,
-    /// One-based column, when known.
-    pub column: Option<usize>,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.line, self.column) {
-            (Some(l), Some(c)) => write!(f, "{}:{l}:{c}: {}", self.source_name, self.message),
-            (Some(l), None) => write!(f, "{}:{l}: {}", self.source_name, self.message),
-            _ => write!(f, "{}: {}", self.source_name, self.message),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-impl ConfigError {
-    fn new(source: &str, message: impl Into<String>) -> Self {
-        Self {
-            source_name: source.to_string(),
-            line: None,
-            column: None,
-            message: message.into(),
-        }
-    }
-
-    /// Places the error at the first line of `text` containing every needle.
-    fn locate(mut self, text: &str, needles: &[&str]) -> Self {
-        for (i, l) in text.lines().enumerate() {
-            if needles.iter().all(|n| l.contains(n)) {
-                self.line = Some(i + 1);
-                self.column = Some(needles.first().and_then(|n| l.find(n)).map_or(1, |c| c + 1));
-                break;
-            }
-        }
-        self
-    }
-}
+pub use drl_core::ConfigError;
 
 const DEFAULT_MAX_KEYS: usize = 1_000_000;
 const DEFAULT_MAX_KEY_BYTES: usize = 1024;
@@ -313,18 +267,11 @@ impl TryFrom<RawLimitFields> for RawLimit {
 }
 
 fn yaml_error(source: &str, e: &serde_norway::Error) -> ConfigError {
-    let mut message = e.to_string();
-    if let Some(i) = message.rfind(" at line ") {
-        message.truncate(i);
-    }
-    match e.location() {
-        Some(loc) => ConfigError {
-            line: Some(loc.line()),
-            column: Some(loc.column()),
-            ..ConfigError::new(source, message)
-        },
-        None => ConfigError::new(source, message),
-    }
+    ConfigError::from_parser(
+        source,
+        e.to_string(),
+        e.location().map(|l| (l.line(), l.column())),
+    )
 }
 
 impl ClientConfig {

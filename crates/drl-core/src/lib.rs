@@ -7,6 +7,7 @@
 
 pub mod algo;
 pub mod algorithm;
+pub mod config_error;
 pub mod decide_spec;
 pub mod decision;
 pub mod keyed;
@@ -18,6 +19,7 @@ pub mod time;
 pub mod topk;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
+pub use config_error::ConfigError;
 pub use decision::{Decision, DenyReason};
 pub use keyed::{AtomicLimiter, KeyBytes, KeyedConfig, KeyedLimiter, KeyedStats};
 pub use limiter::{Limiter, State};

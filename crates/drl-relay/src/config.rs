@@ -104,54 +104,7 @@ pub struct RelayConfig {
     pub accept_all: bool,
 }
 
-/// A config error, with the place it was found at when known.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The file (or `<string>`).
-    pub source_name: String,
-    /// 1-based line.
-    pub line: Option<usize>,
-    /// 1-based column.
-    pub column: Option<usize>,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.line, self.column) {
-            (Some(l), Some(c)) => write!(f, "{}:{l}:{c}: {}", self.source_name, self.message),
-            _ => write!(f, "{}: {}", self.source_name, self.message),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-impl ConfigError {
-    fn new(source_name: &str, message: impl Into<String>) -> Self {
-        Self {
-            source_name: source_name.to_string(),
-            line: None,
-            column: None,
-            message: message.into(),
-        }
-    }
-
-    /// Places the error at the first line of `text` containing all
-    /// `needles` (for checks made after parsing).
-    fn locate(mut self, text: &str, needles: &[&str]) -> Self {
-        for (i, l) in text.lines().enumerate() {
-            if needles.iter().all(|n| l.contains(n)) {
-                let col = needles.first().and_then(|n| l.find(n)).map_or(1, |c| c + 1);
-                self.line = Some(i + 1);
-                self.column = Some(col);
-                break;
-            }
-        }
-        self
-    }
-}
+pub use drl_core::ConfigError;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -308,27 +261,25 @@ impl RelayConfig {
     pub fn parse(source_name: &str, text: &str) -> Result<Self, ConfigError> {
         BAD_VALUE.with(|b| b.borrow_mut().take());
         let raw: RawConfig = serde_norway::from_str(text).map_err(|e| {
-            let mut message = e.to_string();
-            if let Some(i) = message.rfind(" at line ") {
-                message.truncate(i);
-            }
-            let err = ConfigError::new(source_name, message);
+            let located = ConfigError::from_parser(
+                source_name,
+                e.to_string(),
+                e.location().map(|l| (l.line(), l.column())),
+            );
             // A value a `de_*` function refused: at its first occurrence
             // (an identical earlier value would have failed first).
             if let Some(raw) = BAD_VALUE.with(|b| b.borrow_mut().take()) {
-                let located = err.clone().locate(text, &[raw.as_str()]);
-                if located.line.is_some() {
-                    return located;
+                let at_value = ConfigError {
+                    line: None,
+                    column: None,
+                    ..located.clone()
+                }
+                .locate(text, &[raw.as_str()]);
+                if at_value.line.is_some() {
+                    return at_value;
                 }
             }
-            match e.location() {
-                Some(loc) => ConfigError {
-                    line: Some(loc.line()),
-                    column: Some(loc.column()),
-                    ..err
-                },
-                None => err,
-            }
+            located
         })?;
         let err = |m: String, needles: &[&str]| -> ConfigError {
             ConfigError::new(source_name, m).locate(text, needles)

@@ -10,7 +10,6 @@ pub mod envoy;
 pub mod limitador;
 mod native;
 
-use std::fmt;
 use std::path::Path;
 
 pub use native::{
@@ -21,78 +20,15 @@ pub use native::{
 /// The configuration served when `drl serve` is started without `--config`.
 pub const EMBEDDED_DEFAULT: &str = include_str!("default.yaml");
 
-/// A configuration error, with the place it was found when known.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigError {
-    /// The file (or `<embedded>`, `<text>`).
-    pub source_name: String,
-    /// One-based line, when known.
-    pub line: Option<usize>,
-    /// One-based column, when known.
-    pub column: Option<usize>,
-    /// What is wrong.
-    pub message: String,
-}
+pub use drl_core::ConfigError;
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.line, self.column) {
-            (Some(l), Some(c)) => write!(f, "{}:{l}:{c}: {}", self.source_name, self.message),
-            (Some(l), None) => write!(f, "{}:{l}: {}", self.source_name, self.message),
-            _ => write!(f, "{}: {}", self.source_name, self.message),
-        }
-    }
-}
-
-impl ConfigError {
-    /// An error without a position.
-    pub fn new(source_name: &str, message: impl Into<String>) -> Self {
-        Self {
-            source_name: source_name.to_string(),
-            line: None,
-            column: None,
-            message: message.into(),
-        }
-    }
-
-    /// An error at one-based `line`, `column`.
-    pub fn at(source_name: &str, line: usize, column: usize, message: impl Into<String>) -> Self {
-        Self {
-            source_name: source_name.to_string(),
-            line: Some(line),
-            column: Some(column),
-            message: message.into(),
-        }
-    }
-
-    pub(crate) fn from_yaml(source_name: &str, e: &serde_norway::Error) -> Self {
-        let mut message = e.to_string();
-        // serde_norway appends " at line L column C"; we print it ourselves.
-        if let Some(i) = message.rfind(" at line ") {
-            message.truncate(i);
-        }
-        match e.location() {
-            Some(loc) => Self::at(source_name, loc.line(), loc.column(), message),
-            None => Self::new(source_name, message),
-        }
-    }
-
-    /// Places an error that was found after parsing at the first line of
-    /// `text` containing all of `needles` (a best effort for cross-field
-    /// checks such as duplicate names).
-    pub(crate) fn locate(mut self, text: &str, needles: &[&str]) -> Self {
-        if self.line.is_none() {
-            for (i, l) in text.lines().enumerate() {
-                if needles.iter().all(|n| l.contains(n)) {
-                    let col = needles.first().and_then(|n| l.find(n)).map_or(1, |c| c + 1);
-                    self.line = Some(i + 1);
-                    self.column = Some(col);
-                    break;
-                }
-            }
-        }
-        self
-    }
+/// A serde_norway error as a [`ConfigError`] at the place it reports.
+pub(crate) fn yaml_error(source_name: &str, e: &serde_norway::Error) -> ConfigError {
+    ConfigError::from_parser(
+        source_name,
+        e.to_string(),
+        e.location().map(|l| (l.line(), l.column())),
+    )
 }
 
 /// Which format a file is in.
@@ -142,7 +78,7 @@ pub fn parse(text: &str, source_name: &str) -> Result<Config, ConfigError> {
         }
         Format::Native => {
             let mut cfg: Config = serde_norway::from_str(text)
-                .map_err(|e| ConfigError::from_yaml(source_name, &e))?;
+                .map_err(|e| yaml_error(source_name, &e))?;
             load_limitador(&mut cfg, text, source_name)?;
             cfg.validate(text, source_name)?;
             Ok(cfg)

@@ -203,25 +203,6 @@ impl Config {
     }
 }
 
-impl ConfigError {
-    /// Like `locate`, but the `nth` (zero-based) matching line.
-    pub(crate) fn locate_nth(mut self, text: &str, needles: &[&str], nth: usize) -> Self {
-        let mut seen = 0;
-        for (i, l) in text.lines().enumerate() {
-            if needles.iter().all(|n| l.contains(n)) {
-                if seen == nth {
-                    let col = l.find(needles[0]).map_or(1, |c| c + 1);
-                    self.line = Some(i + 1);
-                    self.column = Some(col);
-                    return self;
-                }
-                seen += 1;
-            }
-        }
-        self.locate(text, needles)
-    }
-}
-
 /// Where the service listens.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -105,7 +105,10 @@ mod tests {
 
     #[test]
     fn display_has_the_place_in_front() {
-        assert_eq!(ConfigError::at("a.yaml", 3, 7, "bad").to_string(), "a.yaml:3:7: bad");
+        assert_eq!(
+            ConfigError::at("a.yaml", 3, 7, "bad").to_string(),
+            "a.yaml:3:7: bad"
+        );
         let mut e = ConfigError::new("a.yaml", "bad");
         assert_eq!(e.to_string(), "a.yaml: bad");
         e.line = Some(4);

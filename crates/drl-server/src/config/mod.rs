@@ -77,8 +77,8 @@ pub fn parse(text: &str, source_name: &str) -> Result<Config, ConfigError> {
             Ok(cfg)
         }
         Format::Native => {
-            let mut cfg: Config = serde_norway::from_str(text)
-                .map_err(|e| yaml_error(source_name, &e))?;
+            let mut cfg: Config =
+                serde_norway::from_str(text).map_err(|e| yaml_error(source_name, &e))?;
             load_limitador(&mut cfg, text, source_name)?;
             cfg.validate(text, source_name)?;
             Ok(cfg)

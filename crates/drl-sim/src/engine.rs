@@ -30,7 +30,7 @@
 //! the others `detection` later, a heal or a restart within `detection`, at
 //! a seeded random moment per node (asymmetric views, as with SWIM).
 
-use drl_cluster::cloud_control::{KeyLimit, KeyRef, Node};
+use drl_cluster::cloud_control::{KeyLimit, KeyRef, Node, Roster};
 use drl_core::Nanos;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -208,9 +208,33 @@ pub(crate) fn crossing<T: PartialEq>(side: &[T]) -> Vec<(u32, u32)> {
         .collect()
 }
 
+/// What a run records beyond the rates and flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Record every limiter's state at every interval
+    /// ([`RunResult::ticks`]; at 10,000 limiters × 60 s that is 12 M
+    /// samples, 0.9 GB, which Figure 8 does not use).
+    pub ticks: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self { ticks: true }
+    }
+}
+
 /// Runs `sc`; `progress` is called with the fraction of simulated time done
 /// (about every simulated second).
 pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, ScenarioError> {
+    run_with(sc, RunOptions::default(), progress)
+}
+
+/// [`run`] recording what `opts` asks for.
+pub fn run_with(
+    sc: &Scenario,
+    opts: RunOptions,
+    progress: &mut dyn FnMut(f64),
+) -> Result<RunResult, ScenarioError> {
     sc.validate()?;
     let settings = sc.settings();
     let nodes = settings.nodes;
@@ -218,20 +242,22 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
         rate: sc.limit_bps / 8,
         depth: sc.depth_bytes,
     };
-    let start_node = |i: u32, incarnation: u32, now: Nanos| {
+    let start_node = |i: u32, incarnation: u32, now: Nanos, roster: &Roster| {
         let seed =
             crate::rng::derive_seed(sc.seed, Component::Limiter, i as u64) ^ (incarnation as u64);
         let mut n = Node::new(i, settings.clone(), seed, now)?;
         // The key exists from the start (a query creates it).
         let _ = n.admit(now, KEY, limit, 0, 0);
-        for p in 0..nodes {
-            n.peer_up(now, p);
-        }
+        // Every limiter up at `now` (one membership shared by all the
+        // nodes until one of them sees a change).
+        n.roster_up(roster);
         Ok::<Node, ScenarioError>(n)
     };
+    let roster = Roster::new(0, 0..nodes);
     let mut limiters: Vec<Node> = (0..nodes)
-        .map(|i| start_node(i, 0, 0))
+        .map(|i| start_node(i, 0, 0, &roster))
         .collect::<Result<_, _>>()?;
+    drop(roster);
     let mut alive = vec![true; nodes as usize];
     let mut incarnation = vec![0u32; nodes as usize];
     // Side of each node while a partition is in force (all 0 otherwise).
@@ -568,7 +594,9 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
                 }
                 let lim = &mut limiters[n];
                 lim.handle_timeout(now);
-                if let Some(s) = lim.keys().snapshot(KEY) {
+                if opts.ticks
+                    && let Some(s) = lim.keys().snapshot(KEY)
+                {
                     ticks.push(TickSample {
                         at: now,
                         node: n as u32,
@@ -641,7 +669,7 @@ pub fn run(sc: &Scenario, progress: &mut dyn FnMut(f64)) -> Result<RunResult, Sc
                 }
                 incarnation[i] += 1;
                 alive[i] = true;
-                limiters[i] = start_node(n, incarnation[i], now)?;
+                limiters[i] = start_node(n, incarnation[i], now, &Roster::new(now, 0..nodes))?;
                 for m in 0..nodes {
                     if m != n {
                         limiters[i].peer_down(now, m);

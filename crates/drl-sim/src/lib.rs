@@ -27,6 +27,6 @@ pub mod rng;
 pub mod scenario;
 pub mod tcp;
 
-pub use engine::{FlowResult, RunResult, TickSample, run};
+pub use engine::{FlowResult, RunOptions, RunResult, TickSample, run, run_with};
 pub use experiment::{Experiment, ExperimentResult, Progress, Summary};
 pub use scenario::{Scenario, ScenarioError};

@@ -1,6 +1,6 @@
 //! [`Node`]: one Cloud Control node, sans-IO, for many keys.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use drl_core::Nanos;
@@ -9,6 +9,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::key::{Admission, KeyLimit};
+use super::members::{Heard, Members, NOT_UP, Roster};
 use super::settings::{Aggregation, Settings, SettingsError};
 use super::table::{AdmitError, KeyRef, Keys};
 use super::wire::{self, Frames, Header, Value};
@@ -21,39 +22,6 @@ pub type PeerId = u32;
 /// Largest gossip payload a node emits, bytes: a 1,200-byte datagram less
 /// the transport's 34 bytes of framing.
 pub const MAX_PAYLOAD: usize = 1_166;
-
-/// What a node knows about one peer.
-#[derive(Debug, Default)]
-struct Peer {
-    /// Membership says it is up.
-    up: bool,
-    /// When membership last said so.
-    up_at: Nanos,
-    /// When membership said it went down, while it is.
-    down_at: Option<Nanos>,
-    /// When its last valid payload arrived.
-    heard: Option<Nanos>,
-    /// Its incarnation, from its payloads.
-    instance: Option<u32>,
-    /// Digest of its membership view, from its latest payload.
-    view: u64,
-    /// Peer table: its latest published value per wire key, with arrival
-    /// time.
-    values: HashMap<Vec<u8>, (f32, Nanos), foldhash::fast::RandomState>,
-}
-
-impl Peer {
-    /// Counted toward `live` and the remote sums: membership says it is
-    /// up, it has sent since (so it counts this node too: a node sends
-    /// only to peers it has up), and recently.
-    fn counted(&self, now: Nanos, stale: Nanos, view: u64) -> bool {
-        self.up
-            && self.view == view
-            && self
-                .heard
-                .is_some_and(|h| h >= self.up_at && now.saturating_sub(h) <= stale)
-    }
-}
 
 /// A push-sum instance for one wire key.
 #[derive(Debug)]
@@ -143,7 +111,8 @@ pub struct Node {
     keys: Arc<Keys>,
     rng: ChaCha8Rng,
     next_tick: Nanos,
-    peers: BTreeMap<PeerId, Peer>,
+    /// Membership, the peers heard from, the peer table's values.
+    members: Members,
     /// Peer table: this round of destinations (shuffled) and the next.
     round: Vec<PeerId>,
     cursor: usize,
@@ -208,7 +177,7 @@ impl Node {
             keys: Arc::new(Keys::new(settings.clone(), seed)),
             rng,
             next_tick: now.saturating_add(settings.interval),
-            peers: BTreeMap::new(),
+            members: Members::default(),
             round: Vec::new(),
             cursor: 0,
             masses: BTreeMap::new(),
@@ -255,15 +224,15 @@ impl Node {
 
     /// Membership: `peer` is up (joined, or back).
     pub fn peer_up(&mut self, now: Nanos, peer: PeerId) {
-        if peer == self.me {
-            return;
-        }
-        let p = self.peers.entry(peer).or_default();
-        if !p.up {
-            p.up = true;
-            p.up_at = now;
-            p.down_at = None;
-        }
+        self.members.peer_up(self.me, now, peer);
+    }
+
+    /// Membership: every member of `roster` is up, as [`Node::peer_up`]
+    /// for each at the roster's time (this node's own id is skipped). A
+    /// node with no membership yet shares the roster instead of copying
+    /// it, so N nodes started from one roster hold one membership.
+    pub fn roster_up(&mut self, roster: &Roster) {
+        self.members.roster_up(self.me, roster);
     }
 
     /// Membership: `peer` is down (failed, or cut off). The 1/N rule takes
@@ -276,12 +245,7 @@ impl Node {
     pub fn peer_down(&mut self, now: Nanos, peer: PeerId) {
         // Push-sum links stay: views can disagree (a wrong suspicion is
         // one-sided), and both ends must keep the same running totals.
-        if let Some(p) = self.peers.get_mut(&peer)
-            && p.up
-        {
-            p.up = false;
-            p.down_at = Some(now);
-        }
+        self.members.peer_down(self.me, now, peer);
     }
 
     /// Membership: `peer` left gracefully (same as down, without waiting
@@ -292,33 +256,16 @@ impl Node {
 
     /// Peers membership has up, ascending.
     pub fn peers_up(&self) -> impl Iterator<Item = PeerId> + '_ {
-        self.peers.iter().filter(|(_, p)| p.up).map(|(id, _)| *id)
+        self.members.up_ids(self.me)
     }
 
     /// Digest of this node's membership view: itself and the peers it has
     /// up (FNV-1a over the ids, ascending).
     pub fn view(&self) -> u64 {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut mix = |id: PeerId| {
-            for b in id.to_be_bytes() {
-                h ^= b as u64;
-                h = h.wrapping_mul(0x0100_0000_01b3);
-            }
-        };
-        let mut me_done = false;
-        for (&id, p) in &self.peers {
-            if !me_done && id > self.me {
-                mix(self.me);
-                me_done = true;
-            }
-            if p.up && id != self.me {
-                mix(id);
-            }
+        match &self.members.derived {
+            Some(d) => d.view,
+            None => self.members.compute_view(self.me),
         }
-        if !me_done {
-            mix(self.me);
-        }
-        h
     }
 
     /// Nodes counted live now (this one included).
@@ -326,7 +273,8 @@ impl Node {
         let stale = self.settings.stale_after;
         let view = self.view();
         1 + self
-            .peers
+            .members
+            .heard
             .values()
             .filter(|p| p.counted(now, stale, view))
             .count() as u32
@@ -359,34 +307,59 @@ impl Node {
             return Err(DatagramError::Mismatched);
         }
         let max = self.settings.max_keys;
-        let peer = self.peers.entry(from).or_default();
-        peer.heard = Some(now);
-        peer.view = header.view;
-        if peer.instance != Some(header.instance) {
-            // A new incarnation (or the first payload): nothing it said
-            // before counts, and push-sum links start from zero.
-            if peer.instance.is_some() {
-                peer.values.clear();
-                for m in self.masses.values_mut() {
-                    m.sum.forget(from);
-                }
+        let up_at = self.members.up_at(self.me, from).unwrap_or(NOT_UP);
+        let mut renewed = false;
+        self.members
+            .heard
+            .entry(from)
+            .and_modify(|h| {
+                h.at = now;
+                h.view = header.view;
+                // A new incarnation: nothing it said before counts, and
+                // push-sum links start from zero.
+                renewed = h.instance != header.instance;
+                h.instance = header.instance;
+            })
+            .or_insert(Heard {
+                at: now,
+                view: header.view,
+                up_at,
+                instance: header.instance,
+                keys: 0,
+            });
+        if renewed {
+            self.members.clear_values(from);
+            for m in self.masses.values_mut() {
+                m.sum.forget(from);
             }
-            peer.instance = Some(header.instance);
         }
         let mut refused = 0u64;
         let result = match self.settings.aggregation {
-            Aggregation::PeerTable => wire::decode(bytes, &mut self.scratch, |key, v| {
-                if let Value::Published(x) = v {
-                    let len = peer.values.len();
-                    match peer.values.get_mut(key) {
-                        Some(slot) => *slot = (x, now),
-                        None if len < max => {
-                            peer.values.insert(key.to_vec(), (x, now));
+            Aggregation::PeerTable => {
+                let m = &mut self.members;
+                let Some(peer) = m.heard.get_mut(&from) else {
+                    unreachable!("just inserted")
+                };
+                let values = &mut m.values;
+                wire::decode(bytes, &mut self.scratch, |key, v| {
+                    if let Value::Published(x) = v {
+                        if let Some(slot) = values.get_mut(key).and_then(|t| t.get_mut(&from)) {
+                            *slot = (x, now);
+                        } else if (peer.keys as usize) < max {
+                            match values.get_mut(key) {
+                                Some(t) => t.insert(from, (x, now)),
+                                None => values
+                                    .entry(key.to_vec())
+                                    .or_default()
+                                    .insert(from, (x, now)),
+                            };
+                            peer.keys += 1;
+                        } else {
+                            refused += 1;
                         }
-                        None => refused += 1,
                     }
-                }
-            }),
+                })
+            }
             Aggregation::PushSum => {
                 let masses = &mut self.masses;
                 let s = &self.settings;
@@ -447,29 +420,50 @@ impl Node {
     /// peers would wait over 24 s instead of at most 8). Push-sum: random
     /// links of the fan.
     fn targets(&mut self) -> Vec<PeerId> {
-        let up: Vec<PeerId> = self.peers_up().collect();
+        let up = self.members.up_count(self.me) as usize;
         let b = self.settings.branching as usize;
         let mut t: Vec<PeerId> = match self.settings.aggregation {
             Aggregation::PeerTable => {
-                let mut t = Vec::with_capacity(b.min(up.len()));
+                let mut t = Vec::with_capacity(b.min(up));
                 let mut reshuffles = 0;
-                while t.len() < b.min(up.len()) && reshuffles < 2 {
+                while t.len() < b.min(up) && reshuffles < 2 {
                     if self.cursor >= self.round.len() {
-                        self.round.clone_from(&up);
+                        self.round.clear();
+                        self.round.extend(self.members.up_ids(self.me));
                         self.round.shuffle(&mut self.rng);
                         self.cursor = 0;
                         reshuffles += 1;
                     }
                     let p = self.round[self.cursor];
                     self.cursor += 1;
-                    if !t.contains(&p) && self.peers.get(&p).is_some_and(|x| x.up) {
+                    if !t.contains(&p) && self.members.up_at(self.me, p).is_some() {
                         t.push(p);
                     }
                 }
                 t
             }
             Aggregation::PushSum => {
-                let pool = fan(self.me, up);
+                // The fan depends on the members up alone: computed when
+                // they change, not every interval.
+                let me = self.me;
+                self.members.view(me);
+                if self
+                    .members
+                    .derived
+                    .as_ref()
+                    .is_some_and(|d| d.fan.is_none())
+                {
+                    let up: Vec<PeerId> = self.members.up_ids(me).collect();
+                    if let Some(d) = self.members.derived.as_mut() {
+                        d.fan = Some(fan(me, up));
+                    }
+                }
+                let pool = self
+                    .members
+                    .derived
+                    .as_ref()
+                    .and_then(|d| d.fan.as_deref())
+                    .unwrap_or_default();
                 let b = b.min(pool.len());
                 pool.choose_multiple(&mut self.rng, b).copied().collect()
             }
@@ -480,22 +474,16 @@ impl Node {
 
     fn step(&mut self, now: Nanos) {
         let stale = self.settings.stale_after;
-        let view = self.view();
+        let view = self.members.view(self.me);
         self.header.view = view;
         let hold = self.settings.down_hold();
-        for p in self.peers.values_mut() {
-            if p.down_at.is_some_and(|d| now.saturating_sub(d) > hold) {
-                p.values.clear();
-            } else {
-                p.values.retain(|_, (_, t)| now.saturating_sub(*t) <= stale);
-            }
-        }
+        self.members.expire_values(now, stale, hold);
         let live = match self.settings.aggregation {
             Aggregation::PeerTable => self.live(now),
             // A push-sum node hears only from its fan's in-links, so it
             // cannot ask to have heard from every peer: membership alone
             // counts (the heal-window guard is the peer table's).
-            Aggregation::PushSum => 1 + self.peers.values().filter(|p| p.up).count() as u32,
+            Aggregation::PushSum => 1 + self.members.up_count(self.me),
         };
         self.keys.set_live(live);
         let keys = self.keys.sorted();
@@ -511,9 +499,11 @@ impl Node {
                     // went down within `rise`): the share is the group's,
                     // the demand everyone's that is known.
                     let remote: f64 = self
-                        .peers
-                        .values()
-                        .filter_map(|p| p.values.get(&e.wire_key))
+                        .members
+                        .values
+                        .get(&e.wire_key)
+                        .into_iter()
+                        .flat_map(|t| t.values())
                         .map(|(v, _)| *v as f64)
                         .sum();
                     let (published, send) = e.state.tick(&self.settings, now, remote, live);

@@ -3,13 +3,20 @@
 //! the in-process backend on another, so `wrk` can alternate between them.
 //!
 //! ```text
-//! cargo run --release -p drl-client --example layer_bench_app -- BARE_ADDR LAYERED_ADDR
+//! cargo run --release -p drl-client --example layer_bench_app -- BARE_ADDR LAYERED_ADDR [NOOP_ADDR]
 //! ```
+//!
+//! With `NOOP_ADDR`, a third port serves the handler behind a layer that
+//! does nothing (`MapResponseLayer` with the identity): what axum's
+//! per-route layer plumbing costs by itself, whatever the layer
+//! (`NOOP=1 scripts/layer-instructions`).
 
 use axum::Router;
+use axum::response::Response;
 use axum::routing::get;
 use drl_client::extract::by_header;
 use drl_client::{Client, InProcess, RateLimitLayer};
+use tower::util::MapResponseLayer;
 
 /// Every request is admitted: the benchmark measures the layer's cost,
 /// not 429s (which are cheaper than the handler).
@@ -22,9 +29,17 @@ async fn hello() -> &'static str {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: layer_bench_app BARE_ADDR LAYERED_ADDR";
+    let usage = "usage: layer_bench_app BARE_ADDR LAYERED_ADDR [NOOP_ADDR]";
     let bare_addr = args.next().ok_or(usage)?;
     let layered_addr = args.next().ok_or(usage)?;
+    if let Some(noop_addr) = args.next() {
+        let noop = Router::new()
+            .route("/", get(hello))
+            .layer(MapResponseLayer::new(|r: Response| r));
+        let l3 = tokio::net::TcpListener::bind(&noop_addr).await?;
+        eprintln!("layer_bench_app: no-op layer http://{}", l3.local_addr()?);
+        tokio::spawn(async move { axum::serve(l3, noop).await });
+    }
     let client = Client::in_process(InProcess::from_yaml(CONFIG, "<bench>")?);
     let bare = Router::new().route("/", get(hello));
     let layered = Router::new()

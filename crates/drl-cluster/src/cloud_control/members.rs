@@ -10,7 +10,7 @@
 //! peers; with the peer table from every peer, which is the table's
 //! nature: each node keeps each peer's latest value).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use drl_core::Nanos;
@@ -99,9 +99,11 @@ pub(crate) struct Members {
     pub(crate) down: BTreeMap<PeerId, Nanos>,
     /// Peers heard from (never forgotten, as before: a record is small).
     pub(crate) heard: BTreeMap<PeerId, Heard>,
-    /// Peer table: per wire key, each peer's latest value and its arrival
-    /// time (ascending peer id: the remote sum adds them in that order).
-    pub(crate) values: BTreeMap<Vec<u8>, BTreeMap<PeerId, (f32, Nanos)>>,
+    /// Peer table: per wire key (hashed: nothing depends on the order of
+    /// keys), each peer's latest value and its arrival time (ascending
+    /// peer id: the remote sum adds them in that order).
+    pub(crate) values:
+        HashMap<Vec<u8>, BTreeMap<PeerId, (f32, Nanos)>, foldhash::fast::RandomState>,
     /// Cache of what depends on `up` alone.
     pub(crate) derived: Option<Derived>,
     /// No value in `values` arrived before this (the oldest left by the

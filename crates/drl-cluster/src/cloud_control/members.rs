@@ -79,6 +79,60 @@ impl Heard {
     }
 }
 
+/// One wire key's values in the peer table: each peer's latest value and
+/// its arrival time, in ascending peer id (the remote sum adds them in
+/// that order). A sorted vector: the sum walks it every interval, a new
+/// peer is inserted once.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct PeerValues(Vec<(PeerId, f32, Nanos)>);
+
+impl PeerValues {
+    fn find(&self, peer: PeerId) -> Result<usize, usize> {
+        self.0.binary_search_by_key(&peer, |e| e.0)
+    }
+
+    /// Sets `peer`'s value if it has one; false if not.
+    pub(crate) fn update(&mut self, peer: PeerId, value: f32, at: Nanos) -> bool {
+        match self.find(peer) {
+            Ok(i) => {
+                self.0[i] = (peer, value, at);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Adds (or sets) `peer`'s value.
+    pub(crate) fn insert(&mut self, peer: PeerId, value: f32, at: Nanos) {
+        match self.find(peer) {
+            Ok(i) => self.0[i] = (peer, value, at),
+            Err(i) => self.0.insert(i, (peer, value, at)),
+        }
+    }
+
+    /// Forgets `peer`'s value.
+    pub(crate) fn remove(&mut self, peer: PeerId) {
+        if let Ok(i) = self.find(peer) {
+            self.0.remove(i);
+        }
+    }
+
+    /// Keeps the values `keep(peer, arrival)` says yes to.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(PeerId, Nanos) -> bool) {
+        self.0.retain(|e| keep(e.0, e.2));
+    }
+
+    /// True when no peer has a value.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The values, in ascending peer id.
+    pub(crate) fn values(&self) -> impl Iterator<Item = f32> + '_ {
+        self.0.iter().map(|e| e.1)
+    }
+}
+
 /// Derived from the members up, recomputed only when they change.
 #[derive(Debug, Clone)]
 pub(crate) struct Derived {
@@ -98,12 +152,13 @@ pub(crate) struct Members {
     /// Members down, with when each went down, while they are.
     pub(crate) down: BTreeMap<PeerId, Nanos>,
     /// Peers heard from (never forgotten, as before: a record is small).
-    pub(crate) heard: BTreeMap<PeerId, Heard>,
+    /// Hashed: only counts are taken over it, and the peer table's `live`
+    /// walks it every interval (contiguous, unlike a tree).
+    pub(crate) heard: HashMap<PeerId, Heard, foldhash::fast::RandomState>,
     /// Peer table: per wire key (hashed: nothing depends on the order of
     /// keys), each peer's latest value and its arrival time (ascending
     /// peer id: the remote sum adds them in that order).
-    pub(crate) values:
-        HashMap<Vec<u8>, BTreeMap<PeerId, (f32, Nanos)>, foldhash::fast::RandomState>,
+    pub(crate) values: HashMap<Vec<u8>, PeerValues, foldhash::fast::RandomState>,
     /// Cache of what depends on `up` alone.
     pub(crate) derived: Option<Derived>,
     /// No value in `values` arrived before this (the oldest left by the
@@ -215,7 +270,7 @@ impl Members {
     /// Forgets every value of `peer` in the peer table.
     pub(crate) fn clear_values(&mut self, peer: PeerId) {
         for m in self.values.values_mut() {
-            m.remove(&peer);
+            m.remove(peer);
         }
         self.values.retain(|_, m| !m.is_empty());
         if let Some(h) = self.heard.get_mut(&peer) {
@@ -233,17 +288,17 @@ impl Members {
         let heard = &mut self.heard;
         let mut oldest = now;
         for m in self.values.values_mut() {
-            m.retain(|peer, (_, t)| {
-                let gone = now.saturating_sub(*t) > stale
+            m.retain(|peer, t| {
+                let gone = now.saturating_sub(t) > stale
                     || (!down.is_empty()
                         && down
-                            .get(peer)
+                            .get(&peer)
                             .is_some_and(|d| now.saturating_sub(*d) > hold));
-                if gone && let Some(h) = heard.get_mut(peer) {
+                if gone && let Some(h) = heard.get_mut(&peer) {
                     h.keys -= 1;
                 }
                 if !gone {
-                    oldest = oldest.min(*t);
+                    oldest = oldest.min(t);
                 }
                 !gone
             });

@@ -343,15 +343,14 @@ impl Node {
                 let values = &mut m.values;
                 wire::decode(bytes, &mut self.scratch, |key, v| {
                     if let Value::Published(x) = v {
-                        if let Some(slot) = values.get_mut(key).and_then(|t| t.get_mut(&from)) {
-                            *slot = (x, now);
+                        if values.get_mut(key).is_some_and(|t| t.update(from, x, now)) {
+                            // Updated in place.
                         } else if (peer.keys as usize) < max {
                             match values.get_mut(key) {
-                                Some(t) => t.insert(from, (x, now)),
-                                None => values
-                                    .entry(key.to_vec())
-                                    .or_default()
-                                    .insert(from, (x, now)),
+                                Some(t) => t.insert(from, x, now),
+                                None => {
+                                    values.entry(key.to_vec()).or_default().insert(from, x, now)
+                                }
                             };
                             peer.keys += 1;
                         } else {
@@ -504,7 +503,7 @@ impl Node {
                         .get(&e.wire_key)
                         .into_iter()
                         .flat_map(|t| t.values())
-                        .map(|(v, _)| *v as f64)
+                        .map(|v| v as f64)
                         .sum();
                     let (published, send) = e.state.tick(&self.settings, now, remote, live);
                     if send {

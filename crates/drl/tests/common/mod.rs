@@ -163,7 +163,11 @@ impl Drl {
             .count()
     }
 
-    /// Sends a signal (`TERM`, `HUP`) to the process.
+    /// Sends a signal (`TERM`, `HUP`, `STOP`, `CONT`) to the process.
+    /// `STOP` returns once every thread of the process is stopped and
+    /// `CONT` once none is: the kernel delivers a stop asynchronously, and
+    /// a thread still running on the other core could otherwise answer a
+    /// request sent right after `kill` returned.
     pub fn signal(&self, sig: &str) {
         let ok = Command::new("kill")
             .arg(format!("-{sig}"))
@@ -172,6 +176,37 @@ impl Drl {
             .unwrap()
             .success();
         assert!(ok, "kill -{sig} failed");
+        let want_stopped = match sig {
+            "STOP" => true,
+            "CONT" => false,
+            _ => return,
+        };
+        let start = Instant::now();
+        while self.all_threads_stopped() != want_stopped {
+            assert!(
+                start.elapsed() < DEADLINE,
+                "drl's threads did not {} after SIG{sig}",
+                if want_stopped { "stop" } else { "resume" }
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// True if every thread of the process is in the stopped state (`T`
+    /// in /proc/PID/task/TID/stat).
+    fn all_threads_stopped(&self) -> bool {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.child.id())) else {
+            return false;
+        };
+        tasks.filter_map(Result::ok).all(|t| {
+            std::fs::read_to_string(t.path().join("stat"))
+                .ok()
+                .and_then(|st| {
+                    st.rsplit_once(')')
+                        .map(|(_, rest)| rest.trim_start().starts_with('T'))
+                })
+                .unwrap_or(true)
+        })
     }
 
     /// Waits for the process to exit; returns its status.

@@ -36,7 +36,7 @@ pub const DUPTHRESH: u32 = 3;
 pub const MAX_SACK_BLOCKS: usize = 3;
 
 /// Sender parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct TcpConfig {
     /// Initial congestion window (segments).
     pub initial_cwnd: u32,
@@ -50,6 +50,13 @@ pub struct TcpConfig {
     pub max_rto: Nanos,
     /// Segments to send in total (`None`: an endless bulk transfer).
     pub total_segments: Option<u64>,
+    /// Acknowledged segments per unit of window growth: 1 grows the window
+    /// per segment acknowledged (our receiver ACKs every segment); 2 grows
+    /// it per ACK of a receiver that delays its ACKs to every second
+    /// segment, as an ACK-counting sender (Linux before 2.6.15, the
+    /// paper's 2.6.9) does: half the growth in slow start and in
+    /// congestion avoidance.
+    pub growth_divisor: u32,
 }
 
 impl Default for TcpConfig {
@@ -61,7 +68,27 @@ impl Default for TcpConfig {
             initial_rto: 1_000_000_000,
             max_rto: 60_000_000_000,
             total_segments: None,
+            growth_divisor: 1,
         }
+    }
+}
+
+/// Shows [`TcpConfig::growth_divisor`] only when it is not 1, so that the
+/// `Debug` text of results (which `examples/identity.rs` fingerprints) is
+/// the same as before the field existed.
+impl std::fmt::Debug for TcpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("TcpConfig");
+        d.field("initial_cwnd", &self.initial_cwnd)
+            .field("rwnd", &self.rwnd)
+            .field("min_rto", &self.min_rto)
+            .field("initial_rto", &self.initial_rto)
+            .field("max_rto", &self.max_rto)
+            .field("total_segments", &self.total_segments);
+        if self.growth_divisor != 1 {
+            d.field("growth_divisor", &self.growth_divisor);
+        }
+        d.finish()
     }
 }
 
@@ -129,6 +156,8 @@ pub struct TcpSender {
     snd_nxt: u64,
     cwnd: u32,
     cwnd_cnt: u32,
+    /// Acknowledged segments not yet turned into growth credit.
+    growth_rem: u32,
     ssthresh: u32,
     dupacks: u32,
     in_recovery: bool,
@@ -149,6 +178,7 @@ impl TcpSender {
         Self {
             cwnd: cfg.initial_cwnd.max(1),
             cwnd_cnt: 0,
+            growth_rem: 0,
             ssthresh: u32::MAX,
             snd_una: 0,
             snd_nxt: 0,
@@ -402,16 +432,22 @@ impl TcpSender {
                         s.lost = true;
                     }
                 }
-            } else if self.cwnd < self.ssthresh {
-                self.cwnd = self
-                    .cwnd
-                    .saturating_add(newly)
-                    .min(self.ssthresh.max(self.cwnd + 1));
             } else {
-                self.cwnd_cnt += newly;
-                if self.cwnd_cnt >= self.cwnd {
-                    self.cwnd_cnt -= self.cwnd;
-                    self.cwnd = self.cwnd.saturating_add(1);
+                let div = self.cfg.growth_divisor.max(1);
+                let total = self.growth_rem + newly;
+                let credit = total / div;
+                self.growth_rem = total % div;
+                if self.cwnd < self.ssthresh {
+                    self.cwnd = self
+                        .cwnd
+                        .saturating_add(credit)
+                        .min(self.ssthresh.max(self.cwnd + 1));
+                } else {
+                    self.cwnd_cnt += credit;
+                    if self.cwnd_cnt >= self.cwnd {
+                        self.cwnd_cnt -= self.cwnd;
+                        self.cwnd = self.cwnd.saturating_add(1);
+                    }
                 }
             }
             // New data acknowledged: restart the timer (RFC 6298 5.3).
@@ -625,6 +661,36 @@ mod tests {
         assert_eq!(p.s.cwnd(), 24);
         assert_eq!(p.s.stats().retransmits, 0);
         assert!(p.s.srtt().unwrap() >= 40 * MS);
+    }
+
+    /// `growth_divisor: 2` (an ACK-counting sender behind a receiver that
+    /// ACKs every second segment) grows the window by half as much: 3 ->
+    /// 4 -> 6 -> 9 in slow start; in congestion avoidance +1 per two
+    /// windows instead of per window.
+    #[test]
+    fn growth_divisor_halves_window_growth() {
+        let cfg = TcpConfig {
+            growth_divisor: 2,
+            ..TcpConfig::default()
+        };
+        let mut p = Pipe::new(cfg);
+        let first = p.s.start(0);
+        p.rounds(first, 3, |_| false);
+        assert_eq!(p.s.cwnd(), 9);
+        // Congestion avoidance from a window of 10: 4 rounds give 2 segments
+        // of growth, not 4.
+        for div in [1u32, 2] {
+            let mut p = Pipe::new(TcpConfig {
+                initial_cwnd: 10,
+                growth_divisor: div,
+                ..TcpConfig::default()
+            });
+            p.s.ssthresh = 10;
+            let first = p.s.start(0);
+            p.rounds(first, 4, |_| false);
+            let grown = p.s.cwnd() - 10;
+            assert_eq!(grown, 4 / div, "divisor {div}");
+        }
     }
 
     #[test]

@@ -8,9 +8,11 @@
 //!
 //! Options (each `--name value`): `--alg` (fps), `--seeds` (10), `--secs`
 //! (60), `--depth` bytes (75000), `--interval-ms` (50), `--ewma` (0.1),
-//! `--long-ms` (100), `--short-ms` (10), `--flows` (3,7), `--growth-divisor` (1; 2 = an ACK-counting sender behind delayed
-//! ACKs), `--min-rto-ms` (200), `--rwnd` segments (1000), `--series 1` prints
-//! limiter 1's state once a second for the first seed.
+//! `--long-ms` (100), `--short-ms` (10), `--flows` (3,7),
+//! `--growth-divisor` (1; 2 = an ACK-counting sender behind delayed ACKs),
+//! `--min-rto-ms` (200), `--rwnd` segments (1000), `--jitter-us` (the
+//! default jitter); `--series 1` prints both limiters' state once a second
+//! for the first seed.
 
 use drl_cluster::alloc::AlgorithmKind;
 use drl_sim::scenario::{MS, SEC, Scenario};
@@ -39,6 +41,7 @@ fn main() {
     let growth: u32 = arg(&a, "--growth-divisor", 1);
     let min_rto: u64 = arg(&a, "--min-rto-ms", 200);
     let rwnd: u32 = arg(&a, "--rwnd", 1_000);
+    let jitter: u64 = arg(&a, "--jitter-us", drl_sim::scenario::DEFAULT_JITTER / 1_000);
     let flows: Vec<u32> = flows.split(',').map(|s| s.parse().unwrap()).collect();
 
     println!(
@@ -63,6 +66,7 @@ fn main() {
         sc.tcp.growth_divisor = growth;
         sc.tcp.min_rto = min_rto * MS;
         sc.tcp.rwnd = rwnd;
+        sc.jitter = jitter * 1_000;
         let r = drl_sim::engine::run(&sc, &mut |_| {}).unwrap();
         let warm = sc.warmup;
         let bins_from = (warm / sc.bin) as usize;

@@ -17,8 +17,11 @@ fn run(fig: Figure, runs: u32, duration: Option<Nanos>) -> Vec<VariantRuns> {
     fig.plan(&o).run(&mut |_| {}).unwrap()
 }
 
-/// Table 2: every aggregate within 10 % of the paper's, and FPS gives the
-/// long-RTT flows more than CTB does (and the short-RTT ones less).
+/// Table 2: every aggregate within 10 % of the paper's and within 5 % of
+/// each other, FPS gives the long-RTT flows more than CTB does (and the
+/// short-RTT ones less), and FPS's long/short ratio is far above CTB's and
+/// GRD's (the paper's claim). Why its long-RTT flows get twice the paper's
+/// rate: `tests/table2_rtt.rs`.
 #[test]
 fn table2_aggregates_and_rtt_fairness() {
     let runs = run(Figure::Table2, 3, Some(40 * SEC));
@@ -40,6 +43,22 @@ fn table2_aggregates_and_rtt_fairness() {
     assert!(t["fps"].short_rtt_mbps < t["ctb"].short_rtt_mbps);
     // Through one bucket short RTTs win.
     assert!(t["ctb"].short_rtt_mbps > 2.0 * t["ctb"].long_rtt_mbps);
+    // The paper: "FPS provides a higher degree of fairness between RTTs,
+    // but all three limiters deliver equivalent aggregate rates".
+    let ratio = |l: &str| t[l].long_rtt_mbps / t[l].short_rtt_mbps;
+    for other in ["ctb", "grd"] {
+        assert!(
+            ratio("fps") > 2.0 * ratio(other),
+            "long/short: fps {} vs {other} {}",
+            ratio("fps"),
+            ratio(other)
+        );
+    }
+    let aggs: Vec<f64> = t.values().map(|c| c.aggregate_mbps).collect();
+    let (lo, hi) = aggs
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+    assert!(hi - lo < 0.05 * hi, "aggregates {aggs:?}");
 }
 
 /// Figure 6: with one flow per limiter joining every 10 s, every variant

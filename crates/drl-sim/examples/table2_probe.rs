@@ -10,8 +10,10 @@
 //! (60), `--depth` bytes (75000), `--interval-ms` (50), `--ewma` (0.1),
 //! `--long-ms` (100), `--short-ms` (10), `--flows` (3,7),
 //! `--growth-divisor` (1; 2 = an ACK-counting sender behind delayed ACKs),
-//! `--min-rto-ms` (200), `--rwnd` segments (1000), `--jitter-us` (the
-//! default jitter); `--series 1` prints both limiters' state once a second
+//! `--min-rto-ms` (200), `--linux-rto 1` (RTO = SRTT + max(4·RTTVAR, min
+//! RTO)), `--rwnd` segments (1000), `--jitter-us` (the default jitter),
+//! `--flow-ewma` (FPS's per-flow 1-second EWMA; default: `--ewma`),
+//! `--sample` (FPS's sample set, 16 flows); `--series 1` prints both limiters' state once a second
 //! for the first seed.
 
 use drl_cluster::alloc::AlgorithmKind;
@@ -41,6 +43,9 @@ fn main() {
     let growth: u32 = arg(&a, "--growth-divisor", 1);
     let min_rto: u64 = arg(&a, "--min-rto-ms", 200);
     let rwnd: u32 = arg(&a, "--rwnd", 1_000);
+    let linux_rto: u32 = arg(&a, "--linux-rto", 0);
+    let flow_ewma: f64 = arg(&a, "--flow-ewma", -1.0);
+    let sample: usize = arg(&a, "--sample", 16);
     let jitter: u64 = arg(&a, "--jitter-us", drl_sim::scenario::DEFAULT_JITTER / 1_000);
     let flows: Vec<u32> = flows.split(',').map(|s| s.parse().unwrap()).collect();
 
@@ -66,6 +71,9 @@ fn main() {
         sc.tcp.growth_divisor = growth;
         sc.tcp.min_rto = min_rto * MS;
         sc.tcp.rwnd = rwnd;
+        sc.tcp.linux_rto = linux_rto != 0;
+        sc.fps.flow_ewma = (flow_ewma >= 0.0).then_some(flow_ewma);
+        sc.fps.sample_capacity = sample;
         sc.jitter = jitter * 1_000;
         let r = drl_sim::engine::run(&sc, &mut |_| {}).unwrap();
         let warm = sc.warmup;

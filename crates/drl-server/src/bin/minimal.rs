@@ -18,6 +18,10 @@
 //! With `--tls-cert FILE --tls-key FILE` both listeners speak TLS through
 //! the same stack as `drl serve` (rustls with ring, tokio-rustls,
 //! hyper-util), in the plainest accept loop: the baseline of the TLS rows.
+//!
+//! `--grpc-engine h2` serves the same gRPC answers on the `h2` crate
+//! directly (`drl_server::grpc::direct`) instead of tonic: the same work on
+//! two transports, for `scripts/server-instructions` (issue 17).
 
 use std::borrow::Cow;
 use std::io::Write as _;
@@ -30,6 +34,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use drl_server::grpc::pb::rate_limiter_server::{RateLimiter, RateLimiterServer};
 use drl_server::grpc::pb::{CheckItem, CheckRequest, CheckResponse, CheckResult};
+use drl_server::grpc::{direct, frame};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
@@ -97,19 +102,9 @@ impl RateLimiter for Minimal {
         &self,
         req: Request<CheckRequest>,
     ) -> Result<tonic::Response<CheckResponse>, Status> {
-        let n = req.into_inner().requests.len();
-        let results = (0..n)
-            .map(|_| CheckResult {
-                allowed: true,
-                limit: 100,
-                remaining: 99,
-                retry_after_ms: None,
-                reset_after_ms: 10,
-                delay_ms: 0,
-                reason: String::new(),
-            })
-            .collect();
-        Ok(tonic::Response::new(CheckResponse { results }))
+        Ok(tonic::Response::new(check_response(
+            req.into_inner().requests.len(),
+        )))
     }
 }
 
@@ -123,28 +118,103 @@ impl RateLimitService for MinimalRls {
         &self,
         req: Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, Status> {
-        let n = req.into_inner().descriptors.len();
-        let statuses = (0..n)
-            .map(|_| DescriptorStatus {
-                code: Code::Ok.into(),
-                current_limit: Some(PbRateLimit {
-                    name: String::new(),
-                    requests_per_unit: 1_000_000,
-                    unit: Unit::Second.into(),
-                }),
-                limit_remaining: 999_999,
-                duration_until_reset: Some(PbDuration {
-                    seconds: 1,
-                    nanos: 0,
-                }),
-                quota: None,
-            })
-            .collect();
-        Ok(tonic::Response::new(RateLimitResponse {
-            overall_code: Code::Ok.into(),
-            statuses,
-            ..Default::default()
-        }))
+        Ok(tonic::Response::new(rls_response(
+            req.into_inner().descriptors.len(),
+        )))
+    }
+}
+
+fn check_response(n: usize) -> CheckResponse {
+    let results = (0..n)
+        .map(|_| CheckResult {
+            allowed: true,
+            limit: 100,
+            remaining: 99,
+            retry_after_ms: None,
+            reset_after_ms: 10,
+            delay_ms: 0,
+            reason: String::new(),
+        })
+        .collect();
+    CheckResponse { results }
+}
+
+fn rls_response(n: usize) -> RateLimitResponse {
+    let statuses = (0..n)
+        .map(|_| DescriptorStatus {
+            code: Code::Ok.into(),
+            current_limit: Some(PbRateLimit {
+                name: String::new(),
+                requests_per_unit: 1_000_000,
+                unit: Unit::Second.into(),
+            }),
+            limit_remaining: 999_999,
+            duration_until_reset: Some(PbDuration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            quota: None,
+        })
+        .collect();
+    RateLimitResponse {
+        overall_code: Code::Ok.into(),
+        statuses,
+        ..Default::default()
+    }
+}
+
+/// The same two methods on the direct h2 transport.
+#[derive(Debug, Clone, Copy)]
+enum DirectMethod {
+    Check,
+    Rls,
+}
+
+struct MinimalDirect;
+
+impl direct::Unary for MinimalDirect {
+    type Method = DirectMethod;
+
+    fn route(&self, path: &str) -> Option<DirectMethod> {
+        match path {
+            "/drl.v1.RateLimiter/Check" => Some(DirectMethod::Check),
+            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" => {
+                Some(DirectMethod::Rls)
+            }
+            _ => None,
+        }
+    }
+
+    async fn call(
+        &self,
+        method: DirectMethod,
+        _head: &axum::http::request::Parts,
+        msg: Bytes,
+    ) -> Result<Bytes, Status> {
+        let bad = |e: prost::DecodeError| Status::internal(e.to_string());
+        Ok(match method {
+            DirectMethod::Check => {
+                let req = CheckRequest::decode(msg).map_err(bad)?;
+                frame::encode(&check_response(req.requests.len()))
+            }
+            DirectMethod::Rls => {
+                let req = RateLimitRequest::decode(msg).map_err(bad)?;
+                frame::encode(&rls_response(req.descriptors.len()))
+            }
+        })
+    }
+}
+
+/// The direct h2 accept loop.
+async fn serve_direct(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
+    let builder = std::sync::Arc::new(direct::builder());
+    loop {
+        let (tcp, _) = listener.accept().await?;
+        let _ = tcp.set_nodelay(true);
+        let builder = builder.clone();
+        tokio::spawn(async move {
+            let _ = direct::serve_connection(tcp, &builder, &MinimalDirect).await;
+        });
     }
 }
 
@@ -222,6 +292,7 @@ fn main() -> anyhow::Result<()> {
     let mut threads = None;
     let mut tls_cert = None;
     let mut tls_key = None;
+    let mut h2_engine = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -251,6 +322,11 @@ fn main() -> anyhow::Result<()> {
                         .clone(),
                 )
             }
+            "--grpc-engine" => match it.next().map(String::as_str) {
+                Some("tonic") => h2_engine = false,
+                Some("h2") => h2_engine = true,
+                other => anyhow::bail!("--grpc-engine tonic|h2 (got {other:?})"),
+            },
             "--threads" => {
                 threads = Some(
                     it.next()
@@ -259,7 +335,7 @@ fn main() -> anyhow::Result<()> {
                 )
             }
             other => anyhow::bail!(
-                "usage: drl-minimal-server [--http ADDR] [--grpc ADDR] [--threads N] [--tls-cert FILE --tls-key FILE] | encode-grpc N [LIMIT] | encode-rls DOMAIN K=V[,K=V...] (got {other:?})"
+                "usage: drl-minimal-server [--http ADDR] [--grpc ADDR] [--threads N] [--grpc-engine tonic|h2] [--tls-cert FILE --tls-key FILE] | encode-grpc N [LIMIT] | encode-rls DOMAIN K=V[,K=V...] (got {other:?})"
             ),
         }
     }
@@ -278,6 +354,7 @@ fn main() -> anyhow::Result<()> {
             grpc_l.local_addr()?
         );
         if let (Some(cert), Some(key)) = (&tls_cert, &tls_key) {
+            anyhow::ensure!(!h2_engine, "--grpc-engine h2 does not speak TLS here");
             let tls = |alpn: &[&[u8]]| {
                 drl_server::tls::server_config(
                     &drl_server::tls::TlsConfig {
@@ -296,6 +373,14 @@ fn main() -> anyhow::Result<()> {
             let g = serve_tls(grpc_l, tls(&[b"h2"])?, routes, true);
             tokio::select! {
                 r = g => r?,
+                r = h => r?,
+            }
+            return anyhow::Ok(());
+        }
+        if h2_engine {
+            let h = axum::serve(http_l, app);
+            tokio::select! {
+                r = serve_direct(grpc_l) => r?,
                 r = h => r?,
             }
             return anyhow::Ok(());

@@ -1,6 +1,9 @@
 //! gRPC (tonic): the native batched API ([`native`]) and Envoy RLS v3
-//! ([`rls`]), served on one port.
+//! ([`rls`]), served on one port. [`direct`] serves unary methods on the
+//! `h2` crate without tonic's transport, framing messages with [`frame`].
 
+pub mod direct;
+pub mod frame;
 pub mod native;
 pub mod rls;
 

@@ -75,6 +75,11 @@ pub struct PushSum {
     s: f64,
     w: f64,
     local: f64,
+    /// The part of `s` that is this node's own recent changes, not yet
+    /// mixed: every change of the local value is added here as to `s`,
+    /// and divided as `s` is when shares leave (see
+    /// [`PushSum::remote_estimate`]).
+    home: f64,
     out: BTreeMap<NodeId, LinkOut>,
     inbound: BTreeMap<NodeId, LinkIn>,
 }
@@ -92,6 +97,7 @@ impl PushSum {
             s: 0.0,
             w: 1.0,
             local: 0.0,
+            home: 0.0,
             out: BTreeMap::new(),
             inbound: BTreeMap::new(),
         }
@@ -101,6 +107,7 @@ impl PushSum {
     pub fn set_local(&mut self, value: f64) {
         if value.is_finite() {
             self.s += value - self.local;
+            self.home += value - self.local;
             self.local = value;
         }
     }
@@ -128,9 +135,28 @@ impl PushSum {
         self.n as f64 * self.s / self.w
     }
 
-    /// Estimate of the sum of the *other* nodes' values.
+    /// Estimate of the sum of the *other* nodes' values, never negative.
+    ///
+    /// Not `sum_estimate() - local`: `n s / w` multiplies everything the
+    /// node holds by `n / w`, also the change of its own value it has just
+    /// folded into `s`, before any of it has mixed. With thousands of nodes
+    /// and demand at a few of them, a node holds about `Σx / n` of mixed
+    /// mass, so one drop of its own value by more than that made `s`
+    /// negative, the estimate of the others 0, and the node took the whole
+    /// limit (Figure 8 at 5,000 limiters). So the unmixed own part, `home`,
+    /// counts at face value: the rest, `s - home`, is the node's sample of
+    /// the mixed mass, scaled by `n / w`; then the own part is added and the
+    /// own value taken off. Once mixed (`home` decays by the fan-out each
+    /// round) this is `n s / w - local` again.
     pub fn remote_estimate(&self) -> f64 {
-        (self.sum_estimate() - self.local).max(0.0)
+        if self.n == 1 {
+            return 0.0;
+        }
+        if self.w <= 1e-12 {
+            return (self.sum_estimate() - self.local).max(0.0);
+        }
+        let mixed = self.n as f64 * (self.s - self.home) / self.w;
+        (mixed + self.home - self.local).max(0.0)
     }
 
     /// One gossip round: picks `branching` distinct peers with `rng` and
@@ -173,6 +199,7 @@ impl PushSum {
         let share_w = self.w / k;
         self.s = share_s;
         self.w = share_w;
+        self.home /= k;
         for &to in targets {
             let link = self.out.entry(to).or_default();
             link.seq += 1;
@@ -433,6 +460,33 @@ mod tests {
         }
     }
 
+    /// Figure 8 at 5,000 limiters in miniature: 2,000 nodes, demand at 10.
+    /// Once mixed, every node holds about `Σx / n` of value mass; an
+    /// active node whose value then halves must still see the other nine,
+    /// not 0 (which made it take the whole limit). `n s / w - local` gives
+    /// `2,000 × (0.005 - 0.5) - 0.5`, clamped to 0.
+    #[test]
+    fn an_own_drop_at_scale_keeps_the_others_in_view() {
+        let n = 2_000usize;
+        let mut values = vec![0.0; n];
+        for v in values.iter_mut().take(10) {
+            *v = 1.0;
+        }
+        let mut nodes = simulate(&values, 3, LossCompensation::Cumulative, 60, |_, _, _| {
+            false
+        });
+        let mixed = nodes[0].remote_estimate();
+        assert!((mixed - 9.0).abs() < 0.05, "mixed {mixed}");
+        nodes[0].set_local(0.5);
+        let remote = nodes[0].remote_estimate();
+        assert!((remote - 9.0).abs() < 0.05, "remote {remote}");
+        // A rise, at a node that has not heard of node 0's drop yet: the
+        // nine others it last knew, not 2,000 x its own rise.
+        nodes[1].set_local(2.0);
+        let remote = nodes[1].remote_estimate();
+        assert!((remote - 9.0).abs() < 0.05, "remote {remote}");
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -464,6 +518,25 @@ mod tests {
             let total: f64 = values.iter().sum();
             prop_assert!((s - total).abs() <= 1e-6 * total.max(1.0), "s {} total {}", s, total);
             prop_assert!((w - n as f64).abs() <= 1e-9 * n as f64, "w {}", w);
+        }
+
+        /// Once mixed, a change of a node's own value, of any size, leaves
+        /// its estimate of the others' sum where it was: the change is
+        /// counted at face value, not multiplied by `n / w`.
+        #[test]
+        fn an_own_change_does_not_move_the_estimate_of_the_others(
+            values in proptest::collection::vec(0.0f64..1000.0, 2..40),
+            who in any::<proptest::sample::Index>(),
+            new_value in 0.0f64..5000.0,
+        ) {
+            let mut nodes = simulate(&values, 2, LossCompensation::Cumulative, 200,
+                |_, _, _| false);
+            let i = who.index(values.len());
+            let others: f64 = values.iter().sum::<f64>() - values[i];
+            nodes[i].set_local(new_value);
+            let tol = 1e-6 * values.iter().sum::<f64>().max(1.0) * values.len() as f64;
+            prop_assert!((nodes[i].remote_estimate() - others).abs() <= tol,
+                "remote {} others {}", nodes[i].remote_estimate(), others);
         }
 
         /// After lossy rounds followed by lossless ones, cumulative mode

@@ -59,11 +59,18 @@ pub struct GrpcGuard {
     pub timeout: Duration,
 }
 
-impl tower::Service<Request<Incoming>> for GrpcGuard {
+/// Generic over the request body: hyper's (`Incoming`), or the direct h2
+/// transport's for the streams it does not answer itself
+/// ([`crate::grpc::direct`]).
+impl<B> tower::Service<Request<B>> for GrpcGuard
+where
+    B: http_body::Body<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     type Response = Response<tonic::body::Body>;
     type Error = Infallible;
     type Future = Either<
-        Deadline<<tonic::service::Routes as tower::Service<Request<Incoming>>>::Future>,
+        Deadline<<tonic::service::Routes as tower::Service<Request<B>>>::Future>,
         Response<tonic::body::Body>,
     >;
 
@@ -71,7 +78,7 @@ impl tower::Service<Request<Incoming>> for GrpcGuard {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, req: Request<B>) -> Self::Future {
         match self.auth.check(Class::Api, req.headers(), "grpc") {
             Ok(()) => Either::inner(Deadline {
                 api: if req.uri().path().starts_with("/envoy.") {

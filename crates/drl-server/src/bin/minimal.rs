@@ -207,13 +207,20 @@ impl direct::Unary for MinimalDirect {
 
 /// The direct h2 accept loop.
 async fn serve_direct(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
-    let builder = std::sync::Arc::new(direct::builder());
+    let builder = std::sync::Arc::new(direct::builder(None));
     loop {
         let (tcp, _) = listener.accept().await?;
         let _ = tcp.set_nodelay(true);
         let builder = builder.clone();
         tokio::spawn(async move {
-            let _ = direct::serve_connection(tcp, &builder, &MinimalDirect).await;
+            let _ = direct::serve_connection(
+                tcp,
+                &builder,
+                &MinimalDirect,
+                || (),
+                std::future::pending(),
+            )
+            .await;
         });
     }
 }

@@ -13,6 +13,7 @@
 use std::future::{Future, poll_fn};
 use std::pin::pin;
 use std::task::Poll;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::StreamExt as _;
@@ -39,6 +40,25 @@ pub trait Unary: Send + Sync {
         super::frame::DEFAULT_MAX_MESSAGE
     }
 
+    /// Checks a call's head before its body is read (e.g. its token): an
+    /// error is answered at once.
+    fn admit(&self, method: Self::Method, head: &http::request::Parts) -> Result<(), Status> {
+        let _ = (method, head);
+        Ok(())
+    }
+
+    /// How long reading and answering one admitted call may take
+    /// (`Duration::ZERO`: no bound).
+    fn timeout(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    /// The status answered when a call outlives [`timeout`](Self::timeout).
+    fn timed_out(&self, method: Self::Method) -> Status {
+        let _ = method;
+        Status::deadline_exceeded("")
+    }
+
     /// Answers one call: the response message framed by
     /// [`super::frame::encode`], or the status to answer.
     fn call(
@@ -61,33 +81,57 @@ pub trait Unary: Send + Sync {
 }
 
 /// The HTTP/2 settings of a direct gRPC connection: hyper's server defaults
-/// (1 MiB stream and connection windows, 200 concurrent streams).
-pub fn builder() -> h2::server::Builder {
+/// (1 MiB stream and connection windows, 16 KiB of request head, 200
+/// concurrent streams unless `max_concurrent_streams` says otherwise).
+pub fn builder(max_concurrent_streams: Option<u32>) -> h2::server::Builder {
     let mut b = h2::server::Builder::new();
     b.initial_window_size(1024 * 1024)
         .initial_connection_window_size(1024 * 1024)
-        .max_concurrent_streams(200)
+        .max_concurrent_streams(max_concurrent_streams.unwrap_or(200))
         .max_header_list_size(16 * 1024);
     b
 }
 
-/// Serves one connection until the client closes it or it fails.
-pub async fn serve_connection<T, U>(
+/// Serves one connection until the client closes it or it fails. `track`
+/// is called as each request stream starts and what it returns is dropped
+/// when the stream ends (in-flight accounting). Once `close` resolves the
+/// connection shuts down gracefully (GOAWAY; streams in flight finish).
+pub async fn serve_connection<T, U, G>(
     io: T,
     builder: &h2::server::Builder,
     svc: &U,
+    track: impl Fn() -> G,
+    close: impl Future<Output = ()>,
 ) -> Result<(), h2::Error>
 where
     T: AsyncRead + AsyncWrite + Unpin,
     U: Unary,
 {
-    let mut conn = builder.handshake::<T, Bytes>(io).await?;
+    let mut close = pin!(close);
+    let mut closing = false;
+    let mut conn = {
+        let hs = builder.handshake::<T, Bytes>(io);
+        tokio::select! {
+            c = hs => c?,
+            () = close.as_mut() => return Ok(()),
+        }
+    };
     let mut streams = FuturesUnordered::new();
     let r = poll_fn(|cx| {
+        if !closing && close.as_mut().poll(cx).is_ready() {
+            closing = true;
+            conn.graceful_shutdown();
+        }
         loop {
             while let Poll::Ready(Some(())) = streams.poll_next_unpin(cx) {}
             match conn.poll_accept(cx) {
-                Poll::Ready(Some(Ok((req, respond)))) => streams.push(stream(svc, req, respond)),
+                Poll::Ready(Some(Ok((req, respond)))) => {
+                    let guard = track();
+                    streams.push(async move {
+                        stream(svc, req, respond).await;
+                        drop(guard);
+                    })
+                }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
                 Poll::Ready(None) => return Poll::Ready(Ok(())),
                 Poll::Pending => return Poll::Pending,
@@ -102,44 +146,57 @@ where
 }
 
 /// One request stream.
-async fn stream<U: Unary>(svc: &U, req: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+async fn stream<U: Unary>(svc: &U, req: Request<RecvStream>, respond: SendResponse<Bytes>) {
     let Some(method) = svc.route(req.uri().path()) else {
         return svc.fallback(req, respond).await;
     };
-    let (head, mut body) = req.into_parts();
+    let (head, body) = req.into_parts();
+    if let Err(s) = svc.admit(method, &head) {
+        return send_status(respond, s);
+    }
+    let answer = crate::deadline::bounded(
+        Instant::now(),
+        svc.timeout(),
+        answer(svc, method, &head, body),
+    )
+    .await;
+    match answer {
+        Some(Ok(framed)) => send_message(respond, framed),
+        Some(Err(s)) => send_status(respond, s),
+        None => send_status(respond, svc.timed_out(method)),
+    }
+}
+
+/// Reads an admitted call's message and answers it.
+async fn answer<U: Unary>(
+    svc: &U,
+    method: U::Method,
+    head: &http::request::Parts,
+    mut body: RecvStream,
+) -> Result<Bytes, Status> {
     if let Some(enc) = head.headers.get("grpc-encoding")
         && enc.as_bytes() != b"identity"
     {
-        return send_status(respond, unsupported_encoding(enc));
+        return Err(unsupported_encoding(enc));
     }
     let mut dec = UnaryDecoder::new(svc.max_message());
-    let mut failed = None;
     while let Some(chunk) = poll_fn(|cx| body.poll_data(cx)).await {
-        let Ok(chunk) = chunk else {
-            // The client reset the stream: nobody to answer.
-            return;
-        };
+        // A reset stream: the answer goes nowhere.
+        let chunk = chunk.map_err(|e| Status::cancelled(e.to_string()))?;
         let _ = body.flow_control().release_capacity(chunk.len());
-        if failed.is_none()
-            && let Err(s) = dec.push(chunk)
-        {
-            failed = Some(s);
-        }
+        dec.push(chunk)?;
     }
-    let msg = match failed.map_or_else(|| dec.finish(), Err) {
-        Ok(m) => m,
-        Err(s) => return send_status(respond, s),
+    let msg = dec.finish()?;
+    svc.call(method, head, msg).await
+}
+
+/// Answers `framed` (one message with its prefix) and `grpc-status: 0`.
+pub fn send_message(mut respond: SendResponse<Bytes>, framed: Bytes) {
+    let Ok(mut send) = respond.send_response(ok_head(), false) else {
+        return;
     };
-    match pin!(svc.call(method, &head, msg)).await {
-        Ok(framed) => {
-            let Ok(mut send) = respond.send_response(ok_head(), false) else {
-                return;
-            };
-            if send.send_data(framed, false).is_ok() {
-                let _ = send.send_trailers(ok_trailers());
-            }
-        }
-        Err(s) => send_status(respond, s),
+    if send.send_data(framed, false).is_ok() {
+        let _ = send.send_trailers(ok_trailers());
     }
 }
 

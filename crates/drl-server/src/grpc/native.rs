@@ -36,41 +36,49 @@ pub fn status_of(e: &CheckError) -> Status {
 #[tonic::async_trait]
 impl RateLimiter for NativeService {
     async fn check(&self, req: Request<CheckRequest>) -> Result<Response<CheckResponse>, Status> {
-        let started = Instant::now();
-        let req = req.into_inner();
-        let reqs: Vec<engine::CheckRequest<'_>> = req
-            .requests
-            .iter()
-            .map(|i| engine::CheckRequest {
-                limit: &i.limit,
-                key: &i.key,
-                cost: i.cost.unwrap_or(1),
-            })
-            .collect();
-        let limits = self.engine.limits();
-        let mut results = Vec::with_capacity(reqs.len());
-        self.engine
-            .check_each(&limits, &reqs, |d| {
-                results.push(CheckResult {
-                    allowed: d.allowed,
-                    limit: d.limit,
-                    remaining: d.remaining,
-                    retry_after_ms: if d.allowed {
-                        None
-                    } else {
-                        d.retry_after.map(ceil_ms)
-                    },
-                    reset_after_ms: ceil_ms(d.reset_after),
-                    delay_ms: ceil_ms(d.delay),
-                    reason: d.reason.map(|r| r.as_str().to_string()).unwrap_or_default(),
-                })
-            })
+        check(&self.engine, req.into_inner())
             .await
-            .map_err(|e| {
-                rejected(Api::GrpcCheck, e.kind());
-                status_of(&e)
-            })?;
-        self.engine.api_metrics.observe(Api::GrpcCheck, started);
-        Ok(Response::new(CheckResponse { results }))
+            .map(Response::new)
     }
+}
+
+/// One `Check` call, whichever transport carried it (tonic's service
+/// above, or [`super::direct`]): the response, or the status to answer,
+/// counted in the metrics either way.
+pub async fn check(engine: &Engine, req: CheckRequest) -> Result<CheckResponse, Status> {
+    let started = Instant::now();
+    let reqs: Vec<engine::CheckRequest<'_>> = req
+        .requests
+        .iter()
+        .map(|i| engine::CheckRequest {
+            limit: &i.limit,
+            key: &i.key,
+            cost: i.cost.unwrap_or(1),
+        })
+        .collect();
+    let limits = engine.limits();
+    let mut results = Vec::with_capacity(reqs.len());
+    engine
+        .check_each(&limits, &reqs, |d| {
+            results.push(CheckResult {
+                allowed: d.allowed,
+                limit: d.limit,
+                remaining: d.remaining,
+                retry_after_ms: if d.allowed {
+                    None
+                } else {
+                    d.retry_after.map(ceil_ms)
+                },
+                reset_after_ms: ceil_ms(d.reset_after),
+                delay_ms: ceil_ms(d.delay),
+                reason: d.reason.map(|r| r.as_str().to_string()).unwrap_or_default(),
+            })
+        })
+        .await
+        .map_err(|e| {
+            rejected(Api::GrpcCheck, e.kind());
+            status_of(&e)
+        })?;
+    engine.api_metrics.observe(Api::GrpcCheck, started);
+    Ok(CheckResponse { results })
 }

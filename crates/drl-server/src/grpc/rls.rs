@@ -129,218 +129,221 @@ impl RateLimitService for RlsService {
         &self,
         req: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let started = Instant::now();
-        let req = req.into_inner();
-        if req.domain.is_empty() {
-            rejected(Api::EnvoyRls, "empty_domain");
-            return Err(Status::invalid_argument(
-                "rate limit domain must not be empty",
-            ));
+        should_rate_limit(&self.engine, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+}
+
+/// One `ShouldRateLimit` call, whichever transport carried it (tonic's
+/// service above, or [`super::direct`]): the response, or the status to
+/// answer, counted in the metrics either way.
+pub async fn should_rate_limit(
+    engine: &Engine,
+    req: RateLimitRequest,
+) -> Result<RateLimitResponse, Status> {
+    let started = Instant::now();
+    if req.domain.is_empty() {
+        rejected(Api::EnvoyRls, "empty_domain");
+        return Err(Status::invalid_argument(
+            "rate limit domain must not be empty",
+        ));
+    }
+    if req.descriptors.is_empty() {
+        rejected(Api::EnvoyRls, "empty_descriptors");
+        return Err(Status::invalid_argument(
+            "rate limit descriptor list must not be empty",
+        ));
+    }
+    let limits = engine.limits();
+    // (`limitador` is a SipHash map: skip the hash when it is empty.)
+    if !limits.limitador.is_empty()
+        && let Some(rules) = limits.limitador.get(&req.domain)
+    {
+        let hits = u64::from(req.hits_addend.max(1));
+        let resp =
+            crate::limitador::should_rate_limit(engine, &limits, rules, &req.descriptors, hits)
+                .await?;
+        engine.api_metrics.observe(Api::EnvoyRls, started);
+        return Ok(resp);
+    }
+    let Some(root) = limits.domains.get(&req.domain) else {
+        rejected(Api::EnvoyRls, "unknown_domain");
+        let mut known: Vec<&str> = limits.domains.keys().map(String::as_str).collect();
+        known.sort_unstable();
+        return Err(Status::not_found(format!(
+            "unknown rate limit domain {:?}; configured domains: {}",
+            req.domain,
+            known.join(", ")
+        )));
+    };
+    let hits = if req.hits_addend == 0 {
+        1
+    } else {
+        u64::from(req.hits_addend)
+    };
+    // A descriptor's `limit` override replaces whatever the config would
+    // apply, matched or not (as envoyproxy/ratelimit does).
+    let mut overridden: Vec<Option<Arc<EnvoyRule>>> = Vec::new();
+    if req.descriptors.iter().any(|d| d.limit.is_some()) {
+        let wanted: Vec<(usize, u32, i32)> = req
+            .descriptors
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| d.limit.as_ref().map(|o| (i, o.requests_per_unit, o.unit)))
+            .collect();
+        let made = engine
+            .overrides
+            .rules(&req.domain, &wanted, engine.now())
+            .map_err(|e| {
+                rejected(Api::EnvoyRls, e.kind());
+                match e {
+                    OverrideError::UnknownUnit { .. } => Status::invalid_argument(e.to_string()),
+                    OverrideError::TooMany { .. } => Status::resource_exhausted(e.to_string()),
+                }
+            })?;
+        overridden.resize(req.descriptors.len(), None);
+        for (&(i, _, _), r) in wanted.iter().zip(made) {
+            overridden[i] = Some(r);
         }
-        if req.descriptors.is_empty() {
-            rejected(Api::EnvoyRls, "empty_descriptors");
-            return Err(Status::invalid_argument(
-                "rate limit descriptor list must not be empty",
-            ));
-        }
-        let limits = self.engine.limits();
-        // (`limitador` is a SipHash map: skip the hash when it is empty.)
-        if !limits.limitador.is_empty()
-            && let Some(rules) = limits.limitador.get(&req.domain)
-        {
-            let hits = u64::from(req.hits_addend.max(1));
-            let resp = crate::limitador::should_rate_limit(
-                &self.engine,
-                &limits,
-                rules,
-                &req.descriptors,
-                hits,
-            )
-            .await?;
-            self.engine.api_metrics.observe(Api::EnvoyRls, started);
-            return Ok(Response::new(resp));
-        }
-        let Some(root) = limits.domains.get(&req.domain) else {
-            rejected(Api::EnvoyRls, "unknown_domain");
-            let mut known: Vec<&str> = limits.domains.keys().map(String::as_str).collect();
-            known.sort_unstable();
-            return Err(Status::not_found(format!(
-                "unknown rate limit domain {:?}; configured domains: {}",
-                req.domain,
-                known.join(", ")
-            )));
+    }
+    let is_override = |i: usize| overridden.get(i).is_some_and(Option::is_some);
+    // The rule of each descriptor; on the stack for the usual few.
+    let n = req.descriptors.len();
+    let mut rules_inline: [Option<&EnvoyRule>; INLINE_DESCRIPTORS] = [None; INLINE_DESCRIPTORS];
+    let mut rules_heap: Vec<Option<&EnvoyRule>>;
+    let rules: &mut [Option<&EnvoyRule>] = if n <= INLINE_DESCRIPTORS {
+        &mut rules_inline[..n]
+    } else {
+        rules_heap = vec![None; n];
+        &mut rules_heap
+    };
+    for (i, (d, slot)) in req.descriptors.iter().zip(rules.iter_mut()).enumerate() {
+        *slot = match overridden.get(i) {
+            Some(Some(r)) => Some(&**r),
+            _ => match_descriptor(root, d.entries.iter().map(|e| (&e.key, &e.value))),
         };
-        let hits = if req.hits_addend == 0 {
-            1
-        } else {
-            u64::from(req.hits_addend)
-        };
-        // A descriptor's `limit` override replaces whatever the config would
-        // apply, matched or not (as envoyproxy/ratelimit does).
-        let mut overridden: Vec<Option<Arc<EnvoyRule>>> = Vec::new();
-        if req.descriptors.iter().any(|d| d.limit.is_some()) {
-            let wanted: Vec<(usize, u32, i32)> = req
-                .descriptors
-                .iter()
-                .enumerate()
-                .filter_map(|(i, d)| d.limit.as_ref().map(|o| (i, o.requests_per_unit, o.unit)))
-                .collect();
-            let made = self
-                .engine
-                .overrides
-                .rules(&req.domain, &wanted, self.engine.now())
-                .map_err(|e| {
-                    rejected(Api::EnvoyRls, e.kind());
-                    match e {
-                        OverrideError::UnknownUnit { .. } => {
-                            Status::invalid_argument(e.to_string())
-                        }
-                        OverrideError::TooMany { .. } => Status::resource_exhausted(e.to_string()),
-                    }
-                })?;
-            overridden.resize(req.descriptors.len(), None);
-            for (&(i, _, _), r) in wanted.iter().zip(made) {
-                overridden[i] = Some(r);
+    }
+    if rules.iter().flatten().any(|r| !r.replaces.is_empty()) {
+        let replaced: BTreeSet<&str> = rules
+            .iter()
+            .flatten()
+            .flat_map(|r| r.replaces.iter().map(String::as_str))
+            .collect();
+        for r in rules.iter_mut() {
+            if r.and_then(|r| r.name.as_deref())
+                .is_some_and(|n| replaced.contains(n))
+            {
+                *r = None;
             }
         }
-        let is_override = |i: usize| overridden.get(i).is_some_and(Option::is_some);
-        // The rule of each descriptor; on the stack for the usual few.
-        let n = req.descriptors.len();
-        let mut rules_inline: [Option<&EnvoyRule>; INLINE_DESCRIPTORS] = [None; INLINE_DESCRIPTORS];
-        let mut rules_heap: Vec<Option<&EnvoyRule>>;
-        let rules: &mut [Option<&EnvoyRule>] = if n <= INLINE_DESCRIPTORS {
-            &mut rules_inline[..n]
-        } else {
-            rules_heap = vec![None; n];
-            &mut rules_heap
+    }
+    let now = engine.now();
+    let mut statuses = Vec::with_capacity(rules.len());
+    let mut overall = Code::Ok;
+    // (remaining, rule, reset_ns) of the most restrictive limited status.
+    let mut tightest: Option<(u64, &EnvoyRule, u64)> = None;
+    let mut key_buf = String::new();
+    for (i, (d, rule)) in req.descriptors.iter().zip(rules.iter()).enumerate() {
+        let cost = d.hits_addend.as_ref().map_or(hits, |h| h.value);
+        let Some(rule) = rule else {
+            statuses.push(DescriptorStatus {
+                code: Code::Ok as i32,
+                ..Default::default()
+            });
+            continue;
         };
-        for (i, (d, slot)) in req.descriptors.iter().zip(rules.iter_mut()).enumerate() {
-            *slot = match overridden.get(i) {
-                Some(Some(r)) => Some(&**r),
-                _ => match_descriptor(root, d.entries.iter().map(|e| (&e.key, &e.value))),
-            };
-        }
-        if rules.iter().flatten().any(|r| !r.replaces.is_empty()) {
-            let replaced: BTreeSet<&str> = rules
-                .iter()
-                .flatten()
-                .flat_map(|r| r.replaces.iter().map(String::as_str))
-                .collect();
-            for r in rules.iter_mut() {
-                if r.and_then(|r| r.name.as_deref())
-                    .is_some_and(|n| replaced.contains(n))
-                {
-                    *r = None;
+        let status = match &rule.kind {
+            RuleKind::Unlimited => DescriptorStatus {
+                code: Code::Ok as i32,
+                limit_remaining: u32::MAX,
+                ..Default::default()
+            },
+            RuleKind::Block(m) => {
+                m.record(false);
+                let window = rule.unit.window();
+                let reset = window - now % window;
+                let code = if rule.shadow {
+                    m.shadow_allowed();
+                    Code::Ok
+                } else {
+                    Code::OverLimit
+                };
+                if tightest.is_none_or(|t| t.0 > 0) {
+                    tightest = Some((0, rule, reset));
+                }
+                DescriptorStatus {
+                    code: code as i32,
+                    current_limit: Some(current_limit(rule)),
+                    limit_remaining: 0,
+                    duration_until_reset: Some(duration(reset)),
+                    ..Default::default()
                 }
             }
-        }
-        let now = self.engine.now();
-        let mut statuses = Vec::with_capacity(rules.len());
-        let mut overall = Code::Ok;
-        // (remaining, rule, reset_ns) of the most restrictive limited status.
-        let mut tightest: Option<(u64, &EnvoyRule, u64)> = None;
-        let mut key_buf = String::new();
-        for (i, (d, rule)) in req.descriptors.iter().zip(rules.iter()).enumerate() {
-            let cost = d.hits_addend.as_ref().map_or(hits, |h| h.value);
-            let Some(rule) = rule else {
-                statuses.push(DescriptorStatus {
-                    code: Code::Ok as i32,
-                    ..Default::default()
-                });
-                continue;
-            };
-            let status = match &rule.kind {
-                RuleKind::Unlimited => DescriptorStatus {
-                    code: Code::Ok as i32,
-                    limit_remaining: u32::MAX,
-                    ..Default::default()
-                },
-                RuleKind::Block(m) => {
-                    m.record(false);
-                    let window = rule.unit.window();
-                    let reset = window - now % window;
-                    let code = if rule.shadow {
-                        m.shadow_allowed();
-                        Code::Ok
-                    } else {
-                        Code::OverLimit
-                    };
-                    if tightest.is_none_or(|t| t.0 > 0) {
-                        tightest = Some((0, rule, reset));
-                    }
+            RuleKind::Limited(limit) => {
+                let key = descriptor_key(&mut key_buf, &d.entries, is_override(i));
+                if key.len() > limits.server.max_key_bytes {
+                    // Too long to hold. Envoy takes an RLS error as a
+                    // failure and, by default (`failure_mode_deny:
+                    // false`), lets the request through: an error would
+                    // let any long header value bypass the limit. So
+                    // this descriptor is over the limit instead.
+                    rejected(Api::EnvoyRls, "key_too_long");
                     DescriptorStatus {
-                        code: code as i32,
+                        code: Code::OverLimit as i32,
                         current_limit: Some(current_limit(rule)),
                         limit_remaining: 0,
+                        ..Default::default()
+                    }
+                } else {
+                    let dec = match engine::decide(limit, key, cost, now).await {
+                        Ok(dec) => dec,
+                        Err(e) => {
+                            rejected(Api::EnvoyRls, e.kind());
+                            return Err(Status::unavailable(e.to_string()));
+                        }
+                    };
+                    let reset = if dec.reset_after == 0 {
+                        let window = rule.unit.window();
+                        window - now % window
+                    } else {
+                        dec.reset_after
+                    };
+                    if tightest.is_none_or(|t| t.0 > dec.remaining) {
+                        tightest = Some((dec.remaining, rule, reset));
+                    }
+                    DescriptorStatus {
+                        code: if dec.allowed {
+                            Code::Ok
+                        } else {
+                            Code::OverLimit
+                        } as i32,
+                        current_limit: Some(current_limit(rule)),
+                        limit_remaining: u32::try_from(dec.remaining).unwrap_or(u32::MAX),
                         duration_until_reset: Some(duration(reset)),
                         ..Default::default()
                     }
                 }
-                RuleKind::Limited(limit) => {
-                    let key = descriptor_key(&mut key_buf, &d.entries, is_override(i));
-                    if key.len() > limits.server.max_key_bytes {
-                        // Too long to hold. Envoy takes an RLS error as a
-                        // failure and, by default (`failure_mode_deny:
-                        // false`), lets the request through: an error would
-                        // let any long header value bypass the limit. So
-                        // this descriptor is over the limit instead.
-                        rejected(Api::EnvoyRls, "key_too_long");
-                        DescriptorStatus {
-                            code: Code::OverLimit as i32,
-                            current_limit: Some(current_limit(rule)),
-                            limit_remaining: 0,
-                            ..Default::default()
-                        }
-                    } else {
-                        let dec = match engine::decide(limit, key, cost, now).await {
-                            Ok(dec) => dec,
-                            Err(e) => {
-                                rejected(Api::EnvoyRls, e.kind());
-                                return Err(Status::unavailable(e.to_string()));
-                            }
-                        };
-                        let reset = if dec.reset_after == 0 {
-                            let window = rule.unit.window();
-                            window - now % window
-                        } else {
-                            dec.reset_after
-                        };
-                        if tightest.is_none_or(|t| t.0 > dec.remaining) {
-                            tightest = Some((dec.remaining, rule, reset));
-                        }
-                        DescriptorStatus {
-                            code: if dec.allowed {
-                                Code::Ok
-                            } else {
-                                Code::OverLimit
-                            } as i32,
-                            current_limit: Some(current_limit(rule)),
-                            limit_remaining: u32::try_from(dec.remaining).unwrap_or(u32::MAX),
-                            duration_until_reset: Some(duration(reset)),
-                            ..Default::default()
-                        }
-                    }
-                }
-            };
-            if status.code == Code::OverLimit as i32 {
-                overall = Code::OverLimit;
             }
-            statuses.push(status);
-        }
-        let response_headers_to_add = match tightest {
-            Some((remaining, rule, reset)) if limits.server.envoy_response_headers => {
-                ratelimit_headers(rule, remaining, reset)
-            }
-            _ => Vec::new(),
         };
-        self.engine.api_metrics.observe(Api::EnvoyRls, started);
-        Ok(Response::new(RateLimitResponse {
-            overall_code: overall as i32,
-            statuses,
-            response_headers_to_add,
-            ..Default::default()
-        }))
+        if status.code == Code::OverLimit as i32 {
+            overall = Code::OverLimit;
+        }
+        statuses.push(status);
     }
+    let response_headers_to_add = match tightest {
+        Some((remaining, rule, reset)) if limits.server.envoy_response_headers => {
+            ratelimit_headers(rule, remaining, reset)
+        }
+        _ => Vec::new(),
+    };
+    engine.api_metrics.observe(Api::EnvoyRls, started);
+    Ok(RateLimitResponse {
+        overall_code: overall as i32,
+        statuses,
+        response_headers_to_add,
+        ..Default::default()
+    })
 }
 
 #[cfg(test)]

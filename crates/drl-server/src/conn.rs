@@ -1,5 +1,6 @@
 //! Connection hygiene: the accept loop of both listeners (HTTP/1.1 and
-//! HTTP/2 through hyper-util, plain or TLS), with every connection bounded.
+//! HTTP/2 through hyper-util, or for gRPC HTTP/2 on the `h2` crate directly
+//! ([`crate::grpc::direct`]); plain or TLS), with every connection bounded.
 //!
 //! - **Cap** (`server.max_connections`, per listener): at the cap, a new
 //!   connection closes the connection that has been idle longest (no
@@ -278,7 +279,7 @@ pub async fn serve<S, B>(
     limits: ConnLimits,
     http2_only: bool,
     registry: Arc<Registry>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) -> std::io::Result<()>
 where
     S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + Sync + 'static,
@@ -303,7 +304,78 @@ where
     if http2_only {
         builder = builder.http2_only();
     }
-    let builder = Arc::new(builder);
+    let proto = Proto::Hyper {
+        builder: Arc::new(builder),
+        service,
+    };
+    accept_loop(listener, tls, proto, limits, registry, stop).await
+}
+
+/// Serves gRPC on `listener` as [`serve`] does, on the direct h2
+/// transport: `hot` answers the hot-path methods and hands the rest to
+/// tonic's routes.
+pub async fn serve_grpc_direct(
+    listener: TcpListener,
+    tls: TlsSlot,
+    hot: Arc<crate::grpc::hot::HotPath>,
+    limits: ConnLimits,
+    registry: Arc<Registry>,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let proto: Proto<crate::guard::GrpcGuard> = Proto::Direct {
+        builder: Arc::new(crate::grpc::direct::builder(Some(
+            limits.max_concurrent_streams,
+        ))),
+        hot,
+    };
+    accept_loop(listener, tls, proto, limits, registry, stop).await
+}
+
+/// How a listener speaks on its connections.
+enum Proto<S> {
+    /// hyper-util serving a tower service.
+    Hyper {
+        builder: Arc<auto::Builder<TokioExecutor>>,
+        service: S,
+    },
+    /// gRPC on h2 directly.
+    Direct {
+        builder: Arc<h2::server::Builder>,
+        hot: Arc<crate::grpc::hot::HotPath>,
+    },
+}
+
+impl<S: Clone> Clone for Proto<S> {
+    fn clone(&self) -> Self {
+        match self {
+            Proto::Hyper { builder, service } => Proto::Hyper {
+                builder: builder.clone(),
+                service: service.clone(),
+            },
+            Proto::Direct { builder, hot } => Proto::Direct {
+                builder: builder.clone(),
+                hot: hot.clone(),
+            },
+        }
+    }
+}
+
+async fn accept_loop<S, B>(
+    listener: TcpListener,
+    tls: TlsSlot,
+    proto: Proto<S>,
+    limits: ConnLimits,
+    registry: Arc<Registry>,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()>
+where
+    S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let mut conns = tokio::task::JoinSet::new();
     let mut last_accept_error = None::<Instant>;
     loop {
@@ -335,13 +407,8 @@ where
         let _ = tcp.set_nodelay(true);
         let (state, entry) = registry.insert();
         let ctx = ConnCtx {
-            builder: builder.clone(),
+            proto: proto.clone(),
             tls: tls.acceptor(),
-            service: Tracked {
-                inner: service.clone(),
-                state: state.clone(),
-                registry: registry.clone(),
-            },
             limits,
             registry: registry.clone(),
             state,
@@ -358,9 +425,8 @@ where
 }
 
 struct ConnCtx<S> {
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    proto: Proto<S>,
     tls: Option<tokio_rustls::TlsAcceptor>,
-    service: Tracked<S>,
     limits: ConnLimits,
     registry: Arc<Registry>,
     state: Arc<ConnState>,
@@ -406,17 +472,63 @@ where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let ConnCtx {
-            builder,
-            service,
+            proto,
             limits,
             registry,
             state,
-            mut stop,
+            stop,
             ..
         } = self;
-        let svc = hyper_util::service::TowerToHyperService::new(service);
-        let conn = builder.serve_connection(TokioIo::new(io), svc);
-        tokio::pin!(conn);
+        match proto {
+            Proto::Hyper { builder, service } => {
+                let service = Tracked {
+                    inner: service,
+                    state: state.clone(),
+                    registry: registry.clone(),
+                };
+                let svc = hyper_util::service::TowerToHyperService::new(service);
+                let conn = builder.serve_connection(TokioIo::new(io), svc);
+                tokio::pin!(conn);
+                let shutdown = |c: Pin<&mut _>| {
+                    auto::Connection::graceful_shutdown(c);
+                };
+                supervise(conn, shutdown, limits, registry, state, stop).await;
+            }
+            Proto::Direct { builder, hot } => {
+                let signal = crate::grpc::direct::CloseSignal::default();
+                let track = || {
+                    state.inflight.fetch_add(1, Ordering::AcqRel);
+                    state.served.store(true, Ordering::Relaxed);
+                    Inflight {
+                        state: state.clone(),
+                        registry: registry.clone(),
+                    }
+                };
+                let fut = crate::grpc::direct::serve_connection(
+                    io,
+                    &builder,
+                    &*hot,
+                    track,
+                    signal.wait(),
+                );
+                tokio::pin!(fut);
+                let shutdown = |_: Pin<&mut _>| signal.close();
+                supervise(fut, shutdown, limits, registry.clone(), state.clone(), stop).await;
+            }
+        }
+    }
+}
+
+/// Runs `conn` under the idle and header bounds, eviction and shutdown.
+async fn supervise<C: Future>(
+    mut conn: Pin<&mut C>,
+    mut graceful_shutdown: impl FnMut(Pin<&mut C>),
+    limits: ConnLimits,
+    registry: Arc<Registry>,
+    state: Arc<ConnState>,
+    mut stop: watch::Receiver<bool>,
+) {
+    {
         let mut closing: Option<Instant> = None;
         loop {
             let wake = match closing {
@@ -435,7 +547,7 @@ where
                     {
                         let served = state.served.load(Ordering::Relaxed);
                         registry.count(if served { "idle_timeout" } else { "header_timeout" });
-                        conn.as_mut().graceful_shutdown();
+                        graceful_shutdown(conn.as_mut());
                         closing = Some(Instant::now());
                     }
                 }
@@ -447,7 +559,7 @@ where
                 () = stopping(&mut stop), if closing.is_none() => {
                     // Shutdown: in-flight requests finish (the listener's
                     // drain deadline bounds them), idle ones close now.
-                    conn.as_mut().graceful_shutdown();
+                    graceful_shutdown(conn.as_mut());
                     closing = Some(Instant::now() + Duration::from_secs(3600));
                 }
             }

@@ -309,9 +309,16 @@ impl Listeners {
                     auth,
                     timeout: Duration::from_millis(s.request_timeout_ms),
                 };
+                // The hot-path methods on h2 directly; the rest through
+                // tonic's routes behind the same guard (grpc::hot).
+                let hot = Arc::new(crate::grpc::hot::HotPath::new(
+                    self.engine.clone(),
+                    svc,
+                    s.max_body_bytes,
+                ));
                 let rx = rx.clone();
                 Box::pin(async move {
-                    crate::conn::serve(listener, tls, svc, limits, true, registry, rx)
+                    crate::conn::serve_grpc_direct(listener, tls, hot, limits, registry, rx)
                         .await
                         .context("gRPC server failed")
                 })

@@ -237,3 +237,140 @@ pub fn send_status(mut respond: SendResponse<Bytes>, status: Status) {
     let (parts, ()) = status.into_http::<()>().into_parts();
     let _ = respond.send_response(Response::from_parts(parts, ()), true);
 }
+
+/// A request stream's body as an [`http_body::Body`], for handing a stream
+/// to a tower service (flow-control capacity is released as data is read).
+#[derive(Debug)]
+pub struct RecvBody {
+    inner: RecvStream,
+    data_done: bool,
+}
+
+impl RecvBody {
+    /// Wraps `inner`.
+    pub fn new(inner: RecvStream) -> Self {
+        Self {
+            inner,
+            data_done: false,
+        }
+    }
+}
+
+impl http_body::Body for RecvBody {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, h2::Error>>> {
+        let this = self.get_mut();
+        if !this.data_done {
+            match std::task::ready!(this.inner.poll_data(cx)) {
+                Some(Ok(b)) => {
+                    let _ = this.inner.flow_control().release_capacity(b.len());
+                    return Poll::Ready(Some(Ok(http_body::Frame::data(b))));
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => this.data_done = true,
+            }
+        }
+        match std::task::ready!(this.inner.poll_trailers(cx)) {
+            Ok(Some(t)) => Poll::Ready(Some(Ok(http_body::Frame::trailers(t)))),
+            Ok(None) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(e))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+}
+
+/// Sends a tower service's response on `respond`: its head, its data as
+/// the peer's flow control allows, and its trailers.
+pub async fn send_http<B>(mut respond: SendResponse<Bytes>, resp: Response<B>)
+where
+    B: http_body::Body<Data = Bytes>,
+{
+    use http_body_util::BodyExt as _;
+    let (parts, body) = resp.into_parts();
+    let end = body.is_end_stream();
+    let Ok(mut send) = respond.send_response(Response::from_parts(parts, ()), end) else {
+        return;
+    };
+    if end {
+        return;
+    }
+    let mut body = pin!(body);
+    loop {
+        let frame = match body.as_mut().frame().await {
+            None => {
+                let _ = send.send_data(Bytes::new(), true);
+                return;
+            }
+            Some(Err(_)) => {
+                send.send_reset(h2::Reason::INTERNAL_ERROR);
+                return;
+            }
+            Some(Ok(f)) => f,
+        };
+        let mut data = match frame.into_data() {
+            Ok(d) => d,
+            Err(f) => {
+                if let Ok(t) = f.into_trailers() {
+                    let _ = send.send_trailers(t);
+                    return;
+                }
+                continue;
+            }
+        };
+        while !data.is_empty() {
+            send.reserve_capacity(data.len());
+            let cap = match poll_fn(|cx| send.poll_capacity(cx)).await {
+                Some(Ok(c)) if c > 0 => c,
+                Some(Ok(_)) => continue,
+                _ => return,
+            };
+            let chunk = data.split_to(cap.min(data.len()));
+            if send.send_data(chunk, false).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Asks a connection to close gracefully, from outside its task: cheap to
+/// poll (an atomic load) on every wakeup of the connection.
+#[derive(Debug, Clone, Default)]
+pub struct CloseSignal(std::sync::Arc<CloseInner>);
+
+#[derive(Debug, Default)]
+struct CloseInner {
+    set: std::sync::atomic::AtomicBool,
+    waker: futures::task::AtomicWaker,
+}
+
+impl CloseSignal {
+    /// Asks for the close.
+    pub fn close(&self) {
+        self.0.set.store(true, std::sync::atomic::Ordering::Release);
+        self.0.waker.wake();
+    }
+
+    /// Resolves once [`close`](Self::close) was called.
+    pub async fn wait(&self) {
+        poll_fn(|cx| {
+            if self.0.set.load(std::sync::atomic::Ordering::Acquire) {
+                return Poll::Ready(());
+            }
+            self.0.waker.register(cx.waker());
+            if self.0.set.load(std::sync::atomic::Ordering::Acquire) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
+    }
+}

@@ -4,6 +4,7 @@
 
 pub mod direct;
 pub mod frame;
+pub mod hot;
 pub mod native;
 pub mod rls;
 

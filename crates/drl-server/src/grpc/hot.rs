@@ -1,0 +1,160 @@
+//! The gRPC listener's hot path on the direct h2 transport
+//! ([`super::direct`]): Envoy RLS v3 `ShouldRateLimit` and the native
+//! `drl.v1.RateLimiter/Check` are answered here, by the same functions
+//! tonic's services call ([`super::rls::should_rate_limit`],
+//! [`super::native::check`]), behind the same token check and request
+//! deadline as [`GrpcGuard`]. Every other stream goes to [`GrpcGuard`]
+//! itself (tonic's routes), so whatever else the listener answers (today
+//! `UNIMPLEMENTED` for unknown paths) answers exactly as before.
+//!
+//! Errors are tonic's to the byte: the same statuses and messages, sent by
+//! [`tonic::Status::into_http`]; a request message that does not decode is
+//! `INTERNAL` with prost's error, as tonic-prost answers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use h2::RecvStream;
+use h2::server::SendResponse;
+use http::Request;
+use prost::Message as _;
+use tonic::Status;
+
+use super::direct::{self, RecvBody, Unary};
+use super::frame;
+use super::pb::CheckRequest;
+use crate::auth::{Auth, Class};
+use crate::engine::Engine;
+use crate::guard::GrpcGuard;
+use crate::metrics::{Api, rejected};
+
+/// The path of the native `Check`.
+pub const CHECK_PATH: &str = "/drl.v1.RateLimiter/Check";
+/// The path of Envoy RLS v3 `ShouldRateLimit`.
+pub const RLS_PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// A method of the hot path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// `drl.v1.RateLimiter/Check`.
+    Check,
+    /// `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
+    Rls,
+}
+
+impl Method {
+    fn api(self) -> Api {
+        match self {
+            Method::Check => Api::GrpcCheck,
+            Method::Rls => Api::EnvoyRls,
+        }
+    }
+}
+
+/// The gRPC listener's service on the direct transport.
+#[derive(Clone)]
+pub struct HotPath {
+    engine: Arc<Engine>,
+    auth: Auth,
+    timeout: Duration,
+    max_message: usize,
+    fallback: GrpcGuard,
+}
+
+impl std::fmt::Debug for HotPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HotPath")
+            .field("timeout", &self.timeout)
+            .field("max_message", &self.max_message)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HotPath {
+    /// Decides with `engine`; `fallback` (tonic's routes behind the same
+    /// token check and deadline) answers every other path; requests over
+    /// `max_message` bytes are refused.
+    pub fn new(engine: Arc<Engine>, fallback: GrpcGuard, max_message: usize) -> Self {
+        Self {
+            engine,
+            auth: fallback.auth.clone(),
+            timeout: fallback.timeout,
+            max_message,
+            fallback,
+        }
+    }
+}
+
+impl Unary for HotPath {
+    type Method = Method;
+
+    fn route(&self, path: &str) -> Option<Method> {
+        match path {
+            RLS_PATH => Some(Method::Rls),
+            CHECK_PATH => Some(Method::Check),
+            _ => None,
+        }
+    }
+
+    fn max_message(&self) -> usize {
+        self.max_message
+    }
+
+    fn admit(&self, _method: Method, head: &http::request::Parts) -> Result<(), Status> {
+        self.auth
+            .check(Class::Api, &head.headers, "grpc")
+            .map_err(|d| {
+                let resp = d.grpc_response();
+                Status::from_header_map(resp.headers())
+                    .unwrap_or_else(|| Status::unauthenticated(""))
+            })
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn timed_out(&self, method: Method) -> Status {
+        rejected(method.api(), "timeout");
+        Status::deadline_exceeded(format!(
+            "the request took longer than request_timeout_ms ({} ms)",
+            self.timeout.as_millis()
+        ))
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        _head: &http::request::Parts,
+        msg: Bytes,
+    ) -> Result<Bytes, Status> {
+        answer(&self.engine, method, msg).await
+    }
+
+    async fn fallback(&self, req: Request<RecvStream>, respond: SendResponse<Bytes>) {
+        let mut svc = self.fallback.clone();
+        let req = req.map(RecvBody::new);
+        let Ok(resp) = tower::Service::call(&mut svc, req).await;
+        direct::send_http(respond, resp).await;
+    }
+}
+
+/// One hot-path call: `msg` (a request message without its prefix)
+/// decoded, decided by `engine`, and the response framed.
+pub async fn answer(engine: &Engine, method: Method, msg: Bytes) -> Result<Bytes, Status> {
+    let bad = |e: prost::DecodeError| Status::internal(e.to_string());
+    match method {
+        Method::Rls => {
+            let req = RateLimitRequest::decode(msg).map_err(bad)?;
+            let resp = super::rls::should_rate_limit(engine, req).await?;
+            Ok(frame::encode(&resp))
+        }
+        Method::Check => {
+            let req = CheckRequest::decode(msg).map_err(bad)?;
+            let resp = super::native::check(engine, req).await?;
+            Ok(frame::encode(&resp))
+        }
+    }
+}

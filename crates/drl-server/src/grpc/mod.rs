@@ -1,6 +1,7 @@
-//! gRPC (tonic): the native batched API ([`native`]) and Envoy RLS v3
-//! ([`rls`]), served on one port. [`direct`] serves unary methods on the
-//! `h2` crate without tonic's transport, framing messages with [`frame`].
+//! gRPC: the native batched API ([`native`]) and Envoy RLS v3 ([`rls`]),
+//! served on one port. Their calls arrive through [`hot`] on the `h2`
+//! crate directly ([`direct`], messages framed by [`frame`]); tonic's
+//! services over the same handler functions answer every other path.
 
 pub mod direct;
 pub mod frame;

@@ -127,3 +127,89 @@ pub fn encode<M: prost::Message>(msg: &M) -> Bytes {
     msg.encode_raw(&mut out);
     Bytes::from(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn decode(chunks: &[&[u8]], max: usize) -> Result<Bytes, (tonic::Code, String)> {
+        let mut d = UnaryDecoder::new(max);
+        for c in chunks {
+            d.push(Bytes::copy_from_slice(c))
+                .map_err(|s| (s.code(), s.message().to_string()))?;
+        }
+        d.finish().map_err(|s| (s.code(), s.message().to_string()))
+    }
+
+    fn framed(msg: &[u8]) -> Vec<u8> {
+        let mut v = vec![0];
+        v.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+        v.extend_from_slice(msg);
+        v
+    }
+
+    #[test]
+    fn malformed_bodies_get_tonics_statuses() {
+        use tonic::Code;
+        let ok = framed(b"hello");
+        assert_eq!(decode(&[&ok], 16).unwrap(), &b"hello"[..]);
+        assert_eq!(decode(&[], 16).unwrap_err().0, Code::Internal);
+        assert_eq!(decode(&[&ok[..3]], 16).unwrap_err().0, Code::Internal);
+        assert_eq!(decode(&[&ok[..7]], 16).unwrap_err().0, Code::Internal);
+        let mut c = ok.clone();
+        c[0] = 1;
+        assert!(decode(&[&c], 16).unwrap_err().1.contains("compressed-flag"));
+        assert_eq!(decode(&[&ok], 4).unwrap_err().0, Code::OutOfRange);
+        // A later message is checked too, and skipped.
+        let mut two = ok.clone();
+        two.extend_from_slice(&framed(b"second"));
+        assert_eq!(decode(&[&two], 16).unwrap(), &b"hello"[..]);
+        two.pop();
+        assert_eq!(decode(&[&two], 16).unwrap_err().0, Code::Internal);
+    }
+
+    #[test]
+    fn encode_frames_the_message() {
+        let m = crate::grpc::pb::CheckItem {
+            limit: "l".into(),
+            key: "k".into(),
+            cost: Some(2),
+        };
+        let b = encode(&m);
+        assert_eq!(&b[..], &framed(&prost::Message::encode_to_vec(&m))[..]);
+    }
+
+    proptest! {
+        /// How the body is cut into chunks never changes the outcome.
+        #[test]
+        fn chunking_does_not_matter(
+            body in prop::collection::vec(any::<u8>(), 0..40),
+            msg in prop::collection::vec(any::<u8>(), 0..20),
+            cuts in prop::collection::vec(0usize..60, 0..6),
+            framed_first in any::<bool>(),
+            max in 0usize..24,
+        ) {
+            let mut body = body;
+            if framed_first {
+                let mut f = framed(&msg);
+                f.extend_from_slice(&body);
+                body = f;
+            }
+            let whole = decode(&[&body], max);
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(body.len())).collect();
+            cuts.sort_unstable();
+            let mut chunks = Vec::new();
+            let mut at = 0;
+            for c in cuts {
+                chunks.push(&body[at..c]);
+                at = c;
+            }
+            chunks.push(&body[at..]);
+            prop_assert_eq!(decode(&chunks, max), whole.clone());
+            if framed_first && msg.len() <= max && whole.is_ok() {
+                prop_assert_eq!(whole.unwrap(), Bytes::from(msg));
+            }
+        }
+    }
+}

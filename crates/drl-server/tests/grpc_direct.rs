@@ -56,7 +56,20 @@ struct Pair {
     _stop: watch::Sender<bool>,
 }
 
+fn limits() -> ConnLimits {
+    ConnLimits {
+        max_connections: 64,
+        header_read_timeout: Duration::from_secs(10),
+        idle_timeout: Duration::from_secs(60),
+        max_concurrent_streams: 100,
+    }
+}
+
 async fn start(timeout: Duration) -> Pair {
+    start_with(timeout, limits()).await
+}
+
+async fn start_with(timeout: Duration, limits: ConnLimits) -> Pair {
     let cfg = drl_server::config::parse(CONFIG, "<test>").unwrap();
     let engine = Arc::new(Engine::new(&cfg, None).unwrap());
     let guard = {
@@ -71,12 +84,6 @@ async fn start(timeout: Duration) -> Pair {
             auth: Auth::default(),
             timeout,
         }
-    };
-    let limits = ConnLimits {
-        max_connections: 64,
-        header_read_timeout: Duration::from_secs(10),
-        idle_timeout: Duration::from_secs(60),
-        max_concurrent_streams: 100,
     };
     let (stop, rx) = watch::channel(false);
     let l1 = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -296,6 +303,71 @@ async fn a_body_that_never_ends_meets_the_request_deadline() {
     let d = call(p.direct, RLS_PATH, &ok, true).await;
     assert_eq!(d, t);
     assert_eq!(d.grpc_status(), Some("4"), "{d:?}");
+}
+
+/// The connection bounds hold on the direct listener: the stream limit is
+/// advertised, a connection that never sends a request is closed after the
+/// header-read bound, and one that goes idle after the idle bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_bounds_hold_on_the_direct_listener() {
+    let p = start_with(
+        Duration::ZERO,
+        ConnLimits {
+            max_connections: 64,
+            header_read_timeout: Duration::from_millis(300),
+            idle_timeout: Duration::from_millis(500),
+            max_concurrent_streams: 3,
+        },
+    )
+    .await;
+    // Silent TCP: closed once the header-read bound passes.
+    let mut silent = tokio::net::TcpStream::connect(p.direct).await.unwrap();
+    let mut buf = [0u8; 256];
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        use tokio::io::AsyncReadExt as _;
+        loop {
+            match silent.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "a silent connection was not closed in 5 s");
+    // An h2 client: the stream limit is advertised; after one call and
+    // then nothing, the server ends the connection.
+    let tcp = tokio::net::TcpStream::connect(p.direct).await.unwrap();
+    let (client, mut conn) = h2::client::handshake(tcp).await.unwrap();
+    let mut client = client.ready().await.unwrap();
+    let ok = framed(&rls("d", &[&[("a", "1")]], 1));
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{}{RLS_PATH}", p.direct))
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap();
+    let (resp, mut send) = client.send_request(req, false).unwrap();
+    send.send_data(Bytes::from(ok), true).unwrap();
+    let (resp, ended) = tokio::join!(
+        async {
+            let r = resp.await.unwrap();
+            r.status()
+        },
+        async {
+            tokio::time::timeout(
+                Duration::from_secs(5),
+                std::future::poll_fn(|cx| std::pin::Pin::new(&mut conn).poll(cx)),
+            )
+            .await
+            .map(|_| conn.max_concurrent_send_streams())
+        }
+    );
+    assert_eq!(resp, 200);
+    assert_eq!(
+        ended,
+        Ok(3),
+        "the idle connection was not ended in 5 s, or the stream limit was not 3"
+    );
 }
 
 fn descriptor() -> impl Strategy<Value = Vec<(String, String)>> {

@@ -48,7 +48,7 @@ envoy:
 "#;
 
 /// The largest request message both stacks accept here.
-const MAX: usize = 1024;
+const MAX: usize = 64 * 1024;
 
 struct Pair {
     tonic: SocketAddr,
@@ -288,7 +288,19 @@ async fn unknown_paths_are_unimplemented_and_errors_keep_their_codes() {
             "5",
         ),
     ];
-    for (path, msg, code) in cases {
+    // A batch large enough to be decided on its own task.
+    let big = CheckRequest {
+        requests: (0..600)
+            .map(|i| CheckItem {
+                limit: if i == 599 { "nope" } else { "api" }.into(),
+                key: format!("key-{i}"),
+                cost: Some(1),
+            })
+            .collect(),
+    }
+    .encode_to_vec();
+    assert!(big.len() > 8 * 1024);
+    for (path, msg, code) in cases.into_iter().chain([(CHECK_PATH, big, "5")]) {
         let a = both(&p, path, &framed(&msg)).await;
         assert_eq!(a.grpc_status(), Some(code), "{a:?}");
         assert!(a.trailers.is_empty(), "an error is trailers-only: {a:?}");

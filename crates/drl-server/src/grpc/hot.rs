@@ -130,7 +130,21 @@ impl Unary for HotPath {
         _head: &http::request::Parts,
         msg: Bytes,
     ) -> Result<Bytes, Status> {
-        answer(&self.engine, method, msg).await
+        if msg.len() < SPAWN_AT {
+            return answer(&self.engine, method, msg).await;
+        }
+        // A large batch runs as its own task, so that one connection's
+        // large batches spread over the worker threads (a connection's
+        // streams otherwise share its task). Dropped (the deadline, a
+        // reset), the task is aborted.
+        let engine = self.engine.clone();
+        let mut task = AbortOnDrop(tokio::spawn(
+            async move { answer(&engine, method, msg).await },
+        ));
+        match (&mut task.0).await {
+            Ok(r) => r,
+            Err(e) => Err(Status::internal(format!("the request failed: {e}"))),
+        }
     }
 
     async fn fallback(&self, req: Request<RecvStream>, respond: SendResponse<Bytes>) {
@@ -138,6 +152,19 @@ impl Unary for HotPath {
         let req = req.map(RecvBody::new);
         let Ok(resp) = tower::Service::call(&mut svc, req).await;
         direct::send_http(respond, resp).await;
+    }
+}
+
+/// Request messages of this many bytes or more are decided on their own
+/// task (a native batch of ~250 items; an RLS request is far smaller).
+const SPAWN_AT: usize = 8 * 1024;
+
+/// Aborts its task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -78,3 +78,27 @@ fn same_seed_same_bytes() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Push-sum at 5,000 limiters with demand at about 60 of them, no loss,
+/// the paper's start (one flow every 100 ms): the estimate of the others
+/// must not collapse when a node's own value changes. With `N s / w −
+/// own` (before 2d67199) a third of the busy limiters saw the others at 0
+/// and each took the whole limit: 101-171 Mbps in seconds 4-6 against
+/// 50. The estimate that counts a node's own unmixed changes at face
+/// value gives 58-62.
+#[test]
+fn push_sum_keeps_the_others_in_view_at_5000_limiters() {
+    use drl_cluster::cloud_control::Aggregation;
+    let mut f = Fig8::paper(0.0, 6, 2);
+    f.base.aggregation = Aggregation::PushSum;
+    let sc = f.scenario(AlgorithmKind::Fps, 3, 5_000);
+    let r = drl_sim::engine::run(&sc, &mut |_| {}).unwrap();
+    let per_s = drl_sim::figures::fig8::aggregate_per_second(&r);
+    assert_eq!(per_s.len(), 6, "{per_s:?}");
+    for (s, mbps) in per_s.iter().enumerate().skip(3) {
+        assert!(
+            *mbps < 1.5 * 50.0,
+            "second {s}: {mbps:.1} Mbps against a 50 Mbps limit ({per_s:?})"
+        );
+    }
+}

@@ -528,40 +528,38 @@ async fn supervise<C: Future>(
     state: Arc<ConnState>,
     mut stop: watch::Receiver<bool>,
 ) {
-    {
-        let mut closing: Option<Instant> = None;
-        loop {
-            let wake = match closing {
-                Some(t) => t + CLOSE_GRACE,
-                None => idle_deadline(&state, &registry, limits),
-            };
-            tokio::select! {
-                _ = conn.as_mut() => return,
-                () = tokio::time::sleep_until(wake) => {
-                    if closing.is_some() {
-                        // It did not finish in time: drop it.
-                        return;
-                    }
-                    if state.inflight.load(Ordering::Acquire) == 0
-                        && Instant::now() >= idle_deadline(&state, &registry, limits)
-                    {
-                        let served = state.served.load(Ordering::Relaxed);
-                        registry.count(if served { "idle_timeout" } else { "header_timeout" });
-                        graceful_shutdown(conn.as_mut());
-                        closing = Some(Instant::now());
-                    }
-                }
-                () = state.close.notified(), if closing.is_none() => {
-                    // Evicted: it was idle, so nothing is lost by closing
-                    // now, and the cap holds without a grace period.
+    let mut closing: Option<Instant> = None;
+    loop {
+        let wake = match closing {
+            Some(t) => t + CLOSE_GRACE,
+            None => idle_deadline(&state, &registry, limits),
+        };
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            () = tokio::time::sleep_until(wake) => {
+                if closing.is_some() {
+                    // It did not finish in time: drop it.
                     return;
                 }
-                () = stopping(&mut stop), if closing.is_none() => {
-                    // Shutdown: in-flight requests finish (the listener's
-                    // drain deadline bounds them), idle ones close now.
+                if state.inflight.load(Ordering::Acquire) == 0
+                    && Instant::now() >= idle_deadline(&state, &registry, limits)
+                {
+                    let served = state.served.load(Ordering::Relaxed);
+                    registry.count(if served { "idle_timeout" } else { "header_timeout" });
                     graceful_shutdown(conn.as_mut());
-                    closing = Some(Instant::now() + Duration::from_secs(3600));
+                    closing = Some(Instant::now());
                 }
+            }
+            () = state.close.notified(), if closing.is_none() => {
+                // Evicted: it was idle, so nothing is lost by closing
+                // now, and the cap holds without a grace period.
+                return;
+            }
+            () = stopping(&mut stop), if closing.is_none() => {
+                // Shutdown: in-flight requests finish (the listener's
+                // drain deadline bounds them), idle ones close now.
+                graceful_shutdown(conn.as_mut());
+                closing = Some(Instant::now() + Duration::from_secs(3600));
             }
         }
     }

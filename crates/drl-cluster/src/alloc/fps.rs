@@ -369,7 +369,19 @@ impl Allocator for Fps {
             // The weight that sets the local limit to the demand, the
             // demand capped at MAX_SHARE of the limit (bounded division).
             let d = demand.min(self.limit * MAX_SHARE);
-            (Regime::Bottlenecked, d * remote / (self.limit - d))
+            let w = d * remote / (self.limit - d);
+            // Every flow here runs below the fair rate of an unbottlenecked
+            // flow (that is what this regime means), and the fastest sampled
+            // one is a lower bound on that rate: the demand is worth at most
+            // `demand / fastest` unbottlenecked flows. The bound anchors the
+            // weight to flow counts where `remote` is only an estimate.
+            let fastest = self.max_flow_rate();
+            let w = if fastest > 0.0 {
+                w.min(demand / fastest)
+            } else {
+                w
+            };
+            (Regime::Bottlenecked, w)
         };
         self.regime = regime;
         let ideal = ideal.clamp(0.0, self.cfg.max_weight);
@@ -655,6 +667,30 @@ mod tests {
         );
         let l = f.local_limit().unwrap();
         assert!((l - 10_000.0 * MAX_SHARE).abs() < 1e-6, "local limit {l}");
+    }
+
+    /// Issue 15 (Figure 6 with push-sum): the second regime's weight is at
+    /// most the demand over the fastest sampled flow, however large the
+    /// estimate of the others is. Two flows of 2,000 and 400 units/s are
+    /// worth at most 1.2 flows of 2,000; with the others estimated at
+    /// 5,000 (the exact formula asks 1,579) the weight is 1.2. Without
+    /// the bound an error in a push-sum estimate went into the weight, from
+    /// it into the others' estimates, and weights reached 10^5-10^6.
+    #[test]
+    fn second_regime_weight_is_at_most_the_demand_in_fastest_flows() {
+        let mut f = Fps::new(10_000, 1_000, 5_000, 5.0, Smoothing::uniform(0.0), cfg(), 0);
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        // The first interval samples both flows, the second measures them.
+        run_interval(&mut f, &mut rng, 0, &[2_000.0, 400.0], 0.5);
+        run_interval(&mut f, &mut rng, IV, &[2_000.0, 400.0], 0.5);
+        assert!(f.local_limit().unwrap() > 2_400.0);
+        run_interval(&mut f, &mut rng, 2 * IV, &[2_000.0, 400.0], 5_000.0);
+        assert_eq!(f.regime(), Regime::Bottlenecked);
+        let fastest = f.max_flow_rate();
+        assert!((fastest - 2_000.0).abs() < 1e-6, "fastest {fastest}");
+        let w = f.weight();
+        assert!((w - 1.2).abs() < 1e-9, "weight {w}");
+        assert!(2_400.0 * 5_000.0 / 7_600.0 > 1_000.0 * w);
     }
 
     /// `fps-lrd`: the same local limit, enforced by dropping the excess

@@ -243,8 +243,15 @@ impl Node {
     /// later, and until then still takes its share of the whole limit),
     /// then are dropped (the paper's §5.6).
     pub fn peer_down(&mut self, now: Nanos, peer: PeerId) {
-        // Push-sum links stay: views can disagree (a wrong suspicion is
-        // one-sided), and both ends must keep the same running totals.
+        // Push-sum takes back what the link with the peer carried, which
+        // recovers the mass a dead peer held; the links' running totals
+        // stay, and a wrong suspicion (views can disagree) is undone when
+        // the peer's next share arrives (`PushSum::reclaim`).
+        if self.members.up_at(self.me, peer).is_some() {
+            for m in self.masses.values_mut() {
+                m.sum.reclaim(peer);
+            }
+        }
         self.members.peer_down(self.me, now, peer);
     }
 

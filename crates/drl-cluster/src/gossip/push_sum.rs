@@ -82,6 +82,9 @@ pub struct PushSum {
     home: f64,
     out: BTreeMap<NodeId, LinkOut>,
     inbound: BTreeMap<NodeId, LinkIn>,
+    /// Peers whose link was taken back ([`PushSum::reclaim`]), with the
+    /// mass that took back: given back if the peer speaks again.
+    reclaimed: BTreeMap<NodeId, (f64, f64)>,
 }
 
 impl PushSum {
@@ -100,6 +103,7 @@ impl PushSum {
             home: 0.0,
             out: BTreeMap::new(),
             inbound: BTreeMap::new(),
+            reclaimed: BTreeMap::new(),
         }
     }
 
@@ -221,12 +225,50 @@ impl PushSum {
         }
     }
 
-    /// Forgets both links with `peer` (it restarted): running totals start again from zero on both sides, so a new
-    /// incarnation's first share is not taken for a replay, nor the old
-    /// totals for a windfall. Mass in flight on the old links is lost.
+    /// Forgets both links with `peer` (it restarted): running totals start
+    /// again from zero on both sides, so a new incarnation's first share is
+    /// not taken for a replay, nor the old totals for a windfall. The old
+    /// incarnation is gone with its mass, so the link is first taken back
+    /// ([`PushSum::reclaim`]) unless it already was, and stays taken back.
     pub fn forget(&mut self, peer: NodeId) {
+        self.reclaim(peer);
+        self.reclaimed.remove(&peer);
         self.out.remove(&peer);
         self.inbound.remove(&peer);
+    }
+
+    /// Takes back the link with `peer` (membership has it down): adds to
+    /// this node's mass what it sent to `peer` less what it applied from
+    /// it, in value and weight, so that the link's net flow is undone.
+    ///
+    /// In cumulative mode this makes up exactly for a dead peer: once every
+    /// survivor has taken back its link, the survivors hold the sum of
+    /// their own values and weight equal to their number, as if the dead
+    /// node had never been there (whatever it held, whatever was in flight
+    /// either way, whatever it relayed between them). Without it the mass a
+    /// dead node held is lost for good and every estimate after it is off
+    /// (paper §5.6 with push-sum). A cut with both ends taking back is
+    /// neutral overall (the net flows of the two ends cancel), and each
+    /// side then sums its own values. A wrong suspicion is undone: the
+    /// next new message from `peer` gives the mass back first
+    /// ([`PushSum::receive`]), and the running totals carry on. Nothing
+    /// happens twice, nor in the other modes (their links keep no totals).
+    pub fn reclaim(&mut self, peer: NodeId) {
+        if self.mode != LossCompensation::Cumulative || self.reclaimed.contains_key(&peer) {
+            return;
+        }
+        let sent = self.out.get(&peer).copied().unwrap_or_default();
+        let got = self.inbound.get(&peer).copied().unwrap_or_default();
+        let ds = sent.cum_value - got.cum_value;
+        let dw = sent.cum_weight - got.cum_weight;
+        self.s += ds;
+        self.w += dw;
+        self.reclaimed.insert(peer, (ds, dw));
+    }
+
+    /// Whether the link with `peer` is taken back now.
+    pub fn is_reclaimed(&self, peer: NodeId) -> bool {
+        self.reclaimed.contains_key(&peer)
     }
 
     /// Applies a message received from `from`. Stale or duplicate messages
@@ -236,10 +278,16 @@ impl PushSum {
         if !msg.value.is_finite() || !msg.weight.is_finite() || msg.weight < 0.0 {
             return;
         }
-        let link = self.inbound.entry(from).or_default();
-        if msg.seq <= link.seq {
+        if msg.seq <= self.inbound.get(&from).map_or(0, |l| l.seq) {
             return;
         }
+        if let Some((ds, dw)) = self.reclaimed.remove(&from) {
+            // It speaks again (a wrong suspicion, a healed cut): the link
+            // carries on, so the mass taken back goes back.
+            self.s -= ds;
+            self.w -= dw;
+        }
+        let link = self.inbound.entry(from).or_default();
         let gap = msg.seq - link.seq - 1;
         link.seq = msg.seq;
         match self.mode {
@@ -487,8 +535,198 @@ mod tests {
         assert!((remote - 9.0).abs() < 0.05, "remote {remote}");
     }
 
+    /// One synchronous round among the nodes `alive` says are running:
+    /// each pushes to `branching` random running peers (when it has any);
+    /// `lose(from, to)` drops a message.
+    fn step(
+        nodes: &mut [PushSum],
+        alive: &[bool],
+        branching: usize,
+        rng: &mut ChaCha8Rng,
+        mut lose: impl FnMut(NodeId, NodeId) -> bool,
+    ) {
+        let mut msgs = Vec::new();
+        for i in 0..nodes.len() {
+            if !alive[i] {
+                continue;
+            }
+            let peers: Vec<NodeId> = (0..nodes.len() as NodeId)
+                .filter(|&j| j as usize != i && alive[j as usize])
+                .collect();
+            if peers.is_empty() {
+                continue;
+            }
+            let k = branching.min(peers.len());
+            let picks = sample(rng, peers.len(), k);
+            let mut targets: Vec<NodeId> = picks.into_iter().map(|p| peers[p]).collect();
+            targets.sort_unstable();
+            nodes[i].round_to(&targets, |to, m| msgs.push((i as NodeId, to, m)));
+        }
+        for (from, to, m) in msgs {
+            if alive[to as usize] && !lose(from, to) {
+                nodes[to as usize].receive(from, m);
+            }
+        }
+    }
+
+    /// Mass held by `nodes[i]` for `i` in `among`, plus what is in flight
+    /// between them.
+    fn mass_among(nodes: &[PushSum], among: &[usize]) -> (f64, f64) {
+        let mut s: f64 = among.iter().map(|&i| nodes[i].mass().0).sum();
+        let mut w: f64 = among.iter().map(|&i| nodes[i].mass().1).sum();
+        for &i in among {
+            for &j in among {
+                if i != j {
+                    let (ds, dw) = nodes[i].unapplied_towards(&nodes[j]);
+                    s += ds;
+                    w += dw;
+                }
+            }
+        }
+        (s, w)
+    }
+
+    /// Paper §5.6 with push-sum: one of three limiters dies holding mass;
+    /// once the survivors take back their links with it, their estimates
+    /// settle on the sum of their own values (without `reclaim`, on
+    /// whatever the dead node's share of the mass left them).
+    #[test]
+    fn survivors_that_reclaim_a_dead_peer_sum_their_own_values() {
+        let values = [4.0, 6.0, 30.0];
+        let mut nodes: Vec<PushSum> = (0..3)
+            .map(|i| PushSum::new(i, 3, 1, LossCompensation::Cumulative))
+            .collect();
+        for (n, v) in nodes.iter_mut().zip(values) {
+            n.set_local(v);
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let mut alive = [true; 3];
+        for _ in 0..30 {
+            step(&mut nodes, &alive, 1, &mut rng, |_, _| false);
+        }
+        alive[2] = false;
+        // Shares pushed before detection go nowhere.
+        for _ in 0..3 {
+            step(&mut nodes, &[true, true, true], 1, &mut rng, |_, to| {
+                to == 2
+            });
+        }
+        let mut without = nodes.clone();
+        for i in 0..2 {
+            nodes[i].reclaim(2);
+            nodes[i].reclaim(2); // twice is once
+            nodes[i].set_nodes(2);
+            without[i].set_nodes(2);
+        }
+        let (s, w) = mass_among(&nodes, &[0, 1]);
+        assert!((s - 10.0).abs() < 1e-9, "s {s}");
+        assert!((w - 2.0).abs() < 1e-12, "w {w}");
+        for _ in 0..40 {
+            step(&mut nodes, &alive, 1, &mut rng, |_, _| false);
+            step(&mut without, &alive, 1, &mut rng, |_, _| false);
+        }
+        for i in 0..2 {
+            let est = nodes[i].sum_estimate();
+            assert!((est - 10.0).abs() < 1e-6, "node {i}: {est}");
+            let off = without[i].sum_estimate();
+            assert!((off - 10.0).abs() > 1.0, "node {i} without reclaim: {off}");
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// A dead peer reclaimed by every survivor, whatever was lost or in
+        /// flight before: the survivors' mass is exactly their own values
+        /// and their number.
+        #[test]
+        fn reclaiming_a_dead_peer_conserves_the_survivors_mass(
+            values in proptest::collection::vec(0.0f64..1e4, 3..8),
+            dead in any::<proptest::sample::Index>(),
+            branching in 1usize..3,
+            rounds in 0usize..30,
+            loss_seed in any::<u64>(),
+            loss_pct in 0u64..60,
+        ) {
+            let n = values.len();
+            let mut nodes: Vec<PushSum> = (0..n as NodeId)
+                .map(|i| PushSum::new(i, n as u32, branching as u32, LossCompensation::Cumulative))
+                .collect();
+            for (node, v) in nodes.iter_mut().zip(&values) {
+                node.set_local(*v);
+            }
+            let mut rng = ChaCha8Rng::seed_from_u64(loss_seed ^ 1);
+            let mut lr = ChaCha8Rng::seed_from_u64(loss_seed);
+            let alive = vec![true; n];
+            for _ in 0..rounds {
+                step(&mut nodes, &alive, branching, &mut rng, |_, _| lr.random_range(0..100) < loss_pct);
+            }
+            let d = dead.index(n);
+            let survivors: Vec<usize> = (0..n).filter(|&i| i != d).collect();
+            for &i in &survivors {
+                nodes[i].reclaim(d as NodeId);
+            }
+            let (s, w) = mass_among(&nodes, &survivors);
+            let total: f64 = values.iter().sum::<f64>() - values[d];
+            prop_assert!((s - total).abs() <= 1e-6 * total.max(1.0), "s {} total {}", s, total);
+            prop_assert!((w - (n - 1) as f64).abs() <= 1e-9 * n as f64, "w {}", w);
+        }
+
+        /// A cut that both sides take back, healed later (or a suspicion
+        /// one side took back and the other did not): once every link has
+        /// carried a new share, all mass is where it was, conserved.
+        #[test]
+        fn a_healed_cut_gives_the_reclaimed_mass_back(
+            values in proptest::collection::vec(0.0f64..1e4, 2..7),
+            split in 1usize..6,
+            one_sided in any::<bool>(),
+            rounds in 1usize..20,
+            seed in any::<u64>(),
+        ) {
+            let n = values.len();
+            let split = split.min(n - 1);
+            let mut nodes: Vec<PushSum> = (0..n as NodeId)
+                .map(|i| PushSum::new(i, n as u32, 2, LossCompensation::Cumulative))
+                .collect();
+            for (node, v) in nodes.iter_mut().zip(&values) {
+                node.set_local(*v);
+            }
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let alive = vec![true; n];
+            for _ in 0..rounds {
+                step(&mut nodes, &alive, 2, &mut rng, |_, _| false);
+            }
+            let side = |i: usize| i < split;
+            for (i, node) in nodes.iter_mut().enumerate() {
+                for j in 0..n {
+                    if side(i) != side(j) && (!one_sided || side(i)) {
+                        node.reclaim(j as NodeId);
+                    }
+                }
+            }
+            for _ in 0..rounds {
+                step(&mut nodes, &alive, 2, &mut rng, |a, b| side(a as usize) != side(b as usize));
+            }
+            // Healed: every node sends to every other once more.
+            for i in 0..n {
+                let targets: Vec<NodeId> = (0..n as NodeId).filter(|&j| j as usize != i).collect();
+                let mut msgs = Vec::new();
+                nodes[i].round_to(&targets, |to, m| msgs.push((to, m)));
+                for (to, m) in msgs {
+                    nodes[to as usize].receive(i as NodeId, m);
+                }
+            }
+            for node in &nodes {
+                for j in 0..n {
+                    prop_assert!(!node.is_reclaimed(j as NodeId));
+                }
+            }
+            let all: Vec<usize> = (0..n).collect();
+            let (s, w) = mass_among(&nodes, &all);
+            let total: f64 = values.iter().sum();
+            prop_assert!((s - total).abs() <= 1e-6 * total.max(1.0), "s {} total {}", s, total);
+            prop_assert!((w - n as f64).abs() <= 1e-9 * n as f64, "w {}", w);
+        }
 
         /// In cumulative mode, mass held plus mass in flight equals the sum
         /// of local values, whatever messages are lost.

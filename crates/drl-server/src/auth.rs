@@ -212,9 +212,9 @@ pub fn prepare(cfg: &AuthConfig) -> Result<PreparedAuth, String> {
     }))
 }
 
-/// The token in an `Authorization: Bearer` header, if any.
-fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
-    let v = headers.get(header::AUTHORIZATION)?.as_bytes();
+/// The token in an `Authorization: Bearer` header value, if any.
+fn bearer(authorization: Option<&[u8]>) -> Option<&[u8]> {
+    let v = authorization?;
     let (scheme, rest) = v.split_at_checked(7)?;
     if !scheme.eq_ignore_ascii_case(b"bearer ") {
         return None;
@@ -241,6 +241,18 @@ impl Auth {
         headers: &HeaderMap,
         api: &'static str,
     ) -> Result<(), Denied> {
+        let authorization = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+        self.check_authorization(class, authorization, api)
+    }
+
+    /// [`check`](Self::check) given the first `Authorization` header's
+    /// value (the HTTP/1.1 fast path has no header map).
+    pub fn check_authorization(
+        &self,
+        class: Class,
+        authorization: Option<&[u8]>,
+        api: &'static str,
+    ) -> Result<(), Denied> {
         let sets = self.sets.read().clone();
         let tokens = match class {
             Class::Open => None,
@@ -250,7 +262,7 @@ impl Auth {
         let Some(tokens) = tokens else {
             return Ok(());
         };
-        let r = match bearer(headers) {
+        let r = match bearer(authorization) {
             None => Err(Denied::Missing),
             Some(t) if tokens.accepts(t) => Ok(()),
             Some(_) => Err(Denied::Invalid),

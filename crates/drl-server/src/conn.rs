@@ -1,5 +1,6 @@
 //! Connection hygiene: the accept loop of both listeners (HTTP/1.1 and
-//! HTTP/2 through hyper-util, or for gRPC HTTP/2 on the `h2` crate directly
+//! HTTP/2 through hyper-util, with HTTP/1.1 checks first on the fast path
+//! ([`crate::http1`]); for gRPC HTTP/2 on the `h2` crate directly
 //! ([`crate::grpc::direct`]); plain or TLS), with every connection bounded.
 //!
 //! - **Cap** (`server.max_connections`, per listener): at the cap, a new
@@ -289,6 +290,15 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let proto = Proto::Hyper {
+        builder: Arc::new(hyper_builder(limits, http2_only)),
+        service,
+    };
+    accept_loop(listener, tls, proto, limits, registry, stop).await
+}
+
+/// hyper-util's HTTP/1.1 + HTTP/2 server settings for `limits`.
+fn hyper_builder(limits: ConnLimits, http2_only: bool) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // hyper's own header timer would also close kept-alive HTTP/1
     // connections after `header_read_timeout` between requests; the
@@ -304,9 +314,34 @@ where
     if http2_only {
         builder = builder.http2_only();
     }
-    let proto = Proto::Hyper {
-        builder: Arc::new(builder),
+    builder
+}
+
+/// Serves HTTP on `listener` as [`serve`] does, with `POST /v1/check` on
+/// the HTTP/1.1 fast path ([`crate::http1`]): `fast` answers the checks it
+/// takes, and at the first request it does not take the connection goes to
+/// hyper serving `service` for the rest of its life.
+pub async fn serve_http_fast<S, B>(
+    listener: TcpListener,
+    tls: TlsSlot,
+    service: S,
+    fast: Arc<crate::http1::DrlCheck>,
+    limits: ConnLimits,
+    registry: Arc<Registry>,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<()>
+where
+    S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let proto = Proto::Fast {
+        builder: Arc::new(hyper_builder(limits, false)),
         service,
+        fast,
     };
     accept_loop(listener, tls, proto, limits, registry, stop).await
 }
@@ -343,6 +378,12 @@ enum Proto<S> {
         builder: Arc<h2::server::Builder>,
         hot: Arc<crate::grpc::hot::HotPath>,
     },
+    /// HTTP/1.1 checks on the fast path, the rest through hyper-util.
+    Fast {
+        builder: Arc<auto::Builder<TokioExecutor>>,
+        service: S,
+        fast: Arc<crate::http1::DrlCheck>,
+    },
 }
 
 impl<S: Clone> Clone for Proto<S> {
@@ -355,6 +396,15 @@ impl<S: Clone> Clone for Proto<S> {
             Proto::Direct { builder, hot } => Proto::Direct {
                 builder: builder.clone(),
                 hot: hot.clone(),
+            },
+            Proto::Fast {
+                builder,
+                service,
+                fast,
+            } => Proto::Fast {
+                builder: builder.clone(),
+                service: service.clone(),
+                fast: fast.clone(),
             },
         }
     }
@@ -447,7 +497,7 @@ where
 {
     async fn run(self, tcp: TcpStream) {
         match self.tls.clone() {
-            None => self.drive(tcp).await,
+            None => self.drive(tcp, false).await,
             Some(acceptor) => {
                 let hs =
                     tokio::time::timeout(self.limits.header_read_timeout, acceptor.accept(tcp));
@@ -456,7 +506,10 @@ where
                     () = self.state.close.notified() => return,
                 };
                 match stream {
-                    Ok(Ok(s)) => self.drive(s).await,
+                    Ok(Ok(s)) => {
+                        let h2 = s.get_ref().1.alpn_protocol() == Some(b"h2");
+                        self.drive(s, h2).await
+                    }
                     Ok(Err(e)) => {
                         self.registry.count("tls_failed");
                         tracing::debug!(listener = self.registry.listener, error = %e, "TLS handshake failed");
@@ -467,7 +520,8 @@ where
         }
     }
 
-    async fn drive<I>(self, io: I)
+    /// Serves `io`; `alpn_h2`: TLS chose HTTP/2.
+    async fn drive<I>(self, io: I, alpn_h2: bool)
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
@@ -511,6 +565,49 @@ where
                     track,
                     signal.wait(),
                 );
+                tokio::pin!(fut);
+                let shutdown = |_: Pin<&mut _>| signal.close();
+                supervise(fut, shutdown, limits, registry.clone(), state.clone(), stop).await;
+            }
+            Proto::Fast {
+                builder,
+                service,
+                fast,
+            } => {
+                let signal = crate::grpc::direct::CloseSignal::default();
+                let track = || {
+                    state.inflight.fetch_add(1, Ordering::AcqRel);
+                    state.served.store(true, Ordering::Relaxed);
+                    Inflight {
+                        state: state.clone(),
+                        registry: registry.clone(),
+                    }
+                };
+                let fut = async {
+                    use crate::http1::serve::{Outcome, serve_connection};
+                    let io = if alpn_h2 {
+                        crate::http1::rewind::Rewind::new(io, bytes::Bytes::new())
+                    } else {
+                        match serve_connection(io, &*fast, track, &signal).await {
+                            Outcome::Done => return,
+                            Outcome::Handoff(io) => io,
+                        }
+                    };
+                    let service = Tracked {
+                        inner: service,
+                        state: state.clone(),
+                        registry: registry.clone(),
+                    };
+                    let svc = hyper_util::service::TowerToHyperService::new(service);
+                    let conn = builder.serve_connection(TokioIo::new(io), svc);
+                    tokio::pin!(conn);
+                    tokio::select! {
+                        _ = conn.as_mut() => return,
+                        () = signal.wait() => {}
+                    }
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                };
                 tokio::pin!(fut);
                 let shutdown = |_: Pin<&mut _>| signal.close();
                 supervise(fut, shutdown, limits, registry.clone(), state.clone(), stop).await;

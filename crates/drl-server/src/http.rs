@@ -47,13 +47,67 @@ pub fn router(state: AppState) -> Router {
 
 /// The answer to a request that ran out of `request_timeout_ms`.
 fn timed_out(api: Api, limit_ms: u64) -> Response {
+    timed_out_answer(api, limit_ms).into_response()
+}
+
+/// [`timed_out`] as an [`Answer`] (counted).
+pub(crate) fn timed_out_answer(api: Api, limit_ms: u64) -> Answer {
     rejected(api, "timeout");
-    problem(
+    Answer::problem(
         StatusCode::REQUEST_TIMEOUT,
         "timeout",
         "Request Timeout",
         &format!("the request took longer than request_timeout_ms ({limit_ms} ms)"),
     )
+}
+
+/// The answer to a body over `max_body_bytes` (counted).
+pub(crate) fn too_large_answer(api: Api, max: usize) -> Answer {
+    rejected(api, "body_too_large");
+    Answer::problem(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        "Payload Too Large",
+        &format!("the request body is larger than max_body_bytes ({max} bytes)"),
+    )
+}
+
+/// A whole answer of a handler: status, content type and body. Both HTTP
+/// transports (this router and the HTTP/1.1 fast path, [`crate::http1`])
+/// turn the same answers into responses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The status.
+    pub status: StatusCode,
+    /// The `content-type` value.
+    pub content_type: &'static str,
+    /// The body.
+    pub body: String,
+}
+
+impl Answer {
+    /// An RFC 9457 problem ([`drl_http::problem::body`]).
+    pub fn problem(status: StatusCode, kind: &str, title: &str, detail: &str) -> Self {
+        Self {
+            status,
+            content_type: "application/problem+json",
+            body: drl_http::problem::body(status, kind, title, detail),
+        }
+    }
+}
+
+impl IntoResponse for Answer {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(self.content_type),
+            )],
+            self.body,
+        )
+            .into_response()
+    }
 }
 
 /// Reads a whole body of at most `max` bytes: 413 above it, 400 if the
@@ -63,13 +117,7 @@ async fn read_body(api: Api, body: Body, max: usize) -> Result<Bytes, Response> 
         let too_large = std::error::Error::source(&e)
             .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
         if too_large {
-            rejected(api, "body_too_large");
-            problem(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                "Payload Too Large",
-                &format!("the request body is larger than max_body_bytes ({max} bytes)"),
-            )
+            too_large_answer(api, max).into_response()
         } else {
             bad_request(
                 api,
@@ -80,19 +128,25 @@ async fn read_body(api: Api, body: Body, max: usize) -> Result<Bytes, Response> 
     })
 }
 
-static JSON: HeaderValue = HeaderValue::from_static("application/json");
-
 /// An RFC 9457 problem response ([`drl_http::problem::response`]).
 pub fn problem(status: StatusCode, kind: &str, title: &str, detail: &str) -> Response {
     drl_http::problem::response(status, kind, title, detail).into_response()
 }
 
 fn bad_request(api: Api, kind: &'static str, detail: &str) -> Response {
+    bad_request_answer(api, kind, detail).into_response()
+}
+
+fn bad_request_answer(api: Api, kind: &'static str, detail: &str) -> Answer {
     rejected(api, kind);
-    problem(StatusCode::BAD_REQUEST, kind, "Bad Request", detail)
+    Answer::problem(StatusCode::BAD_REQUEST, kind, "Bad Request", detail)
 }
 
 fn check_error(api: Api, e: &CheckError) -> Response {
+    check_error_answer(api, e).into_response()
+}
+
+fn check_error_answer(api: Api, e: &CheckError) -> Answer {
     rejected(api, e.kind());
     let status = match e {
         CheckError::Store { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -100,7 +154,7 @@ fn check_error(api: Api, e: &CheckError) -> Response {
         _ => StatusCode::BAD_REQUEST,
     };
     let title = status.canonical_reason().unwrap_or("Error");
-    problem(status, e.kind(), title, &e.to_string())
+    Answer::problem(status, e.kind(), title, &e.to_string())
 }
 
 #[derive(Deserialize)]
@@ -206,12 +260,26 @@ async fn check_bounded(
         Ok(b) => b,
         Err(r) => return r,
     };
+    check_answer(&app.engine, limits, &body, started)
+        .await
+        .into_response()
+}
+
+/// `POST /v1/check` on a whole body (at most `max_body_bytes`, read by the
+/// transport): the items parsed, decided and answered, errors as problems,
+/// every outcome counted. Both HTTP transports call it.
+pub async fn check_answer(
+    engine: &Engine,
+    limits: &crate::limits::Limits,
+    body: &[u8],
+    started: Instant,
+) -> Answer {
     // Validating UTF-8 once for the whole body is cheaper than serde_json
     // checking each string of each item (`from_slice`).
-    let text = match std::str::from_utf8(&body) {
+    let text = match std::str::from_utf8(body) {
         Ok(t) => t,
         Err(e) => {
-            return bad_request(
+            return bad_request_answer(
                 Api::HttpCheck,
                 "invalid_json",
                 &format!("invalid request body: not UTF-8 ({e})"),
@@ -221,7 +289,7 @@ async fn check_bounded(
     let parsed: CheckBody<'_> = match serde_json::from_str(text) {
         Ok(b) => b,
         Err(e) => {
-            return bad_request(
+            return bad_request_answer(
                 Api::HttpCheck,
                 "invalid_json",
                 &format!(
@@ -234,7 +302,7 @@ async fn check_bounded(
     for (i, it) in parsed.requests.iter().enumerate() {
         let cost = match cost_of(i, it.cost.as_ref()) {
             Ok(c) => c,
-            Err(e) => return bad_request(Api::HttpCheck, "invalid_cost", &e),
+            Err(e) => return bad_request_answer(Api::HttpCheck, "invalid_cost", &e),
         };
         reqs.push(CheckRequest {
             limit: &it.limit,
@@ -246,8 +314,7 @@ async fn check_bounded(
     let mut out = String::with_capacity(16 + reqs.len() * 100);
     out.push_str("{\"results\":[");
     let mut first = true;
-    let decided = app
-        .engine
+    let decided = engine
         .check_each(limits, &reqs, |d| {
             if !first {
                 out.push(',');
@@ -257,11 +324,15 @@ async fn check_bounded(
         })
         .await;
     if let Err(e) = decided {
-        return check_error(Api::HttpCheck, &e);
+        return check_error_answer(Api::HttpCheck, &e);
     }
     out.push_str("]}");
-    app.engine.api_metrics.observe(Api::HttpCheck, started);
-    ([(header::CONTENT_TYPE, JSON.clone())], out).into_response()
+    engine.api_metrics.observe(Api::HttpCheck, started);
+    Answer {
+        status: StatusCode::OK,
+        content_type: "application/json",
+        body: out,
+    }
 }
 
 fn query_param<'q>(q: Option<&'q str>, name: &str) -> Option<&'q str> {

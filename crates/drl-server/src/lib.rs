@@ -10,6 +10,8 @@
 //!   every API.
 //! - [`envoy_override`]: Envoy RLS per-descriptor limit overrides.
 //! - [`http`]: `POST /v1/check`, forward-auth, health, metrics (axum).
+//! - [`http1`]: `POST /v1/check` on HTTP/1.1 without hyper (the hot path),
+//!   the rest handed to [`http`].
 //! - [`grpc`]: the native batched API and Envoy RLS v3 (tonic).
 //! - [`listeners`]: the HTTP and gRPC listeners, moved on reload.
 //! - [`conn`]: the accept loop: connection cap, idle and header-read
@@ -30,6 +32,7 @@ pub mod grpc;
 pub mod guard;
 pub mod headers;
 pub mod http;
+pub mod http1;
 pub mod limitador;
 pub mod limits;
 pub mod listeners;

@@ -286,12 +286,30 @@ impl Listeners {
                     engine: self.engine.clone(),
                     metrics: self.metrics.clone(),
                 });
+                let fast = (s.http_engine == crate::config::HttpEngine::Fast).then(|| {
+                    Arc::new(crate::http1::DrlCheck::new(
+                        self.engine.clone(),
+                        auth.clone(),
+                    ))
+                });
                 let svc = HttpGuard { router, auth };
                 let rx = rx.clone();
                 Box::pin(async move {
-                    crate::conn::serve(listener, tls, svc, limits, false, registry, rx)
-                        .await
-                        .context("HTTP server failed")
+                    match fast {
+                        // `POST /v1/check` on HTTP/1.1 without hyper, the
+                        // rest through the router (http1).
+                        Some(fast) => {
+                            crate::conn::serve_http_fast(
+                                listener, tls, svc, fast, limits, registry, rx,
+                            )
+                            .await
+                        }
+                        None => {
+                            crate::conn::serve(listener, tls, svc, limits, false, registry, rx)
+                                .await
+                        }
+                    }
+                    .context("HTTP server failed")
                 })
             }
             Kind::Grpc => {

@@ -279,6 +279,21 @@ pub struct ServerConfig {
     /// Let a reload triggered by a file change remove limits or domains
     /// (default false: such a reload is refused; SIGHUP may always remove).
     pub allow_limit_removal: bool,
+    /// How the HTTP listener serves HTTP/1.1 (default `fast`); read when
+    /// the listener starts (a reload that moves it applies a change).
+    pub http_engine: HttpEngine,
+}
+
+/// How the HTTP listener serves HTTP/1.1 (`server.http_engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum HttpEngine {
+    /// `POST /v1/check` on the hand-written HTTP/1.1 path
+    /// ([`crate::http1`]), everything else through hyper.
+    #[default]
+    Fast,
+    /// Every request through hyper and axum.
+    Hyper,
 }
 
 impl Default for ServerConfig {
@@ -297,6 +312,7 @@ impl Default for ServerConfig {
             max_key_bytes: DEFAULT_MAX_KEY_BYTES,
             reload_settle_ms: 500,
             allow_limit_removal: false,
+            http_engine: HttpEngine::Fast,
         }
     }
 }

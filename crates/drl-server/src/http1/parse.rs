@@ -1,0 +1,180 @@
+//! Sans-IO: which request heads the fast path takes.
+//!
+//! A head is parsed with `httparse` (hyper's own parser). The fast path
+//! takes exactly one shape of request: `POST /v1/check HTTP/1.1` (no query
+//! string) with one plain `Content-Length`, no `Transfer-Encoding`,
+//! `Expect` or `Upgrade`, and a `Connection` header, if any, of `close` or
+//! `keep-alive`. Anything else, including a head that does not parse or
+//! grows past [`MAX_HEAD`], is [`Head::Handoff`]: hyper answers it (and
+//! the rest of the connection) as it always did.
+
+/// The most bytes of an unfinished head the fast path waits for before
+/// handing the connection to hyper (which has its own, larger bound).
+pub const MAX_HEAD: usize = 16 * 1024;
+
+/// The most header lines the fast path parses; a head with more goes to
+/// hyper.
+const MAX_HEADERS: usize = 32;
+
+/// The path the fast path answers.
+pub const CHECK_PATH: &[u8] = b"/v1/check";
+
+/// What the bytes at the start of a connection's buffer are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Head<'b> {
+    /// Not a whole head yet: read more.
+    Partial,
+    /// A check the fast path answers.
+    Check(Check<'b>),
+    /// Anything else: hyper answers from here on.
+    Handoff,
+}
+
+/// A `POST /v1/check` head the fast path takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check<'b> {
+    /// Bytes of the head, up to and including its blank line.
+    pub head_len: usize,
+    /// The body's length.
+    pub content_length: u64,
+    /// The client asked to close the connection after this answer.
+    pub close: bool,
+    /// The first `Authorization` header's value.
+    pub authorization: Option<&'b [u8]>,
+}
+
+/// Classifies the head at the start of `buf`.
+pub fn parse(buf: &[u8]) -> Head<'_> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let head_len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() <= MAX_HEAD => return Head::Partial,
+        _ => return Head::Handoff,
+    };
+    if req.method != Some("POST")
+        || req.path.map(str::as_bytes) != Some(CHECK_PATH)
+        || req.version != Some(1)
+    {
+        return Head::Handoff;
+    }
+    let mut content_length = None;
+    let mut close = false;
+    let mut authorization = None;
+    for h in req.headers.iter() {
+        let name = h.name.as_bytes();
+        if name.eq_ignore_ascii_case(b"content-length") {
+            if content_length.is_some() {
+                return Head::Handoff;
+            }
+            match decimal(h.value) {
+                Some(n) => content_length = Some(n),
+                None => return Head::Handoff,
+            }
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            let v = h.value.trim_ascii();
+            if v.eq_ignore_ascii_case(b"close") {
+                close = true;
+            } else if !v.eq_ignore_ascii_case(b"keep-alive") {
+                return Head::Handoff;
+            }
+        } else if name.eq_ignore_ascii_case(b"authorization") {
+            authorization.get_or_insert(h.value);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding")
+            || name.eq_ignore_ascii_case(b"expect")
+            || name.eq_ignore_ascii_case(b"upgrade")
+        {
+            return Head::Handoff;
+        }
+    }
+    match content_length {
+        Some(content_length) => Head::Check(Check {
+            head_len,
+            content_length,
+            close,
+            authorization,
+        }),
+        None => Head::Handoff,
+    }
+}
+
+/// A plain decimal `Content-Length` (digits only, at most 18 of them).
+fn decimal(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(v.iter().fold(0, |n, d| n * 10 + u64::from(d - b'0')))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const REQ: &[u8] = b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}";
+
+    #[test]
+    fn the_simple_check_is_taken() {
+        let Head::Check(c) = parse(REQ) else {
+            panic!("{:?}", parse(REQ))
+        };
+        assert_eq!(c.head_len, REQ.len() - 2);
+        assert_eq!(c.content_length, 2);
+        assert!(!c.close && c.authorization.is_none());
+        let r = b"POST /v1/check HTTP/1.1\r\nconnection: Close\r\nAuthorization: Bearer t\r\nauthorization: x\r\ncontent-length: 0\r\n\r\n";
+        let Head::Check(c) = parse(r) else { panic!() };
+        assert!(c.close);
+        assert_eq!(c.authorization, Some(&b"Bearer t"[..]));
+    }
+
+    #[test]
+    fn everything_else_is_handed_off() {
+        for r in [
+            &b"GET /healthz HTTP/1.1\r\n\r\n"[..],
+            b"POST /v1/check HTTP/1.0\r\nContent-Length: 2\r\n\r\n",
+            b"POST /v1/check?x=1 HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            b"POST /v1/checks HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            b"POST /v1/check HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST /v1/check HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST /v1/check HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n",
+            b"POST /v1/check HTTP/1.1\r\nContent-Length: +2\r\n\r\n",
+            b"POST /v1/check HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n",
+            b"POST /v1/check HTTP/1.1\r\nContent-Length: 2\r\nUpgrade: h2c\r\n\r\n",
+            b"POST /v1/check HTTP/1.1\r\nContent-Length: 2\r\nConnection: upgrade\r\n\r\n",
+            b"POST /v1/check HTTP/1.1\r\n\r\n",
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+            b"POST /v1/check HTTP/1.1\r\nBad Header\r\n\r\n",
+        ] {
+            assert_eq!(parse(r), Head::Handoff, "{}", String::from_utf8_lossy(r));
+        }
+        let many: Vec<u8> = [
+            &b"POST /v1/check HTTP/1.1\r\n"[..],
+            &b"x-a: 1\r\n".repeat(MAX_HEADERS + 1),
+            b"Content-Length: 0\r\n\r\n",
+        ]
+        .concat();
+        assert_eq!(parse(&many), Head::Handoff);
+        let long = [&b"POST /v1/check HTTP/1.1\r\nx-a: "[..], &[b'a'; MAX_HEAD]].concat();
+        assert_eq!(parse(&long), Head::Handoff);
+    }
+
+    proptest! {
+        /// Every proper prefix of a head is `Partial`, and the whole head
+        /// parses the same with any body bytes after it.
+        #[test]
+        fn prefixes_wait_and_trailing_bytes_do_not_matter(cut in 0..REQ.len() - 2, tail in proptest::collection::vec(any::<u8>(), 0..64)) {
+            prop_assert_eq!(parse(&REQ[..cut]), Head::Partial);
+            let mut whole = REQ.to_vec();
+            whole.extend_from_slice(&tail);
+            prop_assert_eq!(parse(&whole), parse(REQ));
+        }
+
+        /// Content-Length: any plain decimal is read as such.
+        #[test]
+        fn lengths_are_decimal(n in 0u64..1_000_000_000_000) {
+            let r = format!("POST /v1/check HTTP/1.1\r\ncontent-length: {n}\r\n\r\n");
+            let Head::Check(c) = parse(r.as_bytes()) else { panic!() };
+            prop_assert_eq!(c.content_length, n);
+        }
+    }
+}

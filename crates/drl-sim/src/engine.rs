@@ -509,10 +509,13 @@ pub fn run_with(
                     Pkt::SynAck => HANDSHAKE_BYTES as u64,
                 };
                 arrived[l][bin] += bytes;
+                let unpoliced =
+                    matches!(p, Pkt::SynAck) && !flows[i as usize].spec.police_handshake;
                 let allowed = alive[node]
-                    && limiters[node]
-                        .admit(now, KEY, limit, bytes, i as u64)
-                        .is_ok_and(|a| a.allowed);
+                    && (unpoliced
+                        || limiters[node]
+                            .admit(now, KEY, limit, bytes, i as u64)
+                            .is_ok_and(|a| a.allowed));
                 if allowed {
                     forwarded[l][bin] += bytes;
                     let (_, egress_prop, back) = legs(flows[i as usize].rtt);

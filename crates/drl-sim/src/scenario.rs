@@ -120,6 +120,9 @@ pub struct FlowSpec {
     /// Opens with a TCP handshake whose SYN-ACK crosses the limiter; a
     /// lost one is retried after the initial RTO of 3 s, doubling.
     pub handshake: bool,
+    /// The handshake's SYN-ACK is policed like data (`false`: it crosses
+    /// the limiter unpoliced, never dropped there).
+    pub police_handshake: bool,
     /// Crosses the shared upstream link ([`Scenario::upstream`]).
     pub upstream: bool,
 }
@@ -134,6 +137,7 @@ impl FlowSpec {
             rtt: None,
             bytes: None,
             handshake: false,
+            police_handshake: true,
             upstream: false,
         }
     }
@@ -265,6 +269,10 @@ pub struct WebWorkload {
     pub from: Nanos,
     /// No arrival at or after this.
     pub until: Nanos,
+    /// Its SYN-ACKs are policed like data (the default in every figure);
+    /// `false` lets them cross the limiter unpoliced (Table 1's
+    /// `grd-syn-unpoliced`: the paper does not say which its limiters did).
+    pub police_handshake: bool,
 }
 
 /// Flow churn (paper §5.6): the long-lived flows of
@@ -511,6 +519,7 @@ impl Scenario {
                 web.push(FlowSpec {
                     bytes: Some(wl.sizes.sample(&mut rng)),
                     handshake: true,
+                    police_handshake: wl.police_handshake,
                     ..FlowSpec::bulk(wl.limiter, t as Nanos, None)
                 });
             }

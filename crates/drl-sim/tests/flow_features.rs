@@ -110,6 +110,7 @@ fn lost_syn_acks_are_retried_after_three_seconds() {
         },
         from: 0,
         until: 15 * SEC,
+        police_handshake: true,
     }];
     let r = drl_sim::run(&sc, &mut |_| {}).unwrap();
     let web: Vec<_> = r.flows.iter().filter(|f| f.size_bytes.is_some()).collect();
@@ -168,6 +169,7 @@ fn web_arrivals_are_poisson_and_seeded() {
         sizes: SizeDist::SURGE,
         from: 0,
         until: 200 * SEC,
+        police_handshake: true,
     }];
     let a = sc.plan_flows();
     let n = a.iter().filter(|f| f.handshake).count() as f64;

@@ -63,8 +63,9 @@ enum Which {
     /// Figure 9: 10 sites at 5 Mbps, demand moving to 4 sites every 30 s
     /// (static 1/N against FPS; branching 4, 0.47 % gossip loss).
     Fig9(FigureFlags),
-    /// Table 1: 10 bulk flows against Poisson Web requests (15/s, SURGE object
-    /// sizes, handshakes with 3 s SYN timeouts).
+    /// Table 1: 10 bulk flows against Poisson Web requests (15/s, lognormal
+    /// object sizes with a Pareto tail, handshakes with 3 s SYN timeouts);
+    /// CTB, GRD, FPS, and GRD with the SYN-ACKs unpoliced.
     Table1(FigureFlags),
     /// Table 2: 3 flows with a 100 ms RTT against 7 with a 10 ms RTT.
     Table2(FigureFlags),

@@ -22,6 +22,9 @@
 //! `--grpc-engine h2` serves the same gRPC answers on the `h2` crate
 //! directly (`drl_server::grpc::direct`) instead of tonic: the same work on
 //! two transports, for `scripts/server-instructions` (issue 17).
+//! `--http-engine fast` likewise answers `POST /v1/check` on drl's
+//! hand-written HTTP/1.1 path (`drl_server::http1`), anything else through
+//! hyper as before; the default stays `hyper` (the benchmarks' floor).
 
 use std::borrow::Cow;
 use std::io::Write as _;
@@ -35,6 +38,9 @@ use axum::routing::post;
 use drl_server::grpc::pb::rate_limiter_server::{RateLimiter, RateLimiterServer};
 use drl_server::grpc::pb::{CheckItem, CheckRequest, CheckResponse, CheckResult};
 use drl_server::grpc::{direct, frame};
+use drl_server::http::Answer;
+use drl_server::http1::Handler;
+use drl_server::http1::serve::{Outcome, serve_connection};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
@@ -68,9 +74,29 @@ struct Item<'a> {
 }
 
 async fn check(body: Bytes) -> Response {
-    let parsed: CheckBody<'_> = match serde_json::from_slice(&body) {
+    let a = check_answer(&body);
+    (
+        a.status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(a.content_type),
+        )],
+        a.body,
+    )
+        .into_response()
+}
+
+/// The check's answer: parsed, never decided.
+fn check_answer(body: &[u8]) -> Answer {
+    let parsed: CheckBody<'_> = match serde_json::from_slice(body) {
         Ok(b) => b,
-        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+        Err(e) => {
+            return Answer {
+                status: StatusCode::BAD_REQUEST,
+                content_type: "text/plain; charset=utf-8",
+                body: e.to_string(),
+            };
+        }
     };
     let mut out = String::with_capacity(16 + parsed.requests.len() * 100);
     out.push_str("{\"results\":[");
@@ -83,14 +109,79 @@ async fn check(body: Bytes) -> Response {
         );
     }
     out.push_str("]}");
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        out,
-    )
-        .into_response()
+    Answer {
+        status: StatusCode::OK,
+        content_type: "application/json",
+        body: out,
+    }
+}
+
+/// The same check on the HTTP/1.1 fast path.
+struct FastMinimal;
+
+impl Handler for FastMinimal {
+    type Req = ();
+
+    fn begin(&self) {}
+
+    fn max_body(_: &()) -> usize {
+        // axum's default body limit.
+        2 << 20
+    }
+
+    fn timeout(_: &()) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
+    fn too_large(&self, _: &()) -> Answer {
+        Answer {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            content_type: "text/plain; charset=utf-8",
+            body: "length limit exceeded".into(),
+        }
+    }
+
+    fn timed_out(&self, _: &()) -> Answer {
+        Answer {
+            status: StatusCode::REQUEST_TIMEOUT,
+            content_type: "text/plain; charset=utf-8",
+            body: String::new(),
+        }
+    }
+
+    async fn check(&self, _: &(), body: &[u8], _: std::time::Instant) -> Answer {
+        check_answer(body)
+    }
+}
+
+/// One HTTP connection with the fast path first, then hyper serving `app`.
+async fn serve_fast<I>(
+    io: I,
+    builder: &hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
+    app: Router,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let signal = direct::CloseSignal::default();
+    if let Outcome::Handoff(io) = serve_connection(io, &FastMinimal, || (), &signal).await {
+        let svc = hyper_util::service::TowerToHyperService::new(app);
+        let _ = builder
+            .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
+            .await;
+    }
+}
+
+/// The plain HTTP accept loop of `--http-engine fast`.
+async fn serve_http_fast(listener: tokio::net::TcpListener, app: Router) -> anyhow::Result<()> {
+    let builder = std::sync::Arc::new(hyper_util::server::conn::auto::Builder::new(
+        hyper_util::rt::TokioExecutor::new(),
+    ));
+    loop {
+        let (tcp, _) = listener.accept().await?;
+        let _ = tcp.set_nodelay(true);
+        let (builder, app) = (builder.clone(), app.clone());
+        tokio::spawn(async move { serve_fast(tcp, &builder, app).await });
+    }
 }
 
 #[derive(Debug, Default)]
@@ -300,6 +391,7 @@ fn main() -> anyhow::Result<()> {
     let mut tls_cert = None;
     let mut tls_key = None;
     let mut h2_engine = false;
+    let mut fast_http = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -334,6 +426,11 @@ fn main() -> anyhow::Result<()> {
                 Some("h2") => h2_engine = true,
                 other => anyhow::bail!("--grpc-engine tonic|h2 (got {other:?})"),
             },
+            "--http-engine" => match it.next().map(String::as_str) {
+                Some("hyper") => fast_http = false,
+                Some("fast") => fast_http = true,
+                other => anyhow::bail!("--http-engine hyper|fast (got {other:?})"),
+            },
             "--threads" => {
                 threads = Some(
                     it.next()
@@ -342,7 +439,7 @@ fn main() -> anyhow::Result<()> {
                 )
             }
             other => anyhow::bail!(
-                "usage: drl-minimal-server [--http ADDR] [--grpc ADDR] [--threads N] [--grpc-engine tonic|h2] [--tls-cert FILE --tls-key FILE] | encode-grpc N [LIMIT] | encode-rls DOMAIN K=V[,K=V...] (got {other:?})"
+                "usage: drl-minimal-server [--http ADDR] [--grpc ADDR] [--threads N] [--grpc-engine tonic|h2] [--http-engine hyper|fast] [--tls-cert FILE --tls-key FILE] | encode-grpc N [LIMIT] | encode-rls DOMAIN K=V[,K=V...] (got {other:?})"
             ),
         }
     }
@@ -376,16 +473,22 @@ fn main() -> anyhow::Result<()> {
             let routes = tonic::service::Routes::new(RateLimiterServer::new(Minimal))
                 .add_service(RateLimitServiceServer::new(MinimalRls))
                 .prepare();
-            let h = serve_tls(http_l, tls(&[b"h2", b"http/1.1"])?, app, false);
-            let g = serve_tls(grpc_l, tls(&[b"h2"])?, routes, true);
+            let h = serve_tls(http_l, tls(&[b"h2", b"http/1.1"])?, app, false, fast_http);
+            let g = serve_tls(grpc_l, tls(&[b"h2"])?, routes, true, false);
             tokio::select! {
                 r = g => r?,
                 r = h => r?,
             }
             return anyhow::Ok(());
         }
+        let h = async move {
+            if fast_http {
+                serve_http_fast(http_l, app).await
+            } else {
+                Ok(axum::serve(http_l, app).await?)
+            }
+        };
         if h2_engine {
-            let h = axum::serve(http_l, app);
             tokio::select! {
                 r = serve_direct(grpc_l) => r?,
                 r = h => r?,
@@ -397,7 +500,6 @@ fn main() -> anyhow::Result<()> {
             .add_service(RateLimiterServer::new(Minimal))
             .add_service(RateLimitServiceServer::new(MinimalRls))
             .serve_with_incoming(incoming);
-        let h = axum::serve(http_l, app);
         tokio::select! {
             r = g => r?,
             r = h => r?,
@@ -407,12 +509,14 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// The plainest TLS accept loop: handshake, then hyper-util's auto
-/// HTTP/1.1 + HTTP/2 (HTTP/2 only for gRPC).
+/// HTTP/1.1 + HTTP/2 (HTTP/2 only for gRPC); `fast`: the HTTP/1.1 fast
+/// path first (unless ALPN chose h2).
 async fn serve_tls<S, B>(
     listener: tokio::net::TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
     service: S,
     http2_only: bool,
+    fast: bool,
 ) -> anyhow::Result<()>
 where
     S: tower::Service<
@@ -441,6 +545,18 @@ where
             let Ok(tls) = acceptor.accept(tcp).await else {
                 return;
             };
+            if fast && tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+                let signal = direct::CloseSignal::default();
+                if let Outcome::Handoff(io) =
+                    serve_connection(tls, &FastMinimal, || (), &signal).await
+                {
+                    let svc = hyper_util::service::TowerToHyperService::new(service);
+                    let _ = builder
+                        .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
+                        .await;
+                }
+                return;
+            }
             let svc = hyper_util::service::TowerToHyperService::new(service);
             let _ = builder
                 .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)

@@ -1,6 +1,8 @@
 //! A Figure 8 sweep without the CLI (for measurements while `drl` is not
 //! built): `fig8_sweep LOSS SECS WARMUP AGG BRANCHINGS LIMITERS ALGS OUT`,
 //! lists comma-separated. Prints each point and its wall time and peak RSS.
+//! `DEPTH=BYTES` sets every limiter's bucket depth (default: the paper's
+//! 75 KB).
 
 use drl_cluster::alloc::AlgorithmKind;
 use drl_cluster::cloud_control::Aggregation;
@@ -21,6 +23,9 @@ fn main() {
     let agg: Aggregation = a[4].parse().unwrap();
     let mut f = Fig8::paper(loss, secs, warmup);
     f.base.aggregation = agg;
+    if let Ok(d) = std::env::var("DEPTH") {
+        f.base.depth_bytes = d.parse().expect("DEPTH: bytes");
+    }
     f.branchings = list(&a[5]);
     f.limiters = list(&a[6]);
     f.algorithms = list::<AlgorithmKind>(&a[7]);

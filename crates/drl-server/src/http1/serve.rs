@@ -41,8 +41,10 @@ where
     I: AsyncRead + AsyncWrite + Unpin,
     H: Handler,
 {
-    let mut buf = BytesMut::with_capacity(READ_BUF);
-    let mut out: Vec<u8> = Vec::with_capacity(1024);
+    // Allocated on first use: the read buffer just before the first read,
+    // the output buffer with the first answer.
+    let mut buf = BytesMut::new();
+    let mut out: Vec<u8> = Vec::new();
     loop {
         if closing(close) {
             // Asked to close: what is answered leaves, the rest is dropped.

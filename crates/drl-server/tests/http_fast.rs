@@ -384,6 +384,19 @@ async fn outcomes(p: &Pair) {
         .unwrap()
         .replace("/v1/check", "/v1/check?a=1");
     p.same(&[query.as_bytes()], 1).await;
+    // The absolute form (hyper's own client sends it), then odd ones.
+    for target in [
+        "http://127.0.0.1:28080/v1/check",
+        "HTTP://Localhost/v1/check",
+        "http://h:99999/v1/check",
+        "http://[::1]:80/v1/check",
+        "http://h/v1/check/",
+    ] {
+        let r = String::from_utf8(post(FREE, ""))
+            .unwrap()
+            .replacen("/v1/check", target, 1);
+        p.same(&[r.as_bytes()], 1).await;
+    }
     p.same(&[&post(FREE, "expect: 100-continue\r\n")], 2).await;
     // Not HTTP at all: hyper's 400 and close.
     p.same(&[b"hello\r\n\r\n"], 1).await;

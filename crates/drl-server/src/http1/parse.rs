@@ -2,7 +2,8 @@
 //!
 //! A head is parsed with `httparse` (hyper's own parser). The fast path
 //! takes exactly one shape of request: `POST /v1/check HTTP/1.1` (no query
-//! string) with one plain `Content-Length`, no `Transfer-Encoding`,
+//! string; the absolute form `http://host:port/v1/check` too) with one
+//! plain `Content-Length`, no `Transfer-Encoding`,
 //! `Expect` or `Upgrade`, and a `Connection` header, if any, of `close` or
 //! `keep-alive`. Anything else, including a head that does not parse or
 //! grows past [`MAX_HEAD`], is [`Head::Handoff`]: hyper answers it (and
@@ -53,7 +54,7 @@ pub fn parse(buf: &[u8]) -> Head<'_> {
         _ => return Head::Handoff,
     };
     if req.method != Some("POST")
-        || req.path.map(str::as_bytes) != Some(CHECK_PATH)
+        || !req.path.is_some_and(|p| is_check_target(p.as_bytes()))
         || req.version != Some(1)
     {
         return Head::Handoff;
@@ -98,6 +99,36 @@ pub fn parse(buf: &[u8]) -> Head<'_> {
     }
 }
 
+/// `/v1/check`, or its absolute form (`http://host:port/v1/check`, as
+/// proxies and some clients send it; hyper routes it by its path) with a
+/// plain host name or IPv4 address and an optional port.
+fn is_check_target(t: &[u8]) -> bool {
+    if t == CHECK_PATH {
+        return true;
+    }
+    let rest = match t.split_at_checked(7) {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case(b"http://") => rest,
+        _ => match t.split_at_checked(8) {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case(b"https://") => rest,
+            _ => return false,
+        },
+    };
+    let Some(slash) = rest.iter().position(|&b| b == b'/') else {
+        return false;
+    };
+    let (authority, path) = rest.split_at(slash);
+    let (host, port) = match authority.iter().position(|&b| b == b':') {
+        Some(i) => (&authority[..i], Some(&authority[i + 1..])),
+        None => (authority, None),
+    };
+    let host_ok = !host.is_empty()
+        && host
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'.');
+    let port_ok = port.is_none_or(|p| decimal(p).is_some_and(|n| (1..=65_535).contains(&n)));
+    path == CHECK_PATH && host_ok && port_ok
+}
+
 /// A plain decimal `Content-Length` (digits only, at most 18 of them).
 fn decimal(v: &[u8]) -> Option<u64> {
     if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
@@ -124,6 +155,14 @@ mod tests {
         let r = b"POST /v1/check HTTP/1.1\r\nconnection: Close\r\nAuthorization: Bearer t\r\nauthorization: x\r\ncontent-length: 0\r\n\r\n";
         let Head::Check(c) = parse(r) else { panic!() };
         assert!(c.close);
+        for target in [
+            "http://127.0.0.1:8080/v1/check",
+            "HTTP://localhost/v1/check",
+            "https://drl.example/v1/check",
+        ] {
+            let r = format!("POST {target} HTTP/1.1\r\ncontent-length: 0\r\n\r\n");
+            assert!(matches!(parse(r.as_bytes()), Head::Check(_)), "{target}");
+        }
         assert_eq!(c.authorization, Some(&b"Bearer t"[..]));
     }
 
@@ -144,6 +183,13 @@ mod tests {
             b"POST /v1/check HTTP/1.1\r\n\r\n",
             b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
             b"POST /v1/check HTTP/1.1\r\nBad Header\r\n\r\n",
+            b"POST http://h:0/v1/check HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            b"POST http://h:65536/v1/check HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            b"POST http://[::1]/v1/check HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            b"POST http:///v1/check HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            b"POST http://u@h/v1/check HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            b"POST http://h/v1/check?x HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            b"POST ftp://h/v1/check HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
         ] {
             assert_eq!(parse(r), Head::Handoff, "{}", String::from_utf8_lossy(r));
         }

@@ -472,6 +472,25 @@ fn bearer_tokens_missing_wrong_right() {
 }
 
 #[test]
+fn bodies_larger_than_the_read_buffer_answer_as_hyper() {
+    run(async {
+        let yaml = CONFIG.replace("max_body_bytes: 512", "max_body_bytes: 65536");
+        let p = start(&yaml, Opts::default()).await;
+        let items: Vec<String> = (0..400)
+            .map(|i| format!(r#"{{"limit":"free","key":"tenant-{i}","cost":1}}"#))
+            .collect();
+        let body = format!(r#"{{"requests":[{}]}}"#, items.join(","));
+        assert!(body.len() > 16 * 1024);
+        let req = post(&body, "");
+        let r = p.same(&[&req, &req], 2).await;
+        assert_eq!(r.matches("\"allowed\":true").count(), 800);
+        // In pieces, with a check after it in the last one.
+        let (a, b) = req.split_at(9_000);
+        p.same(&[a, &[b, &post(FREE, "")].concat()], 2).await;
+    })
+}
+
+#[test]
 fn request_deadline_answers_408() {
     run(async {
         let yaml = CONFIG.replace(

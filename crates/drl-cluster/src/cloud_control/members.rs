@@ -23,7 +23,7 @@ use super::node::PeerId;
 /// changes, when that node takes its own copy).
 #[derive(Debug, Clone)]
 pub struct Roster {
-    up: Arc<BTreeMap<PeerId, Nanos>>,
+    pub(crate) up: Arc<BTreeMap<PeerId, Nanos>>,
     at: Nanos,
 }
 

@@ -224,6 +224,14 @@ impl Node {
 
     /// Membership: `peer` is up (joined, or back).
     pub fn peer_up(&mut self, now: Nanos, peer: PeerId) {
+        // A push-sum link taken back when the peer went down is given back
+        // (a wrong suspicion or a healed cut; a restarted peer's first
+        // payload takes it back again, see `forget`).
+        if self.members.up_at(self.me, peer).is_none() {
+            for m in self.masses.values_mut() {
+                m.sum.restore(peer);
+            }
+        }
         self.members.peer_up(self.me, now, peer);
     }
 
@@ -232,6 +240,15 @@ impl Node {
     /// node with no membership yet shares the roster instead of copying
     /// it, so N nodes started from one roster hold one membership.
     pub fn roster_up(&mut self, roster: &Roster) {
+        if !self.masses.is_empty() {
+            for &id in roster.up.keys() {
+                if id != self.me && self.members.up_at(self.me, id).is_none() {
+                    for m in self.masses.values_mut() {
+                        m.sum.restore(id);
+                    }
+                }
+            }
+        }
         self.members.roster_up(self.me, roster);
     }
 

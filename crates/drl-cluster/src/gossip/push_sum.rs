@@ -266,6 +266,19 @@ impl PushSum {
         self.reclaimed.insert(peer, (ds, dw));
     }
 
+    /// Gives back the mass [`PushSum::reclaim`] took back for `peer` (it is
+    /// up again: a wrong suspicion, a healed cut); the link's running
+    /// totals carry on. Nothing happens if the link was not taken back.
+    /// Membership's word is needed as well as the peer's next share: with
+    /// fixed links a peer may never push to this node, and the mass taken
+    /// back would stay counted twice.
+    pub fn restore(&mut self, peer: NodeId) {
+        if let Some((ds, dw)) = self.reclaimed.remove(&peer) {
+            self.s -= ds;
+            self.w -= dw;
+        }
+    }
+
     /// Whether the link with `peer` is taken back now.
     pub fn is_reclaimed(&self, peer: NodeId) -> bool {
         self.reclaimed.contains_key(&peer)
@@ -281,12 +294,9 @@ impl PushSum {
         if msg.seq <= self.inbound.get(&from).map_or(0, |l| l.seq) {
             return;
         }
-        if let Some((ds, dw)) = self.reclaimed.remove(&from) {
-            // It speaks again (a wrong suspicion, a healed cut): the link
-            // carries on, so the mass taken back goes back.
-            self.s -= ds;
-            self.w -= dw;
-        }
+        // It speaks again (a wrong suspicion, a healed cut): the link
+        // carries on, so the mass taken back goes back.
+        self.restore(from);
         let link = self.inbound.entry(from).or_default();
         let gap = msg.seq - link.seq - 1;
         link.seq = msg.seq;
@@ -631,6 +641,39 @@ mod tests {
             let off = without[i].sum_estimate();
             assert!((off - 10.0).abs() > 1.0, "node {i} without reclaim: {off}");
         }
+    }
+
+    /// A wrong suspicion of a peer that never pushes to this node (its
+    /// fixed links do not include it): membership reporting it up again
+    /// gives the mass back, and the mass is conserved.
+    #[test]
+    fn a_peer_back_up_gets_its_link_back_without_speaking() {
+        let mut a = PushSum::new(0, 2, 1, LossCompensation::Cumulative);
+        let mut b = PushSum::new(1, 2, 1, LossCompensation::Cumulative);
+        a.set_local(10.0);
+        b.set_local(4.0);
+        for _ in 0..5 {
+            // Only a pushes to b.
+            let mut msgs = Vec::new();
+            a.round_to(&[1], |to, m| msgs.push((to, m)));
+            for (_, m) in msgs {
+                b.receive(0, m);
+            }
+        }
+        a.reclaim(1);
+        assert!(a.is_reclaimed(1));
+        let (s, w) = (a.mass().0 + b.mass().0, a.mass().1 + b.mass().1);
+        assert!(
+            s > 14.0 + 1.0 && w > 2.0 + 0.1,
+            "counted twice while down: {s} {w}"
+        );
+        a.restore(1);
+        a.restore(1); // once is all
+        let (s, w) = (a.mass().0 + b.mass().0, a.mass().1 + b.mass().1);
+        assert!(
+            (s - 14.0).abs() < 1e-9 && (w - 2.0).abs() < 1e-12,
+            "{s} {w}"
+        );
     }
 
     proptest! {

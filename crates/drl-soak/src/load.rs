@@ -359,6 +359,10 @@ fn transport_kind(e: &reqwest::Error) -> String {
     } else if e.is_connect() {
         "connect".into()
     } else {
+        // Rare outside faults, and its cause is in the source chain (a
+        // reset, a close before the answer, a malformed answer): kept for
+        // whoever reads driver.log.
+        eprintln!("drl-soak: http request failed: {e:?}");
         "connection closed".into()
     }
 }

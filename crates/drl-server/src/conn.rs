@@ -203,14 +203,10 @@ where
     }
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
-        self.state.inflight.fetch_add(1, Ordering::AcqRel);
-        self.state.served.store(true, Ordering::Relaxed);
+        let guard = Inflight::begin(&self.state, &self.registry);
         TrackedFuture {
             fut: self.inner.call(req),
-            guard: Inflight {
-                state: self.state.clone(),
-                registry: self.registry.clone(),
-            },
+            guard,
         }
     }
 }
@@ -219,6 +215,19 @@ where
 struct Inflight {
     state: Arc<ConnState>,
     registry: Arc<Registry>,
+}
+
+impl Inflight {
+    /// Counts a request in flight on the connection (which has now served
+    /// one); the guard ends it.
+    fn begin(state: &Arc<ConnState>, registry: &Arc<Registry>) -> Self {
+        state.inflight.fetch_add(1, Ordering::AcqRel);
+        state.served.store(true, Ordering::Relaxed);
+        Self {
+            state: state.clone(),
+            registry: registry.clone(),
+        }
+    }
 }
 
 impl Drop for Inflight {
@@ -550,14 +559,7 @@ where
             }
             Proto::Direct { builder, hot } => {
                 let signal = crate::grpc::direct::CloseSignal::default();
-                let track = || {
-                    state.inflight.fetch_add(1, Ordering::AcqRel);
-                    state.served.store(true, Ordering::Relaxed);
-                    Inflight {
-                        state: state.clone(),
-                        registry: registry.clone(),
-                    }
-                };
+                let track = || Inflight::begin(&state, &registry);
                 let fut = crate::grpc::direct::serve_connection(
                     io,
                     &builder,
@@ -575,14 +577,7 @@ where
                 fast,
             } => {
                 let signal = crate::grpc::direct::CloseSignal::default();
-                let track = || {
-                    state.inflight.fetch_add(1, Ordering::AcqRel);
-                    state.served.store(true, Ordering::Relaxed);
-                    Inflight {
-                        state: state.clone(),
-                        registry: registry.clone(),
-                    }
-                };
+                let track = || Inflight::begin(&state, &registry);
                 let fut = async {
                     use crate::http1::serve::{Outcome, serve_connection};
                     let io = if alpn_h2 {

@@ -673,3 +673,50 @@ proptest! {
         rt.block_on(p.compare(&chunks, 2, false));
     }
 }
+
+/// Sends a head announcing `len` body bytes and then the whole body, in
+/// 64 KiB writes, and reads to the end: (every write went through, what
+/// was read).
+async fn send_oversize(p: &Pair, addr: SocketAddr, len: usize) -> (bool, String) {
+    let mut s = p.connect_alpn(addr, None).await;
+    let head = format!("POST /v1/check HTTP/1.1\r\nhost: x\r\ncontent-length: {len}\r\n\r\n");
+    let io = async {
+        let mut wrote = s.write_all(head.as_bytes()).await.is_ok();
+        let chunk = vec![b' '; 64 * 1024];
+        let mut left = len;
+        while wrote && left > 0 {
+            let n = left.min(chunk.len());
+            wrote = s.write_all(&chunk[..n]).await.is_ok();
+            left -= n;
+        }
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got).await;
+        (wrote, String::from_utf8_lossy(&got).into_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(10), io)
+        .await
+        .expect("answered and closed within 10 s")
+}
+
+#[test]
+fn a_client_still_sending_an_oversize_body_reads_its_413() {
+    // The soak's "body over 1 MiB" input: refused at the head, closed after
+    // the answer. Closing with the body still arriving reset the
+    // connection, and the client, still writing, saw "connection closed"
+    // instead of the 413; the fast path now reads and drops the rest
+    // (http1::linger) before closing.
+    run(async {
+        let p = start(CONFIG, Opts::default()).await;
+        for _ in 0..3 {
+            let (wrote, got) = send_oversize(&p, p.fast, 8 * 1024 * 1024).await;
+            assert!(
+                wrote,
+                "a write failed: the connection was reset under the client"
+            );
+            assert!(
+                got.starts_with("HTTP/1.1 413 Payload Too Large\r\n"),
+                "{got}"
+            );
+        }
+    })
+}

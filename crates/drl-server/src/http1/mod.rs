@@ -18,6 +18,7 @@
 //! ALPN chose `h2` goes to hyper at once. `server.http_engine: hyper`
 //! turns the fast path off.
 
+pub mod linger;
 pub mod parse;
 pub mod response;
 pub mod rewind;

@@ -7,6 +7,7 @@ use std::time::Instant;
 use bytes::{Buf as _, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 
+use super::linger::linger;
 use super::parse::{self, Head};
 use super::response;
 use super::rewind::Rewind;
@@ -111,8 +112,9 @@ where
             }
             drop(guard);
             if !keep {
-                let _ = send(&mut io, &mut out).await;
-                let _ = io.shutdown().await;
+                if send(&mut io, &mut out).await.is_ok() {
+                    linger(&mut io).await;
+                }
                 return Outcome::Done;
             }
             buf.advance(total as usize);
@@ -143,8 +145,9 @@ where
                 None => {
                     response::answer(&mut out, &handler.timed_out(&req), close_after);
                     drop(guard);
-                    let _ = send(&mut io, &mut out).await;
-                    let _ = io.shutdown().await;
+                    if send(&mut io, &mut out).await.is_ok() {
+                        linger(&mut io).await;
+                    }
                     return Outcome::Done;
                 }
             }

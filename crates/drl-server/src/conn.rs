@@ -1,6 +1,7 @@
 //! Connection hygiene: the accept loop of both listeners (HTTP/1.1 and
 //! HTTP/2 through hyper-util, with HTTP/1.1 checks first on the fast path
-//! ([`crate::http1`]); for gRPC HTTP/2 on the `h2` crate directly
+//! ([`crate::http1`]); for gRPC HTTP/2 on the hand-written server
+//! ([`crate::h2fast`]) or on the `h2` crate directly
 //! ([`crate::grpc::direct`]); plain or TLS), with every connection bounded.
 //!
 //! - **Cap** (`server.max_connections`, per listener): at the cap, a new
@@ -375,6 +376,24 @@ pub async fn serve_grpc_direct(
     accept_loop(listener, tls, proto, limits, registry, stop).await
 }
 
+/// Serves gRPC on `listener` as [`serve`] does, on the hand-written
+/// HTTP/2 server ([`crate::h2fast`]): `hot` answers the hot-path methods
+/// and hands the rest to tonic's routes, whole.
+pub async fn serve_grpc_fast(
+    listener: TcpListener,
+    tls: TlsSlot,
+    hot: Arc<crate::grpc::hot::HotPath>,
+    limits: ConnLimits,
+    registry: Arc<Registry>,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let proto: Proto<crate::guard::GrpcGuard> = Proto::H2Fast {
+        settings: crate::h2fast::Settings::new(Some(limits.max_concurrent_streams)),
+        hot,
+    };
+    accept_loop(listener, tls, proto, limits, registry, stop).await
+}
+
 /// How a listener speaks on its connections.
 enum Proto<S> {
     /// hyper-util serving a tower service.
@@ -385,6 +404,11 @@ enum Proto<S> {
     /// gRPC on h2 directly.
     Direct {
         builder: Arc<h2::server::Builder>,
+        hot: Arc<crate::grpc::hot::HotPath>,
+    },
+    /// gRPC on the hand-written HTTP/2 server.
+    H2Fast {
+        settings: crate::h2fast::Settings,
         hot: Arc<crate::grpc::hot::HotPath>,
     },
     /// HTTP/1.1 checks on the fast path, the rest through hyper-util.
@@ -404,6 +428,10 @@ impl<S: Clone> Clone for Proto<S> {
             },
             Proto::Direct { builder, hot } => Proto::Direct {
                 builder: builder.clone(),
+                hot: hot.clone(),
+            },
+            Proto::H2Fast { settings, hot } => Proto::H2Fast {
+                settings: *settings,
                 hot: hot.clone(),
             },
             Proto::Fast {
@@ -567,6 +595,15 @@ where
                     track,
                     signal.wait(),
                 );
+                tokio::pin!(fut);
+                let shutdown = |_: Pin<&mut _>| signal.close();
+                supervise(fut, shutdown, limits, registry.clone(), state.clone(), stop).await;
+            }
+            Proto::H2Fast { settings, hot } => {
+                let signal = crate::grpc::direct::CloseSignal::default();
+                let track = || Inflight::begin(&state, &registry);
+                let fut =
+                    crate::h2fast::serve_connection(io, settings, &*hot, track, signal.wait());
                 tokio::pin!(fut);
                 let shutdown = |_: Pin<&mut _>| signal.close();
                 supervise(fut, shutdown, limits, registry.clone(), state.clone(), stop).await;

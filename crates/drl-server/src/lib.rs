@@ -30,6 +30,7 @@ pub mod engine;
 pub mod envoy_override;
 pub mod grpc;
 pub mod guard;
+pub mod h2fast;
 pub mod headers;
 pub mod http;
 pub mod http1;

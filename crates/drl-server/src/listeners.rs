@@ -327,18 +327,25 @@ impl Listeners {
                     auth,
                     timeout: Duration::from_millis(s.request_timeout_ms),
                 };
-                // The hot-path methods on h2 directly; the rest through
+                // The hot-path methods on the hand-written HTTP/2 server
+                // (or h2 directly, `grpc_engine: h2`); the rest through
                 // tonic's routes behind the same guard (grpc::hot).
                 let hot = Arc::new(crate::grpc::hot::HotPath::new(
                     self.engine.clone(),
                     svc,
                     s.max_body_bytes,
                 ));
+                let fast = s.grpc_engine == crate::config::GrpcEngine::Fast;
                 let rx = rx.clone();
                 Box::pin(async move {
-                    crate::conn::serve_grpc_direct(listener, tls, hot, limits, registry, rx)
-                        .await
-                        .context("gRPC server failed")
+                    if fast {
+                        // The hand-written HTTP/2 server (h2fast).
+                        crate::conn::serve_grpc_fast(listener, tls, hot, limits, registry, rx).await
+                    } else {
+                        crate::conn::serve_grpc_direct(listener, tls, hot, limits, registry, rx)
+                            .await
+                    }
+                    .context("gRPC server failed")
                 })
             }
         };

@@ -282,6 +282,20 @@ pub struct ServerConfig {
     /// How the HTTP listener serves HTTP/1.1 (default `fast`); read when
     /// the listener starts (a reload that moves it applies a change).
     pub http_engine: HttpEngine,
+    /// How the gRPC listener serves HTTP/2 (default `fast`); read when the
+    /// listener starts (a reload that moves it applies a change).
+    pub grpc_engine: GrpcEngine,
+}
+
+/// How the gRPC listener serves HTTP/2 (`server.grpc_engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum GrpcEngine {
+    /// The hand-written HTTP/2 server ([`crate::h2fast`]).
+    #[default]
+    Fast,
+    /// The `h2` crate ([`crate::grpc::direct`]).
+    H2,
 }
 
 /// How the HTTP listener serves HTTP/1.1 (`server.http_engine`).
@@ -313,6 +327,7 @@ impl Default for ServerConfig {
             reload_settle_ms: 500,
             allow_limit_removal: false,
             http_engine: HttpEngine::Fast,
+            grpc_engine: GrpcEngine::Fast,
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The gRPC listener's hot path on the direct h2 transport
+//! The gRPC listener's hot path, on the hand-written HTTP/2 server
+//! ([`crate::h2fast`], the default) or on the `h2` crate directly
 //! ([`super::direct`]): Envoy RLS v3 `ShouldRateLimit` and the native
 //! `drl.v1.RateLimiter/Check` are answered here, by the same functions
 //! tonic's services call ([`super::rls::should_rate_limit`],
@@ -28,6 +29,7 @@ use super::pb::CheckRequest;
 use crate::auth::{Auth, Class};
 use crate::engine::Engine;
 use crate::guard::GrpcGuard;
+use crate::h2fast;
 use crate::metrics::{Api, rejected};
 
 /// The path of the native `Check`.
@@ -103,13 +105,8 @@ impl Unary for HotPath {
     }
 
     fn admit(&self, _method: Method, head: &http::request::Parts) -> Result<(), Status> {
-        self.auth
-            .check(Class::Api, &head.headers, "grpc")
-            .map_err(|d| {
-                let resp = d.grpc_response();
-                Status::from_header_map(resp.headers())
-                    .unwrap_or_else(|| Status::unauthenticated(""))
-            })
+        let authorization = head.headers.get(http::header::AUTHORIZATION);
+        self.admit_token(authorization.map(|v| v.as_bytes()))
     }
 
     fn timeout(&self) -> Duration {
@@ -130,6 +127,69 @@ impl Unary for HotPath {
         _head: &http::request::Parts,
         msg: Bytes,
     ) -> Result<Bytes, Status> {
+        self.decide(method, msg).await
+    }
+
+    async fn fallback(&self, req: Request<RecvStream>, respond: SendResponse<Bytes>) {
+        let mut svc = self.fallback.clone();
+        let req = req.map(RecvBody::new);
+        let Ok(resp) = tower::Service::call(&mut svc, req).await;
+        direct::send_http(respond, resp).await;
+    }
+}
+
+/// The same service on the hand-written HTTP/2 server
+/// ([`crate::h2fast`]).
+impl h2fast::Service for HotPath {
+    type Method = Method;
+
+    fn route(&self, path: &str) -> Option<Method> {
+        <Self as Unary>::route(self, path)
+    }
+
+    fn max_message(&self) -> usize {
+        self.max_message
+    }
+
+    fn admit(&self, _method: Method, authorization: Option<&[u8]>) -> Result<(), Status> {
+        self.admit_token(authorization)
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn timed_out(&self, method: Method) -> Status {
+        <Self as Unary>::timed_out(self, method)
+    }
+
+    async fn call(&self, method: Method, msg: Bytes) -> Result<Bytes, Status> {
+        self.decide(method, msg).await
+    }
+
+    async fn fallback(&self, req: Request<Bytes>) -> h2fast::Whole {
+        let mut svc = self.fallback.clone();
+        let req = req.map(http_body_util::Full::new);
+        let Ok(resp) = tower::Service::call(&mut svc, req).await;
+        h2fast::Whole::collect(resp).await
+    }
+}
+
+impl HotPath {
+    /// The token check of [`GrpcGuard`], given the first `authorization`
+    /// header, as a status.
+    fn admit_token(&self, authorization: Option<&[u8]>) -> Result<(), Status> {
+        self.auth
+            .check_authorization(Class::Api, authorization, "grpc")
+            .map_err(|d| {
+                let resp = d.grpc_response();
+                Status::from_header_map(resp.headers())
+                    .unwrap_or_else(|| Status::unauthenticated(""))
+            })
+    }
+
+    /// Decides one call (large batches on their own task).
+    async fn decide(&self, method: Method, msg: Bytes) -> Result<Bytes, Status> {
         if msg.len() < SPAWN_AT {
             return answer(&self.engine, method, msg).await;
         }
@@ -145,13 +205,6 @@ impl Unary for HotPath {
             Ok(r) => r,
             Err(e) => Err(Status::internal(format!("the request failed: {e}"))),
         }
-    }
-
-    async fn fallback(&self, req: Request<RecvStream>, respond: SendResponse<Bytes>) {
-        let mut svc = self.fallback.clone();
-        let req = req.map(RecvBody::new);
-        let Ok(resp) = tower::Service::call(&mut svc, req).await;
-        direct::send_http(respond, resp).await;
     }
 }
 

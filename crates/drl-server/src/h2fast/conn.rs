@@ -1038,3 +1038,196 @@ fn unsupported_encoding(enc: &[u8]) -> Status {
     );
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Answers `/m` by echoing the message; everything else falls back.
+    struct Echo;
+
+    impl Service for Echo {
+        type Method = ();
+
+        fn route(&self, path: &str) -> Option<()> {
+            (path == "/m").then_some(())
+        }
+
+        fn max_message(&self) -> usize {
+            1024
+        }
+
+        async fn call(&self, (): (), msg: Bytes) -> Result<Bytes, Status> {
+            Ok(msg)
+        }
+    }
+
+    fn framed(msg: &[u8]) -> Vec<u8> {
+        let mut v = vec![0];
+        v.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+        v.extend_from_slice(msg);
+        v
+    }
+
+    fn head_block(path: &str) -> Vec<u8> {
+        let mut b = vec![0x83, 0x86];
+        hpack::put_integer(&mut b, 0, 4, 4);
+        hpack::put_string(&mut b, path.as_bytes());
+        hpack::put_literal(&mut b, b"content-type", b"application/grpc");
+        // Huffman-coded, indexed: the decoder's table is exercised too.
+        b.push(0x40);
+        let mut h = Vec::new();
+        super::super::huffman::encode(b"user-agent", &mut h);
+        hpack::put_integer(&mut b, 0x80, 7, h.len());
+        b.extend_from_slice(&h);
+        hpack::put_string(&mut b, b"test/1.0");
+        b
+    }
+
+    /// A client's bytes: preface, SETTINGS, then for each stream its
+    /// head cut into HEADERS + CONTINUATION at `head_cuts` and its body
+    /// into DATA frames at `body_cuts`.
+    fn client_bytes(streams: &[(u32, Vec<u8>)], head_cuts: &[usize], body_cuts: &[usize]) -> Vec<u8> {
+        let mut out = frame::PREFACE.to_vec();
+        frame::put_settings(&mut out, &[]);
+        for (id, msg) in streams {
+            let block = head_block("/m");
+            let pieces = cut(&block, head_cuts);
+            for (i, p) in pieces.iter().enumerate() {
+                let last = i == pieces.len() - 1;
+                let eh = if last { flag::END_HEADERS } else { 0 };
+                let k = if i == 0 { kind::HEADERS } else { kind::CONTINUATION };
+                frame::put_head(&mut out, p.len(), k, eh, *id);
+                out.extend_from_slice(p);
+            }
+            let body = framed(msg);
+            let pieces = cut(&body, body_cuts);
+            for (i, p) in pieces.iter().enumerate() {
+                frame::put_data(&mut out, *id, p, i == pieces.len() - 1);
+            }
+        }
+        out
+    }
+
+    /// `b` cut at the positions in `cuts` (taken modulo its length).
+    fn cut<'a>(b: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+        let mut at: Vec<usize> = cuts.iter().map(|c| c % (b.len() + 1)).collect();
+        at.sort_unstable();
+        at.dedup();
+        let mut out = Vec::new();
+        let mut prev = 0;
+        for c in at {
+            if c > prev {
+                out.push(&b[prev..c]);
+                prev = c;
+            }
+        }
+        out.push(&b[prev..]);
+        out
+    }
+
+    /// Feeds `input` to a connection in reads of the sizes in `reads`,
+    /// answering each job at once; returns what the server wrote and the
+    /// requests tracked.
+    fn run(input: &[u8], reads: &[usize]) -> (Vec<u8>, usize) {
+        let tracked = Cell::new(0);
+        let track = || tracked.set(tracked.get() + 1);
+        let mut conn: Conn<(), ()> = Conn::new(Settings::new(None));
+        let mut buf = Vec::new();
+        let mut jobs = Vec::new();
+        let mut at = 0;
+        let mut r = reads.iter().cycle();
+        let now = Instant::now();
+        while at < input.len() {
+            let n = (*r.next().unwrap()).clamp(1, input.len() - at);
+            buf.extend_from_slice(&input[at..at + n]);
+            at += n;
+            let used = conn.receive(&buf, &Echo, now, &track, &mut jobs);
+            buf.drain(..used);
+            for (job, ()) in jobs.drain(..) {
+                match job {
+                    Job::Call { stream, msg, .. } => {
+                        conn.respond(stream, Reply::Message(Bytes::from(framed(&msg))))
+                    }
+                    Job::Fallback { .. } => panic!("no fallback here"),
+                }
+            }
+        }
+        assert!(buf.is_empty());
+        assert!(!conn.is_dead());
+        (conn.out, tracked.get())
+    }
+
+    proptest! {
+        /// However the client cuts its head and body into frames, and
+        /// however the bytes arrive, the server writes the same bytes.
+        #[test]
+        fn framing_and_reads_do_not_matter(
+            msgs in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..300), 1..4),
+            head_cuts in prop::collection::vec(any::<usize>(), 0..4),
+            body_cuts in prop::collection::vec(any::<usize>(), 0..6),
+            reads in prop::collection::vec(1usize..64, 1..8),
+        ) {
+            let streams: Vec<(u32, Vec<u8>)> =
+                msgs.into_iter().enumerate().map(|(i, m)| (2 * i as u32 + 1, m)).collect();
+            let whole = client_bytes(&streams, &[], &[]);
+            let (want, n) = run(&whole, &[whole.len()]);
+            prop_assert_eq!(n, streams.len());
+            let split = client_bytes(&streams, &head_cuts, &body_cuts);
+            let (got, n) = run(&split, &reads);
+            prop_assert_eq!(n, streams.len());
+            prop_assert_eq!(got, want);
+        }
+
+        /// Random bytes after the preface never panic, and end in a
+        /// GOAWAY or in frames still to come.
+        #[test]
+        fn garbage_never_panics(tail in prop::collection::vec(any::<u8>(), 0..200)) {
+            let mut input = frame::PREFACE.to_vec();
+            frame::put_settings(&mut input, &[]);
+            input.extend_from_slice(&tail);
+            let mut conn: Conn<(), ()> = Conn::new(Settings::new(None));
+            let mut jobs = Vec::new();
+            let used = conn.receive(&input, &Echo, Instant::now(), &|| (), &mut jobs);
+            prop_assert!(used <= input.len());
+        }
+    }
+
+    #[test]
+    fn responses_are_the_precomputed_blocks() {
+        let input = client_bytes(&[(1, b"hi".to_vec())], &[], &[]);
+        let (out, _) = run(&input, &[input.len()]);
+        // After SETTINGS, WINDOW_UPDATE and the SETTINGS ack: the head,
+        // the message, the trailers.
+        let mut at = 0;
+        let mut frames = Vec::new();
+        while let Some(h) = Head::parse(&out[at..]) {
+            frames.push((h, out[at + 9..at + 9 + h.len].to_vec()));
+            at += 9 + h.len;
+        }
+        let kinds: Vec<u8> = frames.iter().map(|(h, _)| h.kind).collect();
+        assert_eq!(
+            kinds,
+            [kind::SETTINGS, kind::WINDOW_UPDATE, kind::SETTINGS, kind::HEADERS, kind::DATA, kind::HEADERS]
+        );
+        let mut d = Decoder::new(4096);
+        let mut f = Fields::default();
+        d.decode(&frames[3].1, &mut f, 1 << 20).unwrap();
+        let head: Vec<_> = f.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
+        assert_eq!(
+            head,
+            [
+                (b":status".to_vec(), b"200".to_vec()),
+                (b"content-type".to_vec(), b"application/grpc".to_vec())
+            ]
+        );
+        assert_eq!(frames[4].1, framed(b"hi"));
+        d.decode(&frames[5].1, &mut f, 1 << 20).unwrap();
+        assert_eq!(f.iter().next(), Some((&b"grpc-status"[..], &b"0"[..])));
+        assert_eq!(frames[5].0.flags, flag::END_STREAM | flag::END_HEADERS);
+    }
+}

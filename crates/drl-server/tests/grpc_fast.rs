@@ -1051,3 +1051,19 @@ async fn malformed_input_gets_goaway_and_close() {
     let a = call(p.fast, RLS_PATH, &ok, &[], false).await;
     assert_eq!(a.grpc_status(), Some("0"));
 }
+
+#[test]
+fn the_engine_is_a_config_value_fast_by_default() {
+    use drl_server::config::GrpcEngine;
+    let parse = |extra: &str| drl_server::config::parse(&format!("{CONFIG}{extra}"), "<test>");
+    assert_eq!(parse("").unwrap().server.grpc_engine, GrpcEngine::Fast);
+    let h2 = parse("server:\n  grpc_engine: h2\n").unwrap();
+    assert_eq!(h2.server.grpc_engine, GrpcEngine::H2);
+    let fast = parse("server:\n  grpc_engine: fast\n").unwrap();
+    assert_eq!(fast.server.grpc_engine, GrpcEngine::Fast);
+    let e = parse("server:\n  grpc_engine: tonic\n").unwrap_err();
+    assert!(
+        e.to_string().contains("grpc_engine") || e.to_string().contains("variant"),
+        "{e}"
+    );
+}

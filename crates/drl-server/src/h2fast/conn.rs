@@ -159,6 +159,9 @@ pub struct Conn<M, G> {
     peer_goaway: bool,
     /// A connection error was sent: nothing more is read or answered.
     dead: bool,
+    /// Calls still being decided (some of streams reset since): they
+    /// count toward the stream limit too.
+    busy: usize,
 }
 
 impl<M: Copy, G> Conn<M, G> {
@@ -200,6 +203,7 @@ impl<M: Copy, G> Conn<M, G> {
             goaway_sent: false,
             peer_goaway: false,
             dead: false,
+            busy: 0,
         }
     }
 
@@ -217,6 +221,13 @@ impl<M: Copy, G> Conn<M, G> {
     /// Open streams.
     pub fn open_streams(&self) -> usize {
         self.streams.len()
+    }
+
+    /// Says how many calls are being decided: new streams are refused
+    /// while they reach the stream limit, so that streams reset by the
+    /// client while their call runs cannot pile up calls without bound.
+    pub fn set_busy(&mut self, calls: usize) {
+        self.busy = calls;
     }
 
     /// Closes gracefully: GOAWAY with the last stream taken; streams open
@@ -636,7 +647,7 @@ impl<M: Copy, G> Conn<M, G> {
             frame::put_headers(&mut self.out, id, TOO_LARGE_HEAD, true, self.peer_max_frame);
             return frame::put_rst(&mut self.out, id, Reason::Protocol);
         }
-        if self.streams.len() >= self.settings.max_concurrent_streams as usize {
+        if self.streams.len().max(self.busy) >= self.settings.max_concurrent_streams as usize {
             return frame::put_rst(&mut self.out, id, Reason::RefusedStream);
         }
         let Some(req) = Request::parse(&self.fields) else {
@@ -1091,7 +1102,11 @@ mod tests {
     /// A client's bytes: preface, SETTINGS, then for each stream its
     /// head cut into HEADERS + CONTINUATION at `head_cuts` and its body
     /// into DATA frames at `body_cuts`.
-    fn client_bytes(streams: &[(u32, Vec<u8>)], head_cuts: &[usize], body_cuts: &[usize]) -> Vec<u8> {
+    fn client_bytes(
+        streams: &[(u32, Vec<u8>)],
+        head_cuts: &[usize],
+        body_cuts: &[usize],
+    ) -> Vec<u8> {
         let mut out = frame::PREFACE.to_vec();
         frame::put_settings(&mut out, &[]);
         for (id, msg) in streams {
@@ -1100,7 +1115,11 @@ mod tests {
             for (i, p) in pieces.iter().enumerate() {
                 let last = i == pieces.len() - 1;
                 let eh = if last { flag::END_HEADERS } else { 0 };
-                let k = if i == 0 { kind::HEADERS } else { kind::CONTINUATION };
+                let k = if i == 0 {
+                    kind::HEADERS
+                } else {
+                    kind::CONTINUATION
+                };
                 frame::put_head(&mut out, p.len(), k, eh, *id);
                 out.extend_from_slice(p);
             }
@@ -1212,7 +1231,14 @@ mod tests {
         let kinds: Vec<u8> = frames.iter().map(|(h, _)| h.kind).collect();
         assert_eq!(
             kinds,
-            [kind::SETTINGS, kind::WINDOW_UPDATE, kind::SETTINGS, kind::HEADERS, kind::DATA, kind::HEADERS]
+            [
+                kind::SETTINGS,
+                kind::WINDOW_UPDATE,
+                kind::SETTINGS,
+                kind::HEADERS,
+                kind::DATA,
+                kind::HEADERS
+            ]
         );
         let mut d = Decoder::new(4096);
         let mut f = Fields::default();

@@ -17,6 +17,8 @@ use crate::deadline::bounded;
 
 /// Read buffer: room for several whole frames (ours are at most 16 KiB).
 const READ_BUF: usize = 64 * 1024;
+/// The least room left for a read: a largest frame, header included.
+const MIN_READ: usize = 16 * 1024 + 9;
 /// Reading stops while this much output waits for the peer to read it.
 const MAX_OUT: usize = 1024 * 1024;
 
@@ -57,10 +59,12 @@ where
             if !eof && !conn.is_dead() && conn.out.len() - written < MAX_OUT {
                 if start == end {
                     (start, end) = (0, 0);
-                } else if end == rbuf.len() {
+                } else if rbuf.len() - end < MIN_READ {
+                    // Room for at least a whole frame.
                     rbuf.copy_within(start..end, 0);
                     (start, end) = (0, end - start);
                 }
+                conn.set_busy(running.len());
                 let mut rb = ReadBuf::new(&mut rbuf[end..]);
                 match Pin::new(&mut io).poll_read(cx, &mut rb) {
                     Poll::Ready(Ok(())) => {
@@ -137,7 +141,7 @@ where
                 }
             }
             let sent = conn.out.is_empty() && !flushing;
-            if sent && (conn.is_done() || eof) {
+            if sent && (conn.is_done() || (eof && running.is_empty())) {
                 return Poll::Ready(Ok(()));
             }
             if !progress {

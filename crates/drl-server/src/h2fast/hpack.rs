@@ -184,6 +184,46 @@ pub struct Decoder {
     /// Scratch space for Huffman-decoded strings.
     name: Vec<u8>,
     value: Vec<u8>,
+    /// Recently decoded Huffman strings.
+    cache: HuffCache,
+}
+
+/// The last few long Huffman strings and what they decode to. Clients do
+/// not index some fields (nghttp2 never indexes `:path` or
+/// `content-length`), so the same coded bytes come in every request;
+/// comparing them costs far less than decoding them.
+#[derive(Debug, Default)]
+struct HuffCache {
+    entries: Vec<(Box<[u8]>, Box<[u8]>)>,
+    next: usize,
+}
+
+impl HuffCache {
+    /// Coded strings shorter than this are decoded every time.
+    const MIN: usize = 12;
+    /// Entries kept.
+    const SIZE: usize = 4;
+
+    /// Decodes `coded` into `dst` (cleared first).
+    fn decode(&mut self, coded: &[u8], dst: &mut Vec<u8>) -> Result<(), huffman::InvalidHuffman> {
+        dst.clear();
+        if coded.len() < Self::MIN {
+            return huffman::decode(coded, dst);
+        }
+        if let Some((_, plain)) = self.entries.iter().find(|(c, _)| **c == *coded) {
+            dst.extend_from_slice(plain);
+            return Ok(());
+        }
+        huffman::decode(coded, dst)?;
+        let e = (Box::from(coded), Box::from(&dst[..]));
+        if self.entries.len() < Self::SIZE {
+            self.entries.push(e);
+        } else {
+            self.entries[self.next] = e;
+            self.next = (self.next + 1) % Self::SIZE;
+        }
+        Ok(())
+    }
 }
 
 /// Where a string of a representation is: in the input, or decoded into
@@ -204,6 +244,7 @@ impl Decoder {
             limit,
             name: Vec::new(),
             value: Vec::new(),
+            cache: HuffCache::default(),
         }
     }
 
@@ -256,15 +297,8 @@ impl Decoder {
                 fields_seen = true;
                 let (name, value) = self.literal(block, &mut at, 4)?;
                 let name = self.resolve(block, name, true)?;
-                // `resolve` borrows scratch or the block; copy the name
-                // out of the way only when the value needs scratch too.
-                match value {
-                    Str::Raw(s, e) => out.add(name, &block[s..e], list_limit),
-                    Str::Scratch => {
-                        let name = name.to_vec();
-                        out.add(&name, &self.value, list_limit)
-                    }
-                }
+                let value = self.resolve(block, value, false)?;
+                out.add(name, value, list_limit);
             }
         }
         Ok(())
@@ -280,13 +314,13 @@ impl Decoder {
     ) -> Result<(NameRef, Str), DecodeError> {
         let idx = integer(block, at, prefix)?;
         let name = if idx == 0 {
-            NameRef::Literal(string(block, at, &mut self.name)?)
+            NameRef::Literal(string(block, at, &mut self.name, &mut self.cache)?)
         } else {
             // Checked now; read in `resolve`.
             self.get(idx)?;
             NameRef::Indexed(idx)
         };
-        let value = string(block, at, &mut self.value)?;
+        let value = string(block, at, &mut self.value, &mut self.cache)?;
         Ok((name, value))
     }
 
@@ -399,7 +433,12 @@ fn integer(block: &[u8], at: &mut usize, n: u8) -> Result<usize, DecodeError> {
 
 /// Reads a string literal at `*at` (RFC 7541, 5.2): raw, left in the
 /// block, or Huffman-decoded into `scratch`.
-fn string(block: &[u8], at: &mut usize, scratch: &mut Vec<u8>) -> Result<Str, DecodeError> {
+fn string(
+    block: &[u8],
+    at: &mut usize,
+    scratch: &mut Vec<u8>,
+    cache: &mut HuffCache,
+) -> Result<Str, DecodeError> {
     let huff = *block.get(*at).ok_or(DecodeError::Truncated)? & 0x80 != 0;
     let len = integer(block, at, 7)?;
     let start = *at;
@@ -411,8 +450,9 @@ fn string(block: &[u8], at: &mut usize, scratch: &mut Vec<u8>) -> Result<Str, De
     if !huff {
         return Ok(Str::Raw(start, end));
     }
-    scratch.clear();
-    huffman::decode(&block[start..end], scratch).map_err(|_| DecodeError::Huffman)?;
+    cache
+        .decode(&block[start..end], scratch)
+        .map_err(|_| DecodeError::Huffman)?;
     Ok(Str::Scratch)
 }
 
@@ -690,6 +730,31 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn a_cached_huffman_string_decodes_as_before() {
+        let mut d = Decoder::new(4096);
+        let mut f = Fields::default();
+        let path = b"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+        let mut block = Vec::new();
+        for value in [&path[..], b"/other/path/long/enough", &path[..], b"/a"] {
+            block.clear();
+            let mut h = Vec::new();
+            huffman::encode(value, &mut h);
+            put_integer(&mut block, 0, 4, 4);
+            put_integer(&mut block, 0x80, 7, h.len());
+            block.extend_from_slice(&h);
+            d.decode(&block, &mut f, 1 << 20).unwrap();
+            assert_eq!(f.iter().next(), Some((&b":path"[..], value)));
+        }
+        assert_eq!(d.cache.entries.len(), 2);
+        // A bad string is not cached, and still fails.
+        let bad = [
+            0x04, 0x8c, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        ];
+        assert_eq!(d.decode(&bad, &mut f, 1 << 20), Err(DecodeError::Huffman));
+        assert_eq!(d.decode(&bad, &mut f, 1 << 20), Err(DecodeError::Huffman));
     }
 
     proptest! {

@@ -83,7 +83,16 @@ where
                             );
                             start += used;
                             for (job, guard) in jobs.drain(..) {
-                                running.push(run(svc, job, guard));
+                                // Most calls are decided at once: polled
+                                // here first, they never enter the set.
+                                let mut call = Box::pin(run(svc, job, guard));
+                                match call.as_mut().poll(cx) {
+                                    Poll::Ready((id, reply, guard)) => {
+                                        conn.respond(id, reply);
+                                        drop(guard);
+                                    }
+                                    Poll::Pending => running.push(call),
+                                }
                             }
                         }
                     }

@@ -188,13 +188,16 @@ pub struct Decoder {
     cache: HuffCache,
 }
 
+/// A Huffman string and its decoding.
+type Decoded = (Box<[u8]>, Box<[u8]>);
+
 /// The last few long Huffman strings and what they decode to. Clients do
 /// not index some fields (nghttp2 never indexes `:path` or
 /// `content-length`), so the same coded bytes come in every request;
 /// comparing them costs far less than decoding them.
 #[derive(Debug, Default)]
 struct HuffCache {
-    entries: Vec<(Box<[u8]>, Box<[u8]>)>,
+    entries: Vec<Decoded>,
     next: usize,
 }
 

@@ -221,7 +221,10 @@ fn fps_converges_with_shares_by_clients() {
 
 /// Node 3 (the heaviest) is cut off for 4 s: each side enforces its share
 /// of the limit by the 1/N rule (3: 1/3, 1+2: 2/3), the cluster stays
-/// within the limit, and after the heal the full limit is back.
+/// within the limit, and after the heal the full limit is back. Measured
+/// from 2 s after the cut (detection takes 1.2 s, then the limit in force
+/// moves); with dithered draws (the default) each side is within 2 % (the
+/// 1 s before that, still moving, took the majority side 5 % under).
 #[test]
 fn a_partition_falls_back_to_one_nth_and_heals() {
     let s = Script {
@@ -229,14 +232,14 @@ fn a_partition_falls_back_to_one_nth_and_heals() {
         rates: [500, 1_000, 3_000],
         flows: [1, 1, 1],
         until: 12 * SEC,
-        window: (5 * SEC, 8 * SEC),
+        window: (6 * SEC, 8 * SEC),
         cut: Some((4 * SEC, 8 * SEC)),
     };
     let t = s.run();
     let r = rates(&t, s.window);
     eprintln!("partitioned: {r:?}");
-    assert_near("isolated node", r[2], LIMIT as f64 / 3.0, 0.05);
-    assert_near("majority side", r[0] + r[1], LIMIT as f64 * 2.0 / 3.0, 0.05);
+    assert_near("isolated node", r[2], LIMIT as f64 / 3.0, 0.02);
+    assert_near("majority side", r[0] + r[1], LIMIT as f64 * 2.0 / 3.0, 0.02);
     // After the heal: the whole limit again, by demand (1:2:6).
     let healed = Script {
         window: (10 * SEC, 12 * SEC),
@@ -245,7 +248,7 @@ fn a_partition_falls_back_to_one_nth_and_heals() {
     let r = rates(&healed.run(), healed.window);
     let total: f64 = r.iter().sum();
     eprintln!("healed: {r:?}");
-    assert_near("healed total", total, LIMIT as f64, 0.05);
+    assert_near("healed total", total, LIMIT as f64, 0.02);
     assert!((r[2] / total - 6.0 / 9.0).abs() < 0.05, "{r:?}");
 }
 

@@ -1,6 +1,7 @@
 //! What to simulate: the parameters of one run.
 
 use drl_cluster::alloc::AlgorithmKind;
+use drl_cluster::alloc::dither::GrdDraws;
 use drl_cluster::alloc::fps::FpsConfig;
 use drl_cluster::alloc::grd::GrdSmoothConfig;
 use drl_cluster::cloud_control::{Aggregation, Settings, SettingsError};
@@ -315,6 +316,9 @@ pub struct Scenario {
     pub compensation: LossCompensation,
     /// How the limiters aggregate each other's values.
     pub aggregation: Aggregation,
+    /// How GRD draws its drops (default [`GrdDraws::Independent`], the
+    /// paper's; the service's default is [`GrdDraws::Dithered`]).
+    pub grd_draws: GrdDraws,
     /// Membership's failure-detection time: a killed or cut-off limiter is
     /// declared down this long after the fact; after a heal or a restart,
     /// each side learns of the other within this time (at a seeded random
@@ -390,6 +394,7 @@ impl Scenario {
             gossip_duplicate: 0.0,
             compensation: LossCompensation::Cumulative,
             aggregation: Aggregation::PeerTable,
+            grd_draws: GrdDraws::Independent,
             detection: 1_200 * MS,
             stale_after: None,
             rise: None,
@@ -565,6 +570,7 @@ impl Scenario {
             fps: self.fps,
             fps_mean: self.fps_mean,
             grd_smooth: self.grd_smooth,
+            grd_draws: self.grd_draws,
         }
     }
 

@@ -29,7 +29,7 @@ struct Args {
     #[arg(long)]
     broken: Option<String>,
     /// Report gossip (GRD) seconds over the limit + 10 % without failing
-    /// the run (CI uses it: a known open finding, RELIABILITY.md).
+    /// the run (for clusters run with `grd_draws: independent`).
     #[arg(long)]
     gossip_advisory: bool,
 }

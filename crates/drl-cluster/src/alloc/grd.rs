@@ -4,7 +4,11 @@
 //! global arrival rate, every arrival is dropped with probability
 //! `(demand − limit) / demand` when `demand > limit`, else forwarded. The
 //! probability is recomputed once per estimate interval and held until the
-//! next one.
+//! next one. Each arrival's draw is a coin tilted by how far the count
+//! forwarded has drifted from its expectation ([`Dither`]): every drop is
+//! still random, but the number forwarded in a second no longer has the
+//! binomial spread of independent draws. `GrdDraws::Independent` keeps
+//! the paper's independent draws (the simulator's figures use it).
 //!
 //! [`GrdSmooth`] is our variant (named `grd-smooth`). The paper's rule sets
 //! the drop probability from the *offered* load, which TCP itself changes in
@@ -27,18 +31,10 @@
 //! EXPERIMENTS.md, "Beyond two limiters").
 
 use drl_core::Nanos;
-use rand::RngCore;
 use rand_chacha::ChaCha8Rng;
 
+use super::dither::{Dither, GrdDraws, independent};
 use super::{AlgorithmKind, Allocator, FlowId, IntervalInput, Verdict, to_threshold};
-
-fn random_drop(threshold: u64, rng: &mut ChaCha8Rng) -> Verdict {
-    if threshold > 0 && (rng.next_u32() as u64) < threshold {
-        Verdict::Drop
-    } else {
-        Verdict::Forward
-    }
-}
 
 /// The paper's GRD limiter.
 #[derive(Debug, Clone)]
@@ -47,6 +43,7 @@ pub struct Grd {
     p: f64,
     threshold: u64,
     central: bool,
+    dither: Option<Dither>,
 }
 
 impl Grd {
@@ -58,7 +55,14 @@ impl Grd {
             p: 0.0,
             threshold: 0,
             central,
+            dither: Some(Dither::default()),
         }
+    }
+
+    /// Draws drops as `draws` says (default [`GrdDraws::Dithered`]).
+    pub fn with_draws(mut self, draws: GrdDraws) -> Self {
+        self.dither = (draws == GrdDraws::Dithered).then(Dither::default);
+        self
     }
 
     /// The drop probability for a global demand `demand` (units/s).
@@ -87,7 +91,10 @@ impl Allocator for Grd {
         _size: u64,
         rng: &mut ChaCha8Rng,
     ) -> Verdict {
-        random_drop(self.threshold, rng)
+        match &mut self.dither {
+            Some(d) => d.decide(self.threshold, rng),
+            None => independent(self.threshold, rng),
+        }
     }
 
     fn on_interval(&mut self, input: &IntervalInput) -> f64 {
@@ -151,6 +158,7 @@ pub struct GrdSmooth {
     cfg: GrdSmoothConfig,
     p: f64,
     threshold: u64,
+    dither: Option<Dither>,
 }
 
 impl GrdSmooth {
@@ -161,7 +169,14 @@ impl GrdSmooth {
             cfg,
             p: 0.0,
             threshold: 0,
+            dither: Some(Dither::default()),
         }
+    }
+
+    /// Draws drops as `draws` says (default [`GrdDraws::Dithered`]).
+    pub fn with_draws(mut self, draws: GrdDraws) -> Self {
+        self.dither = (draws == GrdDraws::Dithered).then(Dither::default);
+        self
     }
 }
 
@@ -177,7 +192,10 @@ impl Allocator for GrdSmooth {
         _size: u64,
         rng: &mut ChaCha8Rng,
     ) -> Verdict {
-        random_drop(self.threshold, rng)
+        match &mut self.dither {
+            Some(d) => d.decide(self.threshold, rng),
+            None => independent(self.threshold, rng),
+        }
     }
 
     fn on_interval(&mut self, input: &IntervalInput) -> f64 {

@@ -21,6 +21,7 @@
 
 pub mod bucket;
 pub mod ctb;
+pub mod dither;
 pub mod fps;
 pub mod grd;
 pub mod gtb;

@@ -98,10 +98,12 @@ pub(crate) fn build(
     let depth = depth.max(1);
     match s.algorithm {
         AlgorithmKind::Ctb => Box::new(Ctb::new(limit, depth, now)),
-        AlgorithmKind::Crd => Box::new(Grd::new(limit, true)),
+        AlgorithmKind::Crd => Box::new(Grd::new(limit, true).with_draws(s.grd_draws)),
         AlgorithmKind::Gtb => Box::new(Gtb::new(limit, depth, now)),
-        AlgorithmKind::Grd => Box::new(Grd::new(limit, false)),
-        AlgorithmKind::GrdSmooth => Box::new(GrdSmooth::new(limit, s.grd_smooth)),
+        AlgorithmKind::Grd => Box::new(Grd::new(limit, false).with_draws(s.grd_draws)),
+        AlgorithmKind::GrdSmooth => {
+            Box::new(GrdSmooth::new(limit, s.grd_smooth).with_draws(s.grd_draws))
+        }
         AlgorithmKind::Static => Box::new(StaticShare::new(limit, depth, now)),
         AlgorithmKind::Fps | AlgorithmKind::FpsMean | AlgorithmKind::FpsLrd => {
             let f = s.fps_config();

@@ -11,6 +11,7 @@ use std::str::FromStr;
 use drl_core::Nanos;
 
 use crate::alloc::AlgorithmKind;
+use crate::alloc::dither::GrdDraws;
 use crate::alloc::fps::FpsConfig;
 use crate::alloc::grd::GrdSmoothConfig;
 use crate::gossip::LossCompensation;
@@ -102,13 +103,15 @@ pub struct Settings {
     pub fps_mean: FpsConfig,
     /// `grd-smooth` tuning.
     pub grd_smooth: GrdSmoothConfig,
+    /// How GRD (`grd`, `crd`, `grd-smooth`) draws its drops.
+    pub grd_draws: GrdDraws,
 }
 
 impl Settings {
     /// The service's defaults for a cluster of `nodes` with `algorithm`:
     /// 50 ms interval, EWMA 0.1, branching 3, peer table, values stale after
     /// 2.4 s (twice the default failure detection), keys idle after 30 s,
-    /// 100,000 keys.
+    /// 100,000 keys, dithered GRD draws.
     pub fn new(algorithm: AlgorithmKind, nodes: u32) -> Self {
         Self {
             algorithm,
@@ -125,6 +128,7 @@ impl Settings {
             fps: FpsConfig::default(),
             fps_mean: FpsConfig::mean_variant(),
             grd_smooth: GrdSmoothConfig::default(),
+            grd_draws: GrdDraws::Dithered,
         }
     }
 

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use drl_cluster::alloc::dither::GrdDraws;
 use drl_cluster::cloud_control::Aggregation;
 use drl_core::Nanos;
 use serde::Serialize;
@@ -25,6 +26,8 @@ pub struct FigureOptions {
     pub runs: Option<u32>,
     /// How the limiters aggregate each other's values.
     pub aggregation: Aggregation,
+    /// How GRD draws its drops.
+    pub grd_draws: GrdDraws,
     /// Simulated time per run (`None`: the figure's default).
     pub duration: Option<Nanos>,
 }
@@ -35,6 +38,7 @@ impl Default for FigureOptions {
             seed: 1,
             runs: None,
             aggregation: Aggregation::PeerTable,
+            grd_draws: GrdDraws::Independent,
             duration: None,
         }
     }

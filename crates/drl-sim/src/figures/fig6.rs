@@ -55,6 +55,7 @@ pub fn plan(o: &FigureOptions) -> FigurePlan {
         sc.duration = o.duration.unwrap_or((2 * LIMITERS as u64 - 1) * STEP);
         sc.warmup = 0;
         sc.aggregation = o.aggregation;
+        sc.grd_draws = o.grd_draws;
         sc.seed = o.seed;
         Variant {
             label: label.to_string(),

@@ -47,6 +47,7 @@ pub fn plan(o: &FigureOptions) -> FigurePlan {
             sc.duration = o.duration.unwrap_or(60 * SEC);
             sc.warmup = 5 * SEC;
             sc.aggregation = o.aggregation;
+            sc.grd_draws = o.grd_draws;
             sc.seed = o.seed;
             Variant {
                 label: a.name().to_string(),

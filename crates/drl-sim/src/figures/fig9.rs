@@ -82,6 +82,7 @@ pub fn plan(o: &FigureOptions) -> FigurePlan {
             sc.flow_specs = flows(sc.duration);
             sc.warmup = 0;
             sc.aggregation = o.aggregation;
+            sc.grd_draws = o.grd_draws;
             sc.seed = o.seed;
             Variant {
                 label: a.name().to_string(),

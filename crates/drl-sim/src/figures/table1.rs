@@ -84,6 +84,7 @@ pub fn plan(o: &FigureOptions) -> FigurePlan {
             police_handshake,
         }];
         sc.aggregation = o.aggregation;
+        sc.grd_draws = o.grd_draws;
         sc.seed = o.seed;
         let label = if police_handshake {
             a.name().to_string()

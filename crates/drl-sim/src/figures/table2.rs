@@ -27,6 +27,7 @@ pub fn plan(o: &FigureOptions) -> FigurePlan {
             let mut sc = Scenario::paper_baseline(a);
             sc.limiter_flow_rtts = vec![100 * MS, 10 * MS];
             sc.aggregation = o.aggregation;
+            sc.grd_draws = o.grd_draws;
             sc.seed = o.seed;
             if let Some(d) = o.duration {
                 sc.duration = d;

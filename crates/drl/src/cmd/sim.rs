@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use drl_cluster::alloc::AlgorithmKind;
+use drl_cluster::alloc::dither::GrdDraws;
 use drl_cluster::alloc::fps::FlowRateEstimator;
 use drl_cluster::cloud_control::Aggregation;
 use drl_cluster::gossip::LossCompensation;
@@ -94,6 +95,11 @@ struct FigureFlags {
     /// How limiters aggregate each other's values (peer-table or push-sum).
     #[arg(long, default_value = "peer-table")]
     aggregation: Aggregation,
+    /// How GRD draws its drops: independent (the paper's: one draw per
+    /// packet) or dithered (the service's default: each draw tilted so that
+    /// the count forwarded stays at its expectation).
+    #[arg(long, default_value = "independent")]
+    grd_draws: GrdDraws,
     /// Window of the rate time series (rates.csv and the SVG), ms.
     #[arg(long, default_value_t = 500)]
     series_ms: u64,
@@ -163,6 +169,11 @@ struct Flags {
     /// push-sum (the paper's mass-conserving averaging).
     #[arg(long, default_value = "peer-table")]
     aggregation: Aggregation,
+    /// How GRD draws its drops: independent (the paper's: one draw per
+    /// packet) or dithered (the service's default: each draw tilted so that
+    /// the count forwarded stays at its expectation).
+    #[arg(long, default_value = "independent")]
+    grd_draws: GrdDraws,
     /// Extra random gossip delay, uniform in [0, ms) per message (reorders).
     #[arg(long, default_value_t = 0.0)]
     gossip_jitter_ms: f64,
@@ -371,6 +382,7 @@ fn build(which: &str, f: &Flags) -> anyhow::Result<Experiment> {
     base.compensation = compensation;
     base.data_loss = f.data_loss;
     base.aggregation = f.aggregation;
+    base.grd_draws = f.grd_draws;
     base.gossip_jitter = ns(f.gossip_jitter_ms, "--gossip-jitter-ms")?;
     base.gossip_duplicate = f.gossip_duplicate;
     base.detection = ns(f.detection_ms, "--detection-ms")?;
@@ -448,6 +460,7 @@ fn run_figure(
         seed: f.seed,
         runs: f.runs,
         aggregation: f.aggregation,
+        grd_draws: f.grd_draws,
         duration: f
             .duration
             .map(|d| {

@@ -1067,3 +1067,84 @@ fn the_engine_is_a_config_value_fast_by_default() {
         "{e}"
     );
 }
+
+/// The connection bounds hold as on the h2 engine: the stream limit is
+/// advertised, a connection that never sends a request is closed after the
+/// header-read bound, one that goes idle after the idle bound (GOAWAY,
+/// then the end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_bounds_hold() {
+    let p = start(Opts {
+        limits: ConnLimits {
+            max_connections: 64,
+            header_read_timeout: Duration::from_millis(300),
+            idle_timeout: Duration::from_millis(500),
+            max_concurrent_streams: 3,
+        },
+        ..Opts::default()
+    })
+    .await;
+    let mut silent = TcpStream::connect(p.fast).await.unwrap();
+    let mut sink = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), silent.read_to_end(&mut sink)).await;
+    assert!(closed.is_ok(), "a silent connection was not closed in 5 s");
+    let tcp = TcpStream::connect(p.fast).await.unwrap();
+    let (client, mut conn) = h2::client::handshake(tcp).await.unwrap();
+    let mut client = client.ready().await.unwrap();
+    let ok = framed(&rls("d", &[&[("a", "1")]], 1));
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{}{RLS_PATH}", p.fast))
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap();
+    let (resp, mut send) = client.send_request(req, false).unwrap();
+    send.send_data(Bytes::from(ok), true).unwrap();
+    let (resp, ended) = tokio::join!(async { resp.await.unwrap().status() }, async {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            std::future::poll_fn(|cx| std::pin::Pin::new(&mut conn).poll(cx)),
+        )
+        .await
+        .map(|_| conn.max_concurrent_send_streams())
+    });
+    assert_eq!(resp, 200);
+    assert_eq!(
+        ended,
+        Ok(3),
+        "not ended in 5 s, or the stream limit was not 3"
+    );
+}
+
+/// Shutting the listener down: a call in flight (its body still coming)
+/// is answered, the connection gets GOAWAY and ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_close_finishes_the_calls_in_flight() {
+    let p = start(Opts::default()).await;
+    let mut raw = Raw::connect(p.fast, &[]).await;
+    let ok = framed(&rls("d", &[&[("a", "1")]], 1));
+    let mut out = Vec::new();
+    frame::put_headers(&mut out, 1, &head_block(p.fast, RLS_PATH), false, 16384);
+    frame::put_data(&mut out, 1, &ok[..3], false);
+    raw.send(&out).await;
+    // A PING round trip: the stream is open on the server.
+    let mut ping = Vec::new();
+    frame::put_head(&mut ping, 8, kind::PING, 0, 0);
+    ping.extend_from_slice(b"in-fligh");
+    raw.send(&ping).await;
+    assert_eq!(raw.next_stream_frame().await.unwrap().head.kind, kind::PING);
+    p._stop.send(true).unwrap();
+    let f = raw.next_stream_frame().await.unwrap();
+    assert_eq!(f.head.kind, kind::GOAWAY, "{f:?}");
+    assert_eq!(
+        &f.payload[..8],
+        &[0, 0, 0, 1, 0, 0, 0, 0],
+        "last stream 1, NO_ERROR"
+    );
+    let mut out = Vec::new();
+    frame::put_data(&mut out, 1, &ok[3..], true);
+    raw.send(&out).await;
+    let (_, _, trailers) = raw.response(1).await;
+    assert_eq!(status_of(&trailers), Some("0"));
+    assert!(raw.next().await.is_none(), "the connection ends");
+}

@@ -27,10 +27,6 @@ use super::hpack::{self, Decoder, Fields};
 use super::{Service, Settings, Whole};
 use crate::grpc::frame::UnaryDecoder;
 
-/// `:status 200`, `content-type: application/grpc`.
-const OK_HEAD: &[u8] = b"\x88\x0f\x10\x10application/grpc";
-/// `grpc-status: 0`.
-const OK_TRAILERS: &[u8] = b"\x00\x0bgrpc-status\x010";
 /// `:status 431`.
 const TOO_LARGE_HEAD: &[u8] = b"\x08\x03431";
 
@@ -143,6 +139,7 @@ pub struct Conn<M, G> {
     preface: bool,
     peer_settings_seen: bool,
     hpack: Decoder,
+    ok: hpack::OkEncoder,
     fields: Fields,
     scratch: Vec<u8>,
     peer_window: i64,
@@ -190,6 +187,7 @@ impl<M: Copy, G> Conn<M, G> {
             preface: false,
             peer_settings_seen: false,
             hpack: Decoder::new(HEADER_TABLE_SIZE),
+            ok: hpack::OkEncoder::default(),
             fields: Fields::default(),
             scratch: Vec::new(),
             peer_window: frame::DEFAULT_WINDOW,
@@ -395,7 +393,7 @@ impl<M: Copy, G> Conn<M, G> {
                     }
                     self.peer_max_frame = v as usize;
                 }
-                // HEADER_TABLE_SIZE: the encoder never indexes;
+                setting::HEADER_TABLE_SIZE => self.ok.set_table_size(v),
                 // MAX_CONCURRENT_STREAMS: the server opens none;
                 // MAX_HEADER_LIST_SIZE: response heads are small.
                 _ => {}
@@ -798,7 +796,11 @@ impl<M: Copy, G> Conn<M, G> {
         };
         match reply {
             Reply::Message(framed) => {
-                frame::put_headers(&mut self.out, id, OK_HEAD, false, self.peer_max_frame);
+                let mut block = std::mem::take(&mut self.scratch);
+                block.clear();
+                self.ok.head(&mut block);
+                frame::put_headers(&mut self.out, id, &block, false, self.peer_max_frame);
+                self.scratch = block;
                 self.streams[i].pending = Some(Pending {
                     data: framed,
                     trailers: Trailers::Ok,
@@ -870,7 +872,11 @@ impl<M: Copy, G> Conn<M, G> {
         }
         match &p.trailers {
             Trailers::Ok => {
-                frame::put_headers(&mut self.out, s.id, OK_TRAILERS, true, self.peer_max_frame)
+                let mut block = std::mem::take(&mut self.scratch);
+                block.clear();
+                self.ok.trailers(&mut block);
+                frame::put_headers(&mut self.out, s.id, &block, true, self.peer_max_frame);
+                self.scratch = block;
             }
             Trailers::Block(b) => {
                 frame::put_headers(&mut self.out, s.id, b, true, self.peer_max_frame)

@@ -1,9 +1,11 @@
 //! HPACK (RFC 7541), sans-IO: the request-side [`Decoder`] with its
-//! dynamic table, and the literal-only encoding of response fields.
+//! dynamic table, the [`OkEncoder`] of the two fields every successful
+//! answer carries, and the literal encoding of any other response field.
 //!
-//! The encoder never indexes (every field a literal without indexing, or a
-//! static-table index for `:status 200`), so the peer's
-//! `SETTINGS_HEADER_TABLE_SIZE` never matters to it.
+//! Responses index nothing but `content-type: application/grpc` and
+//! `grpc-status: 0` (each added to the peer's table once, then sent as one
+//! byte, which spares the client decoding and allocating them per answer);
+//! every other field is a literal without indexing.
 
 use std::collections::VecDeque;
 
@@ -459,6 +461,95 @@ fn string(
     Ok(Str::Scratch)
 }
 
+/// The two fields of a successful answer, indexed in the peer's dynamic
+/// table on first use (104 bytes of it: far under the 4,096 a peer has
+/// unless its SETTINGS say less; if they do, a size update to 0 empties
+/// the table and nothing is indexed again).
+#[derive(Debug)]
+pub struct OkEncoder {
+    /// Indexing is on.
+    on: bool,
+    /// A table size update (to 0) is owed at the start of the next block.
+    resize: bool,
+    /// Fields in the peer's table, newest first (index 62 first).
+    table: Vec<OkField>,
+}
+
+/// A field [`OkEncoder`] indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OkField {
+    ContentType,
+    GrpcStatus,
+}
+
+impl Default for OkEncoder {
+    fn default() -> Self {
+        Self {
+            on: true,
+            resize: false,
+            table: Vec::with_capacity(2),
+        }
+    }
+}
+
+impl OkEncoder {
+    /// The peer's `SETTINGS_HEADER_TABLE_SIZE`.
+    pub fn set_table_size(&mut self, size: u32) {
+        if size < 4096 && self.on {
+            self.on = false;
+            self.resize = !self.table.is_empty();
+            self.table.clear();
+        }
+    }
+
+    /// Appends the head `:status 200`, `content-type: application/grpc`.
+    pub fn head(&mut self, out: &mut Vec<u8>) {
+        self.start(out);
+        out.push(0x88);
+        self.field(out, OkField::ContentType);
+    }
+
+    /// Appends the trailers `grpc-status: 0`.
+    pub fn trailers(&mut self, out: &mut Vec<u8>) {
+        self.start(out);
+        self.field(out, OkField::GrpcStatus);
+    }
+
+    fn start(&mut self, out: &mut Vec<u8>) {
+        if self.resize {
+            out.push(0x20);
+            self.resize = false;
+        }
+    }
+
+    fn field(&mut self, out: &mut Vec<u8>, f: OkField) {
+        if let Some(i) = self.table.iter().position(|&t| t == f) {
+            return put_integer(out, 0x80, 7, STATIC.len() + 1 + i);
+        }
+        let value: &[u8] = match f {
+            OkField::ContentType => {
+                // Name: static index 31.
+                put_integer(
+                    out,
+                    if self.on { 0x40 } else { 0 },
+                    if self.on { 6 } else { 4 },
+                    31,
+                );
+                b"application/grpc"
+            }
+            OkField::GrpcStatus => {
+                out.push(if self.on { 0x40 } else { 0 });
+                put_string(out, b"grpc-status");
+                b"0"
+            }
+        };
+        put_string(out, value);
+        if self.on {
+            self.table.insert(0, f);
+        }
+    }
+}
+
 /// Appends an integer with an `n`-bit prefix, the prefix's other bits set
 /// to `flags` (RFC 7541, 5.1).
 pub fn put_integer(out: &mut Vec<u8>, flags: u8, n: u8, mut v: usize) {
@@ -733,6 +824,52 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn ok_fields_are_indexed_once_and_follow_the_peers_table_size() {
+        let mut e = OkEncoder::default();
+        let mut d = Decoder::new(4096);
+        let mut f = Fields::default();
+        let mut decode = |b: &[u8]| {
+            d.decode(b, &mut f, 1 << 20).unwrap();
+            f.iter()
+                .map(|(n, v)| {
+                    (
+                        String::from_utf8_lossy(n).into_owned(),
+                        String::from_utf8_lossy(v).into_owned(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let head = pairs(&[(":status", "200"), ("content-type", "application/grpc")]);
+        let trailers = pairs(&[("grpc-status", "0")]);
+        let mut sizes = Vec::new();
+        // Heads and trailers interleaved as two streams' would be.
+        for step in 0..6 {
+            let mut b = Vec::new();
+            if step % 3 == 2 {
+                e.trailers(&mut b);
+                assert_eq!(decode(&b), trailers);
+            } else {
+                e.head(&mut b);
+                assert_eq!(decode(&b), head);
+            }
+            sizes.push(b.len());
+        }
+        // After the first of each: one byte per field.
+        assert_eq!(&sizes[3..], &[2, 2, 1]);
+        // The peer lowers its table size: a size update to 0, then
+        // literals; the decoder (limit 4096 here) follows.
+        e.set_table_size(100);
+        let mut b = Vec::new();
+        e.head(&mut b);
+        assert_eq!(b[0], 0x20);
+        assert_eq!(decode(&b), head);
+        let mut b = Vec::new();
+        e.trailers(&mut b);
+        assert_eq!(decode(&b), trailers);
+        assert_eq!(d.table_len(), 0);
     }
 
     #[test]

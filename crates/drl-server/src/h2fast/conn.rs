@@ -306,7 +306,7 @@ impl<M: Copy, G> Conn<M, G> {
             return self.fatal(Reason::Protocol);
         }
         match h.kind {
-            kind::DATA => self.data(h, payload, svc, jobs),
+            kind::DATA => self.data(h, payload, jobs),
             kind::HEADERS => self.headers(h, payload, svc, now, track, jobs),
             kind::CONTINUATION => self.continuation(h, payload, svc, now, track, jobs),
             kind::PRIORITY => {
@@ -434,13 +434,7 @@ impl<M: Copy, G> Conn<M, G> {
         self.flush(i);
     }
 
-    fn data<S: Service<Method = M>>(
-        &mut self,
-        h: Head,
-        payload: &[u8],
-        svc: &S,
-        jobs: &mut Vec<(Job<M>, G)>,
-    ) {
+    fn data(&mut self, h: Head, payload: &[u8], jobs: &mut Vec<(Job<M>, G)>) {
         if h.stream == 0 || h.stream > self.last_stream {
             return self.fatal(Reason::Protocol);
         }
@@ -497,7 +491,7 @@ impl<M: Copy, G> Conn<M, G> {
         }
         if end {
             s.remote_done = true;
-            self.end_of_body(i, svc, jobs);
+            self.end_of_body(i, jobs);
         } else if s.recv_unacked >= self.settings.window / 2 {
             frame::put_window_update(&mut self.out, s.id, s.recv_unacked);
             s.recv_window += i64::from(s.recv_unacked);
@@ -624,7 +618,7 @@ impl<M: Copy, G> Conn<M, G> {
                 return self.reset_at(i, Reason::Protocol);
             }
             self.streams[i].remote_done = true;
-            return self.end_of_body(i, svc, jobs);
+            return self.end_of_body(i, jobs);
         }
         if id % 2 == 0 {
             return self.fatal(Reason::Protocol);
@@ -703,17 +697,12 @@ impl<M: Copy, G> Conn<M, G> {
             return self.status_at(i, s);
         }
         if end_stream {
-            self.end_of_body(i, svc, jobs);
+            self.end_of_body(i, jobs);
         }
     }
 
     /// The request body of stream `i` is complete.
-    fn end_of_body<S: Service<Method = M>>(
-        &mut self,
-        i: usize,
-        svc: &S,
-        jobs: &mut Vec<(Job<M>, G)>,
-    ) {
+    fn end_of_body(&mut self, i: usize, jobs: &mut Vec<(Job<M>, G)>) {
         let s = &mut self.streams[i];
         if let Some(cl) = s.content_length
             && cl != s.received
@@ -747,7 +736,6 @@ impl<M: Copy, G> Conn<M, G> {
             }
             Body::Done => {}
         }
-        let _ = svc;
     }
 
     /// When the earliest call still receiving its body runs out of time.

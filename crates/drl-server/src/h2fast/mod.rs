@@ -8,7 +8,8 @@
 //!
 //! - [`frame`]: frame headers and the writers of the frames it sends;
 //! - [`huffman`], [`hpack`]: request header blocks decoded with the
-//!   dynamic table; response fields written as literals (never indexed);
+//!   dynamic table; response fields written as literals, but for the two
+//!   every answer carries (indexed once, then one byte each);
 //! - [`conn`]: the connection as a sans-IO state machine: bytes in, jobs
 //!   (calls to decide) and bytes out; stream states, flow control both
 //!   ways, SETTINGS, PING, GOAWAY, every connection and stream error;

@@ -961,9 +961,12 @@ impl<'a> Request<'a> {
                 continue;
             }
             regular = true;
-            if name.iter().any(|b| b.is_ascii_uppercase())
-                || value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
-            {
+            // Folded without early exit: the loops vectorize.
+            let upper = name.iter().fold(false, |u, &b| u | b.is_ascii_uppercase());
+            let control = value
+                .iter()
+                .fold(false, |c, &b| c | ((b < 0x20) & (b != b'\t')) | (b == 0x7f));
+            if upper || control {
                 return None;
             }
             match name {

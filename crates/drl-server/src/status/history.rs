@@ -53,12 +53,14 @@ impl Series {
         self.latency.push_back(Box::new(counts));
     }
 
-    /// The decisions since the oldest latency snapshot, per bucket (all
-    /// of `now` before the first snapshot).
+    /// The decisions since the oldest latency snapshot, per bucket; all
+    /// of `now` (everything since the start) until the snapshots span
+    /// their full window, so that a decision made before the first
+    /// snapshot counts for as long as a later one would.
     pub fn recent_latency(&self, now: &[u64; BUCKETS]) -> [u64; BUCKETS] {
         match self.latency.front() {
-            Some(then) => latency::delta(now, then),
-            None => *now,
+            Some(then) if self.latency.len() == LATENCY_SNAPSHOTS => latency::delta(now, then),
+            _ => *now,
         }
     }
 }
@@ -98,5 +100,23 @@ mod tests {
         c[3] = 1_000;
         // The oldest kept snapshot is the 4th (i = 3): 1000 - 300.
         assert_eq!(s.recent_latency(&c)[3], 700);
+    }
+
+    #[test]
+    fn latency_before_the_window_is_full_counts_from_the_start() {
+        // Decisions before the first snapshot (at 1 s) still count while
+        // the snapshots span less than their window (the status test saw
+        // one of two batches vanish on a slow machine).
+        let mut s = Series::default();
+        let mut c = [0u64; BUCKETS];
+        c[3] = 1;
+        s.snapshot_latency(c);
+        c[3] = 2;
+        assert_eq!(s.recent_latency(&c)[3], 2);
+        for _ in 1..LATENCY_SNAPSHOTS {
+            s.snapshot_latency(c);
+        }
+        c[3] = 5;
+        assert_eq!(s.recent_latency(&c)[3], 4, "full: since the oldest kept");
     }
 }

@@ -16,7 +16,7 @@
 //! forwarded and with `p = 1` everything dropped, as before.
 //!
 //! Integers only: probabilities are in units of 2⁻³² (the thresholds of
-//! [`super::to_threshold`]), one random `u32` per arrival as before.
+//! `to_threshold`), one random `u32` per arrival as before.
 
 use std::fmt;
 use std::str::FromStr;
@@ -61,6 +61,31 @@ impl FromStr for GrdDraws {
     }
 }
 
+/// A random-drop limiter's draws, as [`GrdDraws`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Draws(Option<Dither>);
+
+impl Draws {
+    /// Draws of kind `kind`, with no debt yet.
+    pub fn new(kind: GrdDraws) -> Self {
+        Self((kind == GrdDraws::Dithered).then(Dither::default))
+    }
+
+    /// Decides one arrival under drop threshold `threshold`.
+    pub fn decide(&mut self, threshold: u64, rng: &mut ChaCha8Rng) -> Verdict {
+        match &mut self.0 {
+            Some(d) => d.decide(threshold, rng),
+            None => independent(threshold, rng),
+        }
+    }
+}
+
+impl Default for Draws {
+    fn default() -> Self {
+        Self::new(GrdDraws::default())
+    }
+}
+
 /// One arrival decided under drop threshold `threshold` with one
 /// independent draw (the paper's GRD).
 pub fn independent(threshold: u64, rng: &mut ChaCha8Rng) -> Verdict {
@@ -89,7 +114,7 @@ pub struct Dither {
 
 impl Dither {
     /// Decides one arrival under drop threshold `threshold` (`p × 2³²`, as
-    /// [`super::to_threshold`] makes it).
+    /// `to_threshold` makes it).
     pub fn decide(&mut self, threshold: u64, rng: &mut ChaCha8Rng) -> Verdict {
         if threshold == 0 {
             return Verdict::Forward;

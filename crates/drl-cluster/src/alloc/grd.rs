@@ -5,7 +5,7 @@
 //! `(demand − limit) / demand` when `demand > limit`, else forwarded. The
 //! probability is recomputed once per estimate interval and held until the
 //! next one. Each arrival's draw is a coin tilted by how far the count
-//! forwarded has drifted from its expectation ([`Dither`]): every drop is
+//! forwarded has drifted from its expectation ([`super::dither::Dither`]): every drop is
 //! still random, but the number forwarded in a second no longer has the
 //! binomial spread of independent draws. `GrdDraws::Independent` keeps
 //! the paper's independent draws (the simulator's figures use it).
@@ -33,7 +33,7 @@
 use drl_core::Nanos;
 use rand_chacha::ChaCha8Rng;
 
-use super::dither::{Dither, GrdDraws, independent};
+use super::dither::{Draws, GrdDraws};
 use super::{AlgorithmKind, Allocator, FlowId, IntervalInput, Verdict, to_threshold};
 
 /// The paper's GRD limiter.
@@ -43,7 +43,7 @@ pub struct Grd {
     p: f64,
     threshold: u64,
     central: bool,
-    dither: Option<Dither>,
+    draws: Draws,
 }
 
 impl Grd {
@@ -55,13 +55,13 @@ impl Grd {
             p: 0.0,
             threshold: 0,
             central,
-            dither: Some(Dither::default()),
+            draws: Draws::default(),
         }
     }
 
     /// Draws drops as `draws` says (default [`GrdDraws::Dithered`]).
     pub fn with_draws(mut self, draws: GrdDraws) -> Self {
-        self.dither = (draws == GrdDraws::Dithered).then(Dither::default);
+        self.draws = Draws::new(draws);
         self
     }
 
@@ -91,10 +91,7 @@ impl Allocator for Grd {
         _size: u64,
         rng: &mut ChaCha8Rng,
     ) -> Verdict {
-        match &mut self.dither {
-            Some(d) => d.decide(self.threshold, rng),
-            None => independent(self.threshold, rng),
-        }
+        self.draws.decide(self.threshold, rng)
     }
 
     fn on_interval(&mut self, input: &IntervalInput) -> f64 {
@@ -158,7 +155,7 @@ pub struct GrdSmooth {
     cfg: GrdSmoothConfig,
     p: f64,
     threshold: u64,
-    dither: Option<Dither>,
+    draws: Draws,
 }
 
 impl GrdSmooth {
@@ -169,13 +166,13 @@ impl GrdSmooth {
             cfg,
             p: 0.0,
             threshold: 0,
-            dither: Some(Dither::default()),
+            draws: Draws::default(),
         }
     }
 
     /// Draws drops as `draws` says (default [`GrdDraws::Dithered`]).
     pub fn with_draws(mut self, draws: GrdDraws) -> Self {
-        self.dither = (draws == GrdDraws::Dithered).then(Dither::default);
+        self.draws = Draws::new(draws);
         self
     }
 }
@@ -192,10 +189,7 @@ impl Allocator for GrdSmooth {
         _size: u64,
         rng: &mut ChaCha8Rng,
     ) -> Verdict {
-        match &mut self.dither {
-            Some(d) => d.decide(self.threshold, rng),
-            None => independent(self.threshold, rng),
-        }
+        self.draws.decide(self.threshold, rng)
     }
 
     fn on_interval(&mut self, input: &IntervalInput) -> f64 {

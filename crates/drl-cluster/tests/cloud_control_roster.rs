@@ -162,7 +162,9 @@ fn trace(n: u32, s: &Settings, ops: &[Op], shared: bool) -> Vec<String> {
                         draw = draw.wrapping_mul(6364136223846793005).wrapping_add(1);
                         out.push(format!("{from}->{to} {bytes:?}"));
                         if (draw >> 56) as u8 >= loss * 6 {
-                            let _ = nodes[to as usize].handle_datagram(now, from, &bytes);
+                            // What an honest node sends, its peers take.
+                            let r = nodes[to as usize].handle_datagram(now, from, &bytes);
+                            assert_eq!(r, Ok(()), "{from}->{to} at {now}");
                             models[to as usize].heard.insert(from, (now, view));
                         }
                     }

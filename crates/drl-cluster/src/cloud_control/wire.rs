@@ -22,8 +22,9 @@
 //! against the previous key usually costs 2 bytes plus the differing tail.
 //! Every length is checked against the remaining bytes before anything is
 //! handed to the caller: a malformed payload changes nothing. A key is at
-//! most [`MAX_KEY_LEN`] bytes; values must be finite and non-negative
-//! (push-sum values may be negative: they are running totals of changes).
+//! most [`MAX_KEY_LEN`] bytes; values must be finite, and peer-table
+//! values non-negative (a push-sum mass may have either sign in value and
+//! weight: they are running totals, and a link taken back lowers them).
 
 use crate::gossip::GossipMsg;
 
@@ -84,7 +85,7 @@ pub enum WireError {
     /// Keys not in strictly ascending order.
     #[error("keys out of order")]
     Order,
-    /// A negative or non-finite value.
+    /// A non-finite value, or a negative peer-table value.
     #[error("bad value")]
     BadValue,
     /// Bytes after the last entry.
@@ -201,7 +202,10 @@ fn read_value(aggregation: u8, b: &[u8]) -> Result<Value, WireError> {
             value: f64::from_bits(be_u64(&b[8..])),
             weight: f64::from_bits(be_u64(&b[16..])),
         };
-        if !m.value.is_finite() || !m.weight.is_finite() || m.weight < 0.0 {
+        // Either sign: a push-sum mass may be negative in value and, once
+        // a node has taken back a link to a peer that restarted or went
+        // down, in weight too (the running totals of a link then fall).
+        if !m.value.is_finite() || !m.weight.is_finite() {
             return Err(WireError::BadValue);
         }
         Ok(Value::Mass(m))
@@ -362,7 +366,7 @@ mod tests {
                 let m = GossipMsg {
                     seq: i as u64,
                     value: -(i as f64),
-                    weight: 0.5,
+                    weight: if i % 2 == 0 { 0.5 } else { -0.25 },
                 };
                 (k.as_bytes().to_vec(), Value::Mass(m))
             })

@@ -286,9 +286,12 @@ impl PushSum {
 
     /// Applies a message received from `from`. Stale or duplicate messages
     /// (sequence number not above the last applied one) are ignored; so are
-    /// messages with non-finite fields.
+    /// messages with non-finite fields. A negative weight is taken: a node
+    /// that took back a link ([`PushSum::reclaim`]) may hold negative
+    /// weight for a while (the survivors' total is still their number),
+    /// and its shares and running totals are then negative too.
     pub fn receive(&mut self, from: NodeId, msg: GossipMsg) {
-        if !msg.value.is_finite() || !msg.weight.is_finite() || msg.weight < 0.0 {
+        if !msg.value.is_finite() || !msg.weight.is_finite() {
             return;
         }
         if msg.seq <= self.inbound.get(&from).map_or(0, |l| l.seq) {
@@ -476,6 +479,42 @@ mod tests {
         assert_eq!(a.mass(), after);
         // seq 2 after nothing: one message missed, so counted twice.
         assert_eq!(after, (2.0, 2.0));
+    }
+
+    /// A node that relayed weight from a peer, then took back its link to
+    /// it, holds negative weight; its next share to a new peer carries a
+    /// negative running total, which the receiver applies (refusing it
+    /// cut the node off, its payloads counted malformed), and the
+    /// survivors' weight stays their number.
+    #[test]
+    fn a_link_taken_back_can_leave_negative_weight_and_it_still_flows() {
+        let c = LossCompensation::Cumulative;
+        let mut ns: Vec<PushSum> = (0..5).map(|i| PushSum::new(i, 5, 3, c)).collect();
+        // 4 pushes to 0 twice (0.5, then 0.25); 0 pushes to 1 and 2.
+        let push = |ns: &mut Vec<PushSum>, from: NodeId, to: &[NodeId]| {
+            let mut sent = Vec::new();
+            ns[from as usize].round_to(to, |t, m| sent.push((t, m)));
+            for (t, m) in sent {
+                ns[t as usize].receive(from, m);
+            }
+        };
+        push(&mut ns, 4, &[0]);
+        push(&mut ns, 4, &[0]);
+        push(&mut ns, 0, &[1, 2]);
+        // 4 is gone: every survivor takes its link back.
+        for n in &mut ns[..4] {
+            n.forget(4);
+        }
+        assert!(ns[0].mass().1 < 0.0, "{:?}", ns[0].mass());
+        let mut first = None;
+        ns[0].round_to(&[3], |_, m| first = Some(m));
+        let m = first.unwrap();
+        assert!(m.weight < 0.0, "{m:?}");
+        let before = ns[3].mass().1;
+        ns[3].receive(0, m);
+        assert!((ns[3].mass().1 - (before + m.weight)).abs() < 1e-12);
+        let w: f64 = ns[..4].iter().map(|n| n.mass().1).sum();
+        assert!((w - 4.0).abs() < 1e-12, "{w}");
     }
 
     /// Sustained loss in both directions: the paper's scale-by-gap rule

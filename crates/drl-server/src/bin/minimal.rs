@@ -10,8 +10,9 @@
 //! the shape `drl serve` answers (current limit, remaining, reset), again
 //! without deciding: the baseline of `scripts/bench-peers`' RLS rows.
 //!
-//! Also: `drl-minimal-server encode-grpc N` writes a framed gRPC
-//! `CheckRequest` of N items to stdout (the body h2load sends), and
+//! Also: `drl-minimal-server encode-grpc N [LIMIT [FIRST]]` writes a
+//! framed gRPC `CheckRequest` of N items (keys `tenant-FIRST`, ...) to
+//! stdout (the body h2load sends), and
 //! `drl-minimal-server encode-rls DOMAIN KEY=VALUE[,KEY=VALUE...]` a framed
 //! Envoy RLS request with one descriptor of those entries.
 //!
@@ -21,7 +22,10 @@
 //!
 //! `--grpc-engine h2` serves the same gRPC answers on the `h2` crate
 //! directly (`drl_server::grpc::direct`) instead of tonic: the same work on
-//! two transports, for `scripts/server-instructions` (issue 17).
+//! two transports, for `scripts/server-instructions` (issue 17);
+//! `--grpc-engine fast` on drl's hand-written HTTP/2 server
+//! (`drl_server::h2fast`, `drl serve`'s default), the floor of
+//! `scripts/bench-peers`' RLS rows.
 //! `--http-engine fast` likewise answers `POST /v1/check` on drl's
 //! hand-written HTTP/1.1 path (`drl_server::http1`), anything else through
 //! hyper as before; the default stays `hyper` (the benchmarks' floor).
@@ -282,18 +286,54 @@ impl direct::Unary for MinimalDirect {
         _head: &axum::http::request::Parts,
         msg: Bytes,
     ) -> Result<Bytes, Status> {
-        let bad = |e: prost::DecodeError| Status::internal(e.to_string());
-        Ok(match method {
-            DirectMethod::Check => {
-                let req = CheckRequest::decode(msg).map_err(bad)?;
-                frame::encode(&check_response(req.requests.len()))
-            }
-            DirectMethod::Rls => {
-                let req = RateLimitRequest::decode(msg).map_err(bad)?;
-                frame::encode(&rls_response(req.descriptors.len()))
-            }
-        })
+        answer(method, msg)
     }
+}
+
+impl drl_server::h2fast::Service for MinimalDirect {
+    type Method = DirectMethod;
+
+    fn route(&self, path: &str) -> Option<DirectMethod> {
+        direct::Unary::route(self, path)
+    }
+
+    async fn call(&self, method: DirectMethod, msg: Bytes) -> Result<Bytes, Status> {
+        answer(method, msg)
+    }
+}
+
+/// The hand-written HTTP/2 accept loop.
+async fn serve_h2fast(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
+    let settings = drl_server::h2fast::Settings::new(None);
+    loop {
+        let (tcp, _) = listener.accept().await?;
+        let _ = tcp.set_nodelay(true);
+        tokio::spawn(async move {
+            let _ = drl_server::h2fast::serve_connection(
+                tcp,
+                settings,
+                &MinimalDirect,
+                || (),
+                std::future::pending(),
+            )
+            .await;
+        });
+    }
+}
+
+/// Decodes a request of `method` and answers it, deciding nothing.
+fn answer(method: DirectMethod, msg: Bytes) -> Result<Bytes, Status> {
+    let bad = |e: prost::DecodeError| Status::internal(e.to_string());
+    Ok(match method {
+        DirectMethod::Check => {
+            let req = CheckRequest::decode(msg).map_err(bad)?;
+            frame::encode(&check_response(req.requests.len()))
+        }
+        DirectMethod::Rls => {
+            let req = RateLimitRequest::decode(msg).map_err(bad)?;
+            frame::encode(&rls_response(req.descriptors.len()))
+        }
+    })
 }
 
 /// The direct h2 accept loop.
@@ -347,9 +387,9 @@ fn frame(msg: Vec<u8>) -> Vec<u8> {
     framed
 }
 
-fn encode_grpc(n: usize, limit: &str) -> Vec<u8> {
+fn encode_grpc(n: usize, limit: &str, first: usize) -> Vec<u8> {
     let req = CheckRequest {
-        requests: (0..n)
+        requests: (first..first + n)
             .map(|i| CheckItem {
                 limit: limit.to_string(),
                 key: format!("tenant-{}", i % 1000),
@@ -365,7 +405,8 @@ fn main() -> anyhow::Result<()> {
     if args.first().map(String::as_str) == Some("encode-grpc") {
         let n: usize = args.get(1).map_or(Ok(1), |s| s.parse())?;
         let limit = args.get(2).map_or("bench", String::as_str);
-        std::io::stdout().write_all(&encode_grpc(n, limit))?;
+        let first: usize = args.get(3).map_or(Ok(0), |s| s.parse())?;
+        std::io::stdout().write_all(&encode_grpc(n, limit, first))?;
         return Ok(());
     }
     if args.first().map(String::as_str) == Some("encode-rls") {
@@ -390,7 +431,8 @@ fn main() -> anyhow::Result<()> {
     let mut threads = None;
     let mut tls_cert = None;
     let mut tls_key = None;
-    let mut h2_engine = false;
+    // tonic (the default), the h2 crate directly, or drl's own HTTP/2.
+    let mut grpc_engine = "tonic";
     let mut fast_http = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -422,9 +464,10 @@ fn main() -> anyhow::Result<()> {
                 )
             }
             "--grpc-engine" => match it.next().map(String::as_str) {
-                Some("tonic") => h2_engine = false,
-                Some("h2") => h2_engine = true,
-                other => anyhow::bail!("--grpc-engine tonic|h2 (got {other:?})"),
+                Some("tonic") => grpc_engine = "tonic",
+                Some("h2") => grpc_engine = "h2",
+                Some("fast") => grpc_engine = "fast",
+                other => anyhow::bail!("--grpc-engine tonic|h2|fast (got {other:?})"),
             },
             "--http-engine" => match it.next().map(String::as_str) {
                 Some("hyper") => fast_http = false,
@@ -439,7 +482,7 @@ fn main() -> anyhow::Result<()> {
                 )
             }
             other => anyhow::bail!(
-                "usage: drl-minimal-server [--http ADDR] [--grpc ADDR] [--threads N] [--grpc-engine tonic|h2] [--http-engine hyper|fast] [--tls-cert FILE --tls-key FILE] | encode-grpc N [LIMIT] | encode-rls DOMAIN K=V[,K=V...] (got {other:?})"
+                "usage: drl-minimal-server [--http ADDR] [--grpc ADDR] [--threads N] [--grpc-engine tonic|h2|fast] [--http-engine hyper|fast] [--tls-cert FILE --tls-key FILE] | encode-grpc N [LIMIT [FIRST]] | encode-rls DOMAIN K=V[,K=V...] (got {other:?})"
             ),
         }
     }
@@ -458,7 +501,10 @@ fn main() -> anyhow::Result<()> {
             grpc_l.local_addr()?
         );
         if let (Some(cert), Some(key)) = (&tls_cert, &tls_key) {
-            anyhow::ensure!(!h2_engine, "--grpc-engine h2 does not speak TLS here");
+            anyhow::ensure!(
+                grpc_engine == "tonic",
+                "--grpc-engine {grpc_engine} does not speak TLS here"
+            );
             let tls = |alpn: &[&[u8]]| {
                 drl_server::tls::server_config(
                     &drl_server::tls::TlsConfig {
@@ -488,9 +534,16 @@ fn main() -> anyhow::Result<()> {
                 Ok(axum::serve(http_l, app).await?)
             }
         };
-        if h2_engine {
+        if grpc_engine != "tonic" {
+            let g = async {
+                if grpc_engine == "h2" {
+                    serve_direct(grpc_l).await
+                } else {
+                    serve_h2fast(grpc_l).await
+                }
+            };
             tokio::select! {
-                r = serve_direct(grpc_l) => r?,
+                r = g => r?,
                 r = h => r?,
             }
             return anyhow::Ok(());

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::http::{Request, Response};
+use axum::http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -81,6 +81,11 @@ struct ConnState {
     close: Notify,
     /// Already chosen for eviction (not chosen twice).
     evicting: AtomicBool,
+    /// hyper answered a request before reading it whole (413, 408): what
+    /// the client still sends is read out before the socket closes
+    /// ([`crate::http1::linger`]), or the client sees a reset instead of
+    /// the answer.
+    linger: AtomicBool,
 }
 
 /// The open connections of one listener.
@@ -149,6 +154,7 @@ impl Registry {
             served: AtomicBool::new(false),
             close: Notify::new(),
             evicting: AtomicBool::new(false),
+            linger: AtomicBool::new(false),
         });
         let n = {
             let mut c = self.conns.lock();
@@ -249,10 +255,97 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F: Future> Future for TrackedFuture<F> {
+impl<F, B, E> Future for TrackedFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
     type Output = F::Output;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        self.project().fut.poll(cx)
+        let this = self.project();
+        let out = this.fut.poll(cx);
+        if let Poll::Ready(Ok(resp)) = &out {
+            let s = resp.status();
+            if s == StatusCode::PAYLOAD_TOO_LARGE || s == StatusCode::REQUEST_TIMEOUT {
+                this.guard.state.linger.store(true, Ordering::Relaxed);
+            }
+        }
+        out
+    }
+}
+
+/// The socket under a hyper connection, handed back through `back` when
+/// hyper drops it, so that the connection can linger
+/// ([`ConnState::linger`]) instead of closing with input unread.
+struct HandBack<I> {
+    io: Option<I>,
+    back: Option<tokio::sync::oneshot::Sender<I>>,
+}
+
+impl<I> HandBack<I> {
+    fn new(io: I) -> (Self, tokio::sync::oneshot::Receiver<I>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (
+            Self {
+                io: Some(io),
+                back: Some(tx),
+            },
+            rx,
+        )
+    }
+
+    fn io(&mut self) -> Pin<&mut I>
+    where
+        I: Unpin,
+    {
+        Pin::new(self.io.as_mut().expect("only taken on drop"))
+    }
+}
+
+impl<I> Drop for HandBack<I> {
+    fn drop(&mut self) {
+        if let (Some(io), Some(back)) = (self.io.take(), self.back.take()) {
+            let _ = back.send(io);
+        }
+    }
+}
+
+impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for HandBack<I> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        self.get_mut().io().poll_read(cx, buf)
+    }
+}
+
+impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for HandBack<I> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.get_mut().io().poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        self.get_mut().io().poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.as_ref().is_some_and(|io| io.is_write_vectored())
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.get_mut().io().poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.get_mut().io().poll_shutdown(cx)
     }
 }
 
@@ -578,12 +671,20 @@ where
                     registry: registry.clone(),
                 };
                 let svc = hyper_util::service::TowerToHyperService::new(service);
-                let conn = builder.serve_connection(TokioIo::new(io), svc);
-                tokio::pin!(conn);
-                let shutdown = |c: Pin<&mut _>| {
-                    auto::Connection::graceful_shutdown(c);
-                };
-                supervise(conn, shutdown, limits, registry, state, stop).await;
+                let (io, back) = HandBack::new(io);
+                {
+                    let conn = builder.serve_connection(TokioIo::new(io), svc);
+                    tokio::pin!(conn);
+                    let shutdown = |c: Pin<&mut _>| {
+                        auto::Connection::graceful_shutdown(c);
+                    };
+                    supervise(conn, shutdown, limits, registry, state.clone(), stop).await;
+                }
+                if state.linger.load(Ordering::Relaxed)
+                    && let Ok(mut io) = back.await
+                {
+                    crate::http1::linger::linger(&mut io).await;
+                }
             }
             Proto::Direct { builder, hot } => {
                 let signal = crate::grpc::direct::CloseSignal::default();
@@ -631,14 +732,23 @@ where
                         registry: registry.clone(),
                     };
                     let svc = hyper_util::service::TowerToHyperService::new(service);
-                    let conn = builder.serve_connection(TokioIo::new(io), svc);
-                    tokio::pin!(conn);
-                    tokio::select! {
-                        _ = conn.as_mut() => return,
-                        () = signal.wait() => {}
+                    let (io, back) = HandBack::new(io);
+                    {
+                        let conn = builder.serve_connection(TokioIo::new(io), svc);
+                        tokio::pin!(conn);
+                        tokio::select! {
+                            _ = conn.as_mut() => {}
+                            () = signal.wait() => {
+                                conn.as_mut().graceful_shutdown();
+                                let _ = conn.await;
+                            }
+                        }
                     }
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
+                    if state.linger.load(Ordering::Relaxed)
+                        && let Ok(mut io) = back.await
+                    {
+                        crate::http1::linger::linger(&mut io).await;
+                    }
                 };
                 tokio::pin!(fut);
                 let shutdown = |_: Pin<&mut _>| signal.close();

@@ -25,12 +25,18 @@
 //!   Envoy RLS `overall_code: OK`). Anything else is an error; the run's
 //!   errors are printed and make the exit status 1.
 //!
-//! - **A cheap gRPC client** (`--client raw`, the default with `--grpc`):
-//!   HTTP/2 written by hand (`raw_h2.rs`), each request two frames built
-//!   once per body, so that on two cores the server and not the client is
-//!   the limit of a saturation run. `--client hyper` sends through hyper's
-//!   HTTP/2 client instead (an independent implementation, to cross-check;
-//!   about as costly per request as h2load).
+//! - **Cheap clients** (`--client raw`, the default): HTTP/2 for gRPC
+//!   written by hand (`raw_h2.rs`: each request two frames built once per
+//!   body) and HTTP/1.1 requests built once per body and answers parsed
+//!   with `httparse` (`raw_h1.rs`), so that on two cores the server and
+//!   not the client is the limit of a saturation run. `--client hyper`
+//!   sends through hyper's clients instead (an independent implementation,
+//!   to cross-check; hyper's HTTP/2 client costs about as much per request
+//!   as h2load).
+//! - **Precise pacing**: with `--client raw` a paced request is sent
+//!   within microseconds of when it is due (`pacer.rs`: a `timerfd`, 1 ns
+//!   timer slack), where tokio's 1 ms timer wheel would add up to a
+//!   millisecond to every latency.
 //!
 //! It runs on one thread (a current-thread runtime), so it takes at most
 //! one core from the servers it measures. Output, one line:
@@ -46,6 +52,8 @@ use hyper::Request;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
+mod pacer;
+mod raw_h1;
 mod raw_h2;
 
 struct Args {
@@ -310,6 +318,7 @@ async fn connect(a: &Args) -> tokio::net::TcpStream {
 
 fn main() {
     let a = Arc::new(args());
+    pacer::tighten();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -332,11 +341,15 @@ fn main() {
         };
         let mut tasks = tokio::task::JoinSet::new();
         for c in 0..a.conns {
-            if a.grpc && a.raw {
+            if a.raw {
                 let tcp = connect(&a).await;
-                let paces = (0..a.streams).map(|s| pace(c * a.streams + s)).collect();
-                let first = c * a.streams;
-                tasks.spawn(raw_h2::connection(a.clone(), run.clone(), tcp, first, paces));
+                if a.grpc {
+                    let paces = (0..a.streams).map(|s| pace(c * a.streams + s)).collect();
+                    let first = c * a.streams;
+                    tasks.spawn(raw_h2::connection(a.clone(), run.clone(), tcp, first, paces));
+                } else {
+                    tasks.spawn(raw_h1::connection(a.clone(), run.clone(), tcp, c, pace(c)));
+                }
                 continue;
             }
             let io = TokioIo::new(connect(&a).await);

@@ -13,8 +13,8 @@
 //! a closed connection are errors.
 //!
 //! One task per connection drives its `-m` streams: each slot sends when
-//! it is idle and due (at once when not paced), and its latency is counted
-//! from when it was due.
+//! it is idle and due (at once when not paced; woken by [`Pacer`]), and
+//! its latency is counted from when it was due.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -25,6 +25,7 @@ use drl_server::h2fast::hpack::{self, Decoder, Fields};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::pacer::Pacer;
 use crate::{Args, Run, check_grpc};
 
 /// Our receive window per stream and the connection's (both opened to
@@ -151,6 +152,7 @@ pub async fn connection(
     let mut peer_stream_window: i64 = frame::DEFAULT_WINDOW;
     let mut consumed: u64 = 0;
     let mut stopping: Option<Instant> = None;
+    let pacer = Pacer::new().expect("timerfd");
     loop {
         let now = Instant::now();
         if run.stop.load(Ordering::Relaxed) {
@@ -196,16 +198,12 @@ pub async fn connection(
         }
         // Wait for bytes, or for the next idle slot to fall due, or (at
         // most) 50 ms to look at the stop flag.
-        let wake = slots
-            .iter()
-            .filter(|s| !s.busy)
-            .filter_map(Slot::due)
-            .min()
-            .unwrap_or(now + Duration::from_millis(50))
-            .min(now + Duration::from_millis(50));
+        let due = slots.iter().filter(|s| !s.busy).filter_map(Slot::due).min();
+        let tick = now + Duration::from_millis(50);
         let read = tokio::select! {
             r = tcp.read_buf(&mut inbuf) => Some(r),
-            _ = tokio::time::sleep_until(wake.into()) => None,
+            () = pacer.until(due.unwrap_or(tick)), if due.is_some_and(|d| d < tick) => None,
+            () = tokio::time::sleep_until(tick.into()) => None,
         };
         match read {
             None => continue,

@@ -159,6 +159,18 @@ struct Run {
 }
 
 impl Run {
+    /// Counts one answer of the measured part: its latency from `due`
+    /// into `lat` if it passed its check, an error otherwise.
+    fn record(&self, result: Result<(), String>, due: Instant, lat: &mut Vec<u32>) {
+        match result {
+            Ok(()) => {
+                self.requests.fetch_add(1, Ordering::Relaxed);
+                lat.push(due.elapsed().as_micros().min(u32::MAX as u128) as u32);
+            }
+            Err(e) => self.error(e),
+        }
+    }
+
     fn error(&self, what: String) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         let mut first = self.first_error.lock();
@@ -264,15 +276,8 @@ where
             Ok(resp) => answer(&a, resp).await,
             Err(e) => Err(format!("send: {e}")),
         };
-        if !run.measuring.load(Ordering::Relaxed) {
-            continue;
-        }
-        match result {
-            Ok(()) => {
-                run.requests.fetch_add(1, Ordering::Relaxed);
-                lat.push(due.elapsed().as_micros().min(u32::MAX as u128) as u32);
-            }
-            Err(e) => run.error(e),
+        if run.measuring.load(Ordering::Relaxed) {
+            run.record(result, due, &mut lat);
         }
     }
     lat

@@ -134,15 +134,8 @@ pub async fn connection(
                 return lat;
             }
         };
-        if !run.measuring.load(Ordering::Relaxed) {
-            continue;
-        }
-        match result {
-            Ok(()) => {
-                run.requests.fetch_add(1, Ordering::Relaxed);
-                lat.push(due.elapsed().as_micros().min(u32::MAX as u128) as u32);
-            }
-            Err(e) => run.error(e),
+        if run.measuring.load(Ordering::Relaxed) {
+            run.record(result, due, &mut lat);
         }
     }
     lat

@@ -341,13 +341,7 @@ pub async fn connection(
                             &s.head,
                         )
                     };
-                    match result {
-                        Ok(()) => {
-                            run.requests.fetch_add(1, Ordering::Relaxed);
-                            lat.push(s.due.elapsed().as_micros().min(u32::MAX as u128) as u32);
-                        }
-                        Err(e) => run.error(e),
-                    }
+                    run.record(result, s.due, &mut lat);
                 }
             }
         }

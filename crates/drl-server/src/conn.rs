@@ -277,8 +277,8 @@ where
 /// hyper drops it, so that the connection can linger
 /// ([`ConnState::linger`]) instead of closing with input unread.
 struct HandBack<I> {
-    io: Option<I>,
-    back: Option<tokio::sync::oneshot::Sender<I>>,
+    /// The socket and where it goes back to (taken on drop).
+    inner: Option<(I, tokio::sync::oneshot::Sender<I>)>,
 }
 
 impl<I> HandBack<I> {
@@ -286,8 +286,7 @@ impl<I> HandBack<I> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         (
             Self {
-                io: Some(io),
-                back: Some(tx),
+                inner: Some((io, tx)),
             },
             rx,
         )
@@ -297,15 +296,28 @@ impl<I> HandBack<I> {
     where
         I: Unpin,
     {
-        Pin::new(self.io.as_mut().expect("only taken on drop"))
+        Pin::new(&mut self.inner.as_mut().expect("only taken on drop").0)
     }
 }
 
 impl<I> Drop for HandBack<I> {
     fn drop(&mut self) {
-        if let (Some(io), Some(back)) = (self.io.take(), self.back.take()) {
+        if let Some((io, back)) = self.inner.take() {
             let _ = back.send(io);
         }
+    }
+}
+
+/// Once hyper has dropped the socket (`back`): lingers on it if an answer
+/// went out before its request was read ([`ConnState::linger`]).
+async fn linger_if_asked<I>(state: &ConnState, back: tokio::sync::oneshot::Receiver<I>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    if state.linger.load(Ordering::Relaxed)
+        && let Ok(mut io) = back.await
+    {
+        crate::http1::linger::linger(&mut io).await;
     }
 }
 
@@ -337,7 +349,9 @@ impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for HandBack<I> {
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.io.as_ref().is_some_and(|io| io.is_write_vectored())
+        self.inner
+            .as_ref()
+            .is_some_and(|(io, _)| io.is_write_vectored())
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -680,11 +694,7 @@ where
                     };
                     supervise(conn, shutdown, limits, registry, state.clone(), stop).await;
                 }
-                if state.linger.load(Ordering::Relaxed)
-                    && let Ok(mut io) = back.await
-                {
-                    crate::http1::linger::linger(&mut io).await;
-                }
+                linger_if_asked(&state, back).await;
             }
             Proto::Direct { builder, hot } => {
                 let signal = crate::grpc::direct::CloseSignal::default();
@@ -744,11 +754,7 @@ where
                             }
                         }
                     }
-                    if state.linger.load(Ordering::Relaxed)
-                        && let Ok(mut io) = back.await
-                    {
-                        crate::http1::linger::linger(&mut io).await;
-                    }
+                    linger_if_asked(&state, back).await;
                 };
                 tokio::pin!(fut);
                 let shutdown = |_: Pin<&mut _>| signal.close();

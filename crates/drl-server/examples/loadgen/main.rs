@@ -252,19 +252,18 @@ async fn worker<S>(
     run: Arc<Run>,
     mut send: S,
     first: usize,
-    every: Option<(Instant, Duration)>,
+    mut every: Option<pacer::Schedule>,
 ) -> Vec<u32>
 where
     S: AsyncSend,
 {
     let mut lat = Vec::with_capacity(1 << 16);
     let mut i = first;
-    let mut k: u32 = 0;
     while !run.stop.load(Ordering::Relaxed) {
-        let due = match every {
-            Some((start, step)) => {
-                let due = start + step * k;
-                k += 1;
+        let due = match &mut every {
+            Some(schedule) => {
+                let due = schedule.due();
+                schedule.advance();
                 tokio::time::sleep_until(due.into()).await;
                 due
             }
@@ -341,7 +340,7 @@ fn main() {
         let pace = |w: usize| {
             (a.rate > 0.0).then(|| {
                 let step = Duration::from_secs_f64(workers as f64 / a.rate);
-                (start + step.mul_f64(w as f64 / workers as f64), step)
+                pacer::Schedule::new(start + step.mul_f64(w as f64 / workers as f64), step)
             })
         };
         let mut tasks = tokio::task::JoinSet::new();

@@ -6,7 +6,7 @@
 //! microseconds.
 
 use std::os::fd::OwnedFd;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rustix::time::{
     Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,
@@ -18,6 +18,31 @@ use tokio::io::unix::AsyncFd;
 /// would delay every wake by up to that).
 pub fn tighten() {
     let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1));
+}
+
+/// A worker's fixed-rate schedule: request `k` is due at `start + k × step`.
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    start: Instant,
+    step: Duration,
+    k: u32,
+}
+
+impl Schedule {
+    /// First due at `start`, then every `step`.
+    pub fn new(start: Instant, step: Duration) -> Self {
+        Self { start, step, k: 0 }
+    }
+
+    /// When the next request is due.
+    pub fn due(&self) -> Instant {
+        self.start + self.step * self.k
+    }
+
+    /// The next request was sent: moves on to the one after.
+    pub fn advance(&mut self) {
+        self.k += 1;
+    }
 }
 
 /// One connection's timer.

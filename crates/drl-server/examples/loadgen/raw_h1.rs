@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::pacer::Pacer;
+use crate::pacer::{Pacer, Schedule};
 use crate::{Args, Run};
 
 /// How long an answer may take before the connection is given up.
@@ -103,19 +103,18 @@ pub async fn connection(
     run: Arc<Run>,
     mut tcp: TcpStream,
     first: usize,
-    pace: Option<(Instant, Duration)>,
+    mut pace: Option<Schedule>,
 ) -> Vec<u32> {
     let reqs = requests(&a);
     let pacer = Pacer::new().expect("timerfd");
     let mut lat = Vec::with_capacity(1 << 16);
     let mut buf = Vec::with_capacity(16 * 1024);
     let mut i = first;
-    let mut k: u32 = 0;
     while !run.stop.load(Ordering::Relaxed) {
-        let due = match pace {
-            Some((start, step)) => {
-                let due = start + step * k;
-                k += 1;
+        let due = match &mut pace {
+            Some(schedule) => {
+                let due = schedule.due();
+                schedule.advance();
                 pacer.until(due).await;
                 due
             }

@@ -25,7 +25,7 @@ use drl_server::h2fast::hpack::{self, Decoder, Fields};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::pacer::Pacer;
+use crate::pacer::{Pacer, Schedule};
 use crate::{Args, Run, check_grpc};
 
 /// Our receive window per stream and the connection's (both opened to
@@ -92,20 +92,14 @@ struct Stream {
 /// One `-m` slot: its pacing and when it is next due.
 struct Slot {
     busy: bool,
-    pace: Option<(Instant, Duration)>,
-    k: u32,
+    pace: Option<Schedule>,
     next: usize,
 }
 
 impl Slot {
     fn due(&self) -> Option<Instant> {
-        self.pace.map(|(start, step)| start + step * self.k)
+        self.pace.as_ref().map(Schedule::due)
     }
-}
-
-/// A connection-level failure: the run records it and the connection ends.
-fn fail(run: &Run, what: String) {
-    run.error(what);
 }
 
 /// Drives one connection's `paces.len()` streams until the run stops;
@@ -115,7 +109,7 @@ pub async fn connection(
     run: Arc<Run>,
     mut tcp: TcpStream,
     first: usize,
-    paces: Vec<Option<(Instant, Duration)>>,
+    paces: Vec<Option<Schedule>>,
 ) -> Vec<u32> {
     let templates: Vec<Template> = a.bodies.iter().map(|b| Template::new(&a, b)).collect();
     let need = 5 + a.expect_hex.as_ref().map_or(0, Vec::len);
@@ -125,7 +119,6 @@ pub async fn connection(
         .map(|(i, pace)| Slot {
             busy: false,
             pace,
-            k: 0,
             next: first + i,
         })
         .collect();
@@ -170,7 +163,7 @@ pub async fn connection(
                     break; // wait for WINDOW_UPDATE or SETTINGS
                 }
                 if next_id > 0x7fff_fff0 {
-                    fail(&run, "stream ids used up; use more connections".into());
+                    run.error("stream ids used up; use more connections".into());
                     return lat;
                 }
                 send_window -= t.data as i64;
@@ -185,13 +178,15 @@ pub async fn connection(
                 });
                 next_id += 2;
                 slot.next += 1;
-                slot.k += 1;
+                if let Some(p) = &mut slot.pace {
+                    p.advance();
+                }
                 slot.busy = true;
             }
         }
         if !out.is_empty() {
             if let Err(e) = tcp.write_all(&out).await {
-                fail(&run, format!("write: {e}"));
+                run.error(format!("write: {e}"));
                 return lat;
             }
             out.clear();
@@ -209,12 +204,12 @@ pub async fn connection(
             None => continue,
             Some(Ok(0)) => {
                 if !run.stop.load(Ordering::Relaxed) || !streams.is_empty() {
-                    fail(&run, "connection closed by the server".into());
+                    run.error("connection closed by the server".into());
                 }
                 return lat;
             }
             Some(Err(e)) => {
-                fail(&run, format!("read: {e}"));
+                run.error(format!("read: {e}"));
                 return lat;
             }
             Some(Ok(_)) => {}
@@ -254,11 +249,11 @@ pub async fn connection(
                     block.extend_from_slice(frag);
                     if h.has(flag::END_HEADERS) {
                         let Some((id, end_stream)) = block_of.take() else {
-                            fail(&run, "CONTINUATION without HEADERS".into());
+                            run.error("CONTINUATION without HEADERS".into());
                             return lat;
                         };
                         if let Err(e) = decoder.decode(&block, &mut fields, 1 << 20) {
-                            fail(&run, format!("HPACK: {e:?}"));
+                            run.error(format!("HPACK: {e:?}"));
                             return lat;
                         }
                         if let Some(s) = streams.iter_mut().find(|s| s.id == id) {
@@ -293,10 +288,10 @@ pub async fn connection(
                         } else if id == setting::MAX_CONCURRENT_STREAMS
                             && (v as usize) < slots.len()
                         {
-                            fail(
-                                &run,
-                                format!("the server allows {v} streams, -m is {}", slots.len()),
-                            );
+                            run.error(format!(
+                                "the server allows {v} streams, -m is {}",
+                                slots.len()
+                            ));
                             return lat;
                         }
                     }
@@ -316,7 +311,7 @@ pub async fn connection(
                     let code = p
                         .get(4..8)
                         .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
-                    fail(&run, format!("GOAWAY, error code {code:?}"));
+                    run.error(format!("GOAWAY, error code {code:?}"));
                     return lat;
                 }
                 _ => {}

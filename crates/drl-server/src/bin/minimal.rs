@@ -321,6 +321,17 @@ async fn serve_h2fast(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
     }
 }
 
+/// The transport of the gRPC listener (`--grpc-engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GrpcEngine {
+    /// tonic (the default).
+    Tonic,
+    /// The h2 crate directly (`drl_server::grpc::direct`).
+    H2,
+    /// drl's hand-written HTTP/2 server (`drl_server::h2fast`).
+    Fast,
+}
+
 /// Decodes a request of `method` and answers it, deciding nothing.
 fn answer(method: DirectMethod, msg: Bytes) -> Result<Bytes, Status> {
     let bad = |e: prost::DecodeError| Status::internal(e.to_string());
@@ -431,8 +442,7 @@ fn main() -> anyhow::Result<()> {
     let mut threads = None;
     let mut tls_cert = None;
     let mut tls_key = None;
-    // tonic (the default), the h2 crate directly, or drl's own HTTP/2.
-    let mut grpc_engine = "tonic";
+    let mut grpc_engine = GrpcEngine::Tonic;
     let mut fast_http = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -464,9 +474,9 @@ fn main() -> anyhow::Result<()> {
                 )
             }
             "--grpc-engine" => match it.next().map(String::as_str) {
-                Some("tonic") => grpc_engine = "tonic",
-                Some("h2") => grpc_engine = "h2",
-                Some("fast") => grpc_engine = "fast",
+                Some("tonic") => grpc_engine = GrpcEngine::Tonic,
+                Some("h2") => grpc_engine = GrpcEngine::H2,
+                Some("fast") => grpc_engine = GrpcEngine::Fast,
                 other => anyhow::bail!("--grpc-engine tonic|h2|fast (got {other:?})"),
             },
             "--http-engine" => match it.next().map(String::as_str) {
@@ -502,8 +512,9 @@ fn main() -> anyhow::Result<()> {
         );
         if let (Some(cert), Some(key)) = (&tls_cert, &tls_key) {
             anyhow::ensure!(
-                grpc_engine == "tonic",
-                "--grpc-engine {grpc_engine} does not speak TLS here"
+                grpc_engine == GrpcEngine::Tonic,
+                "--grpc-engine {} does not speak TLS here",
+                format!("{grpc_engine:?}").to_lowercase()
             );
             let tls = |alpn: &[&[u8]]| {
                 drl_server::tls::server_config(
@@ -534,12 +545,11 @@ fn main() -> anyhow::Result<()> {
                 Ok(axum::serve(http_l, app).await?)
             }
         };
-        if grpc_engine != "tonic" {
+        if grpc_engine != GrpcEngine::Tonic {
             let g = async {
-                if grpc_engine == "h2" {
-                    serve_direct(grpc_l).await
-                } else {
-                    serve_h2fast(grpc_l).await
+                match grpc_engine {
+                    GrpcEngine::H2 => serve_direct(grpc_l).await,
+                    _ => serve_h2fast(grpc_l).await,
                 }
             };
             tokio::select! {

@@ -253,19 +253,23 @@ impl Auth {
         authorization: Option<&[u8]>,
         api: &'static str,
     ) -> Result<(), Denied> {
-        let sets = self.sets.read().clone();
-        let tokens = match class {
-            Class::Open => None,
-            Class::Metrics => sets.metrics.as_ref(),
-            Class::Api => sets.api.as_ref(),
-        };
-        let Some(tokens) = tokens else {
-            return Ok(());
-        };
-        let r = match bearer(authorization) {
-            None => Err(Denied::Missing),
-            Some(t) if tokens.accepts(t) => Ok(()),
-            Some(_) => Err(Denied::Invalid),
+        // Held for the check (a constant-time compare): cheaper than
+        // cloning the Arc out, and a reload waits at most that long.
+        let r = {
+            let sets = self.sets.read();
+            let tokens = match class {
+                Class::Open => None,
+                Class::Metrics => sets.metrics.as_ref(),
+                Class::Api => sets.api.as_ref(),
+            };
+            let Some(tokens) = tokens else {
+                return Ok(());
+            };
+            match bearer(authorization) {
+                None => Err(Denied::Missing),
+                Some(t) if tokens.accepts(t) => Ok(()),
+                Some(_) => Err(Denied::Invalid),
+            }
         };
         if let Err(d) = r {
             let api = if class == Class::Metrics {

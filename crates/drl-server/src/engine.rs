@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use drl_core::{Clock, Decision, Nanos, SystemClock};
 use drl_store::StoreError;
 use parking_lot::RwLock;
+use smallvec::SmallVec;
 
 use crate::config::{self, Config, ConfigError};
 use crate::envoy_override::Overrides;
@@ -293,15 +294,19 @@ impl Engine {
         reqs: &[CheckRequest<'_>],
     ) -> Result<Vec<Decision>, CheckError> {
         let mut out = Vec::with_capacity(reqs.len());
-        self.check_each(limits, reqs, |d| out.push(d)).await?;
+        self.check_each(limits, reqs, self.now(), |d| out.push(d))
+            .await?;
         Ok(out)
     }
 
-    /// Like [`Engine::check`], handing each decision to `emit` in order
+    /// Like [`Engine::check`], deciding at `now` (the caller's reading of
+    /// [`Engine::now`]) and handing each decision to `emit` in order
     /// instead of collecting them (the APIs write their responses
     /// directly, with no intermediate vector). On a store error, `emit`
     /// has seen the decisions before the failing check; callers discard
-    /// them.
+    /// them. Returns the clock's reading at the end of the batch (the one
+    /// read the status page's latency and the caller's request histogram
+    /// share).
     ///
     /// In-memory (`local`) checks are decided inline. From the first check
     /// that needs a store (Redis, gossip, Orbit) on, the rest of the batch
@@ -314,27 +319,18 @@ impl Engine {
         &self,
         limits: &Limits,
         reqs: &[CheckRequest<'_>],
+        now: Nanos,
         mut emit: impl FnMut(Decision),
-    ) -> Result<(), CheckError> {
+    ) -> Result<Nanos, CheckError> {
         let resolved = resolve(limits, reqs)?;
-        let now = self.now();
         // Decisions are counted per run of checks on the same limit: one
         // counter update per run instead of one per check.
-        let mut tally = Tally {
-            start: now,
-            ..Tally::default()
-        };
+        let mut tally = Tally::new(now);
         let mut pairs = reqs.iter().zip(resolved);
         let mut pending = None;
         for (r, l) in pairs.by_ref() {
             match l.backend.decide_now(r.key, r.cost, now) {
-                Some(d) => {
-                    tally.add(l, d.allowed);
-                    if let Some(s) = l.metrics.status() {
-                        s.observe(r.key, r.cost, d.allowed);
-                    }
-                    emit(apply_shadow(l, d));
-                }
+                Some(d) => emit(tally.settle(l, r.key, r.cost, d)),
                 None => {
                     pending = Some((r, l));
                     break;
@@ -349,22 +345,17 @@ impl Engine {
             .await;
             for (&(r, l), d) in rest.iter().zip(decided) {
                 match d {
-                    Ok(d) => {
-                        tally.add(l, d.allowed);
-                        if let Some(s) = l.metrics.status() {
-                            s.observe(r.key, r.cost, d.allowed);
-                        }
-                        emit(apply_shadow(l, d));
-                    }
+                    Ok(d) => emit(tally.settle(l, r.key, r.cost, d)),
                     Err(e) => {
-                        tally.flush();
+                        tally.finish(SystemClock.now());
                         return Err(e);
                     }
                 }
             }
         }
-        tally.flush();
-        Ok(())
+        let end = SystemClock.now();
+        tally.finish(end);
+        Ok(end)
     }
 }
 
@@ -415,11 +406,18 @@ fn source_name(p: Option<&PathBuf>) -> String {
     p.map_or_else(|| "<embedded>".to_string(), |p| p.display().to_string())
 }
 
+/// The limits of a batch's checks, in order (small batches, the common
+/// case, on the stack).
+pub type Resolved<'l> = SmallVec<[&'l Arc<Limit>; INLINE_BATCH]>;
+
+/// Checks per batch held without a heap allocation.
+pub const INLINE_BATCH: usize = 4;
+
 /// Looks every check's limit up and validates it.
 pub fn resolve<'l>(
     limits: &'l Limits,
     reqs: &[CheckRequest<'_>],
-) -> Result<Vec<&'l Arc<Limit>>, CheckError> {
+) -> Result<Resolved<'l>, CheckError> {
     if reqs.is_empty() {
         return Err(CheckError::Empty);
     }
@@ -430,7 +428,7 @@ pub fn resolve<'l>(
             max: s.max_batch,
         });
     }
-    let mut out: Vec<&'l Arc<Limit>> = Vec::with_capacity(reqs.len());
+    let mut out = Resolved::with_capacity(reqs.len());
     let mut prev: Option<(&str, &'l Arc<Limit>)> = None;
     for (index, r) in reqs.iter().enumerate() {
         // Batches usually repeat a limit: compare with the previous name
@@ -524,10 +522,9 @@ pub fn apply_shadow(limit: &Limit, mut d: Decision) -> Decision {
 }
 
 /// Decision counts of a run of checks on one limit; with the status page
-/// on, the run's latency (from `start`, the batch's clock reading, to its
-/// flush) too.
-#[derive(Default)]
-struct Tally<'a> {
+/// on, the run's latency (from `start`, the batch's clock reading, to the
+/// end of the run) too.
+pub struct Tally<'a> {
     limit: Option<&'a Limit>,
     allowed: u64,
     denied: u64,
@@ -535,10 +532,33 @@ struct Tally<'a> {
 }
 
 impl<'a> Tally<'a> {
+    /// An empty tally of a batch decided at `start`.
+    pub fn new(start: Nanos) -> Self {
+        Self {
+            limit: None,
+            allowed: 0,
+            denied: 0,
+            start,
+        }
+    }
+
+    /// Counts decision `d` of `cost` for `key` on `limit` (the top-keys
+    /// sketch too) and applies shadow mode: what the caller answers.
+    #[inline]
+    pub fn settle(&mut self, limit: &'a Limit, key: &str, cost: u64, d: Decision) -> Decision {
+        self.add(limit, d.allowed);
+        if let Some(s) = limit.metrics.status() {
+            s.observe(key, cost, d.allowed);
+        }
+        apply_shadow(limit, d)
+    }
+
     #[inline]
     fn add(&mut self, limit: &'a Limit, allowed: bool) {
         if !self.limit.is_some_and(|l| std::ptr::eq(l, limit)) {
-            self.flush();
+            // A new run: the previous one ends now (read only if its
+            // limit records latency).
+            self.flush_with(|| SystemClock.now());
             self.limit = Some(limit);
         }
         if allowed {
@@ -548,11 +568,17 @@ impl<'a> Tally<'a> {
         }
     }
 
-    fn flush(&mut self) {
+    /// Records the last run, which ended at `end`.
+    pub fn finish(mut self, end: Nanos) {
+        self.flush_with(|| end);
+    }
+
+    #[inline]
+    fn flush_with(&mut self, end: impl FnOnce() -> Nanos) {
         if let Some(l) = self.limit.take() {
             l.metrics.record_many(self.allowed, self.denied);
             if let Some(s) = l.metrics.status() {
-                s.record_latency(SystemClock.now().saturating_sub(self.start));
+                s.record_latency(end().saturating_sub(self.start));
             }
         }
         self.allowed = 0;

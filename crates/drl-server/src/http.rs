@@ -14,9 +14,10 @@ use axum::routing::{any, get, post};
 use drl_core::Decision;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
+use smallvec::SmallVec;
 
 use crate::deadline::bounded;
-use crate::engine::{self, CheckError, CheckRequest, Engine};
+use crate::engine::{self, CheckError, CheckRequest, Engine, INLINE_BATCH};
 use crate::headers::ceil_ms;
 use crate::metrics::{Api, rejected};
 
@@ -298,7 +299,8 @@ pub async fn check_answer(
             );
         }
     };
-    let mut reqs = Vec::with_capacity(parsed.requests.len());
+    let mut reqs: SmallVec<[CheckRequest<'_>; INLINE_BATCH]> =
+        SmallVec::with_capacity(parsed.requests.len());
     for (i, it) in parsed.requests.iter().enumerate() {
         let cost = match cost_of(i, it.cost.as_ref()) {
             Ok(c) => c,
@@ -315,7 +317,7 @@ pub async fn check_answer(
     out.push_str("{\"results\":[");
     let mut first = true;
     let decided = engine
-        .check_each(limits, &reqs, |d| {
+        .check_each(limits, &reqs, engine.now(), |d| {
             if !first {
                 out.push(',');
             }

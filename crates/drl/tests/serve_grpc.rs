@@ -73,6 +73,16 @@ async fn native_grpc_batches_decide_in_order() {
         (100, 19, 10)
     );
     assert_eq!(r[4].remaining, 3, "cost 0 is a query");
+    // A single check (the path that collects nothing).
+    let one = c
+        .check(CheckRequest {
+            requests: vec![item("api", "t", None)],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    assert_eq!((one.len(), one[0].allowed, one[0].remaining), (1, true, 18));
 
     let e = c
         .check(CheckRequest {
@@ -109,6 +119,28 @@ async fn native_grpc_batches_decide_in_order() {
         "{text}"
     );
     assert!(text.contains("drl_request_duration_seconds_bucket{api=\"grpc_check\""));
+    // Two answered calls timed (the refused ones are counted as rejected).
+    assert_eq!(
+        metric(
+            &text,
+            r#"drl_request_duration_seconds_count{api="grpc_check"}"#
+        ),
+        Some(2.0),
+        "{text}"
+    );
+    // Decision latency: one sample per run of checks on a limit (the batch
+    // ran hourly, api, hourly; then api alone).
+    let (code, body) = http_get(&drl.url("/v1/status")).unwrap();
+    assert_eq!(code, 200, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let samples = |name: &str| {
+        status["limits"]
+            .as_array()
+            .and_then(|a| a.iter().find(|l| l["name"] == name))
+            .unwrap_or_else(|| panic!("no {name} in {status}"))["latency"]["samples"]
+            .as_u64()
+    };
+    assert_eq!((samples("hourly"), samples("api")), (Some(2), Some(2)));
 }
 
 fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
@@ -207,6 +239,15 @@ async fn envoy_rls_decides_with_statuses_and_headers() {
             r#"drl_decisions_total{limit="edge.remote_address",result="allowed"}"#
         ),
         Some(3.0),
+    );
+    // Each answered call timed once (the unknown domain is an error).
+    assert_eq!(
+        metric(
+            &text,
+            r#"drl_request_duration_seconds_count{api="envoy_rls"}"#
+        ),
+        Some(4.0),
+        "{text}"
     );
     assert!(!text.contains("10.0.0.1"));
 }

@@ -1,7 +1,6 @@
 //! The native gRPC API, mirroring `POST /v1/check`.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use tonic::{Request, Response, Status};
 
@@ -46,20 +45,33 @@ impl RateLimiter for NativeService {
 /// above, or [`super::direct`]): the response, or the status to answer,
 /// counted in the metrics either way.
 pub async fn check(engine: &Engine, req: CheckRequest) -> Result<CheckResponse, Status> {
-    let started = Instant::now();
-    let reqs: Vec<engine::CheckRequest<'_>> = req
-        .requests
-        .iter()
-        .map(|i| engine::CheckRequest {
+    // One clock reading is both the request's start and the decisions'
+    // `now`; `check_each` returns the one at its end.
+    let started = engine.now();
+    fn item(i: &super::pb::CheckItem) -> engine::CheckRequest<'_> {
+        engine::CheckRequest {
             limit: &i.limit,
             key: &i.key,
             cost: i.cost.unwrap_or(1),
-        })
-        .collect();
+        }
+    }
+    // A single check (the usual call) needs no collection at all.
+    let one: [engine::CheckRequest<'_>; 1];
+    let many: Vec<engine::CheckRequest<'_>>;
+    let reqs: &[engine::CheckRequest<'_>] = match req.requests.as_slice() {
+        [only] => {
+            one = [item(only)];
+            &one
+        }
+        all => {
+            many = all.iter().map(item).collect();
+            &many
+        }
+    };
     let limits = engine.limits();
     let mut results = Vec::with_capacity(reqs.len());
-    engine
-        .check_each(&limits, &reqs, |d| {
+    let end = engine
+        .check_each(&limits, reqs, started, |d| {
             results.push(CheckResult {
                 allowed: d.allowed,
                 limit: d.limit,
@@ -79,6 +91,8 @@ pub async fn check(engine: &Engine, req: CheckRequest) -> Result<CheckResponse, 
             rejected(Api::GrpcCheck, e.kind());
             status_of(&e)
         })?;
-    engine.api_metrics.observe(Api::GrpcCheck, started);
+    engine
+        .api_metrics
+        .observe_ns(Api::GrpcCheck, end.saturating_sub(started));
     Ok(CheckResponse { results })
 }

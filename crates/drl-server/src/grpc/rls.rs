@@ -21,7 +21,6 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
@@ -142,7 +141,9 @@ pub async fn should_rate_limit(
     engine: &Engine,
     req: RateLimitRequest,
 ) -> Result<RateLimitResponse, Status> {
-    let started = Instant::now();
+    // One clock reading serves as the request's start, the decisions'
+    // `now` and the overrides' clock; one more at the end.
+    let started = engine.now();
     if req.domain.is_empty() {
         rejected(Api::EnvoyRls, "empty_domain");
         return Err(Status::invalid_argument(
@@ -164,7 +165,8 @@ pub async fn should_rate_limit(
         let resp =
             crate::limitador::should_rate_limit(engine, &limits, rules, &req.descriptors, hits)
                 .await?;
-        engine.api_metrics.observe(Api::EnvoyRls, started);
+        let took = engine.now().saturating_sub(started);
+        engine.api_metrics.observe_ns(Api::EnvoyRls, took);
         return Ok(resp);
     }
     let Some(root) = limits.domains.get(&req.domain) else {
@@ -194,7 +196,7 @@ pub async fn should_rate_limit(
             .collect();
         let made = engine
             .overrides
-            .rules(&req.domain, &wanted, engine.now())
+            .rules(&req.domain, &wanted, started)
             .map_err(|e| {
                 rejected(Api::EnvoyRls, e.kind());
                 match e {
@@ -238,7 +240,8 @@ pub async fn should_rate_limit(
             }
         }
     }
-    let now = engine.now();
+    let now = started;
+    let mut tally = engine::Tally::new(now);
     let mut statuses = Vec::with_capacity(rules.len());
     let mut overall = Code::Ok;
     // (remaining, rule, reset_ns) of the most restrictive limited status.
@@ -296,9 +299,10 @@ pub async fn should_rate_limit(
                         ..Default::default()
                     }
                 } else {
-                    let dec = match engine::decide(limit, key, cost, now).await {
-                        Ok(dec) => dec,
+                    let dec = match engine::decide_raw(limit, key, cost, now).await {
+                        Ok(dec) => tally.settle(limit, key, cost, dec),
                         Err(e) => {
+                            tally.finish(engine.now());
                             rejected(Api::EnvoyRls, e.kind());
                             return Err(Status::unavailable(e.to_string()));
                         }
@@ -337,7 +341,11 @@ pub async fn should_rate_limit(
         }
         _ => Vec::new(),
     };
-    engine.api_metrics.observe(Api::EnvoyRls, started);
+    let end = engine.now();
+    tally.finish(end);
+    engine
+        .api_metrics
+        .observe_ns(Api::EnvoyRls, end.saturating_sub(started));
     Ok(RateLimitResponse {
         overall_code: overall as i32,
         statuses,

@@ -22,9 +22,10 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
+use arc_swap::ArcSwap;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use parking_lot::RwLock;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -188,7 +189,30 @@ struct Sets {
 /// The live token sets, replaced by reloads.
 #[derive(Debug, Clone, Default)]
 pub struct Auth {
-    sets: Arc<RwLock<Arc<Sets>>>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    // Read on every guarded request: loading writes only this thread's
+    // slot (a lock's reader count would move between the cores).
+    sets: ArcSwap<Sets>,
+    // Which classes have a token set (`API` | `METRICS`): an open class
+    // passes on one load of a line no request writes.
+    guarded: AtomicU8,
+    // One `set` at a time (the bits are raised before and lowered after
+    // the sets change, so no request passes a guard it should not).
+    setting: parking_lot::Mutex<()>,
+}
+
+const API: u8 = 1;
+const METRICS: u8 = 2;
+
+impl Sets {
+    fn guarded(&self) -> u8 {
+        (if self.api.is_some() { API } else { 0 })
+            | (if self.metrics.is_some() { METRICS } else { 0 })
+    }
 }
 
 /// Token sets loaded from files, ready to be installed.
@@ -225,12 +249,20 @@ fn bearer(authorization: Option<&[u8]>) -> Option<&[u8]> {
 impl Auth {
     /// Installs loaded token sets.
     pub fn set(&self, p: PreparedAuth) {
-        *self.sets.write() = Arc::new(p.0);
+        let s = &self.shared;
+        let _one = s.setting.lock();
+        let new = p.0.guarded();
+        // A guard being added is raised before the sets change, one being
+        // removed is lowered after: a request that sees a class open sees
+        // sets (old or new) that leave it open.
+        s.guarded.fetch_or(new, Ordering::AcqRel);
+        s.sets.store(Arc::new(p.0));
+        s.guarded.store(new, Ordering::Release);
     }
 
     /// True if the APIs need a token.
     pub fn guards_api(&self) -> bool {
-        self.sets.read().api.is_some()
+        self.shared.guarded.load(Ordering::Acquire) & API != 0
     }
 
     /// Decides whether a request of `class` with `headers` may pass;
@@ -253,10 +285,16 @@ impl Auth {
         authorization: Option<&[u8]>,
         api: &'static str,
     ) -> Result<(), Denied> {
-        // Held for the check (a constant-time compare): cheaper than
-        // cloning the Arc out, and a reload waits at most that long.
+        let bit = match class {
+            Class::Open => return Ok(()),
+            Class::Metrics => METRICS,
+            Class::Api => API,
+        };
+        if self.shared.guarded.load(Ordering::Acquire) & bit == 0 {
+            return Ok(());
+        }
         let r = {
-            let sets = self.sets.read();
+            let sets = self.shared.sets.load();
             let tokens = match class {
                 Class::Open => None,
                 Class::Metrics => sets.metrics.as_ref(),
@@ -367,6 +405,35 @@ mod tests {
             a.check(Class::Metrics, &headers(&format!("Bearer {A}")), "http"),
             Ok(())
         );
+    }
+
+    #[test]
+    fn rotation_never_opens_a_guarded_class_and_removal_opens_it() {
+        let a = auth(A);
+        assert!(a.guards_api());
+        // While the API's set rotates between two guarded ones, a request
+        // without a token never passes.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..2_000 {
+                    let t = if i % 2 == 0 { B } else { A };
+                    a.set(PreparedAuth(Sets {
+                        api: Some(Tokens::parse(t, "t").unwrap()),
+                        metrics: None,
+                    }));
+                }
+            });
+            for _ in 0..20_000 {
+                assert_eq!(
+                    a.check_authorization(Class::Api, None, "http"),
+                    Err(Denied::Missing)
+                );
+            }
+        });
+        a.set(PreparedAuth(Sets::default()));
+        assert!(!a.guards_api());
+        assert_eq!(a.check(Class::Api, &HeaderMap::new(), "http"), Ok(()));
+        assert_eq!(a.check(Class::Metrics, &HeaderMap::new(), "http"), Ok(()));
     }
 
     proptest! {

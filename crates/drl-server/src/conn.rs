@@ -88,6 +88,11 @@ struct ConnState {
     linger: AtomicBool,
 }
 
+/// Milliseconds since `epoch`.
+fn ms_since(epoch: Instant) -> u64 {
+    epoch.elapsed().as_millis() as u64
+}
+
 /// The open connections of one listener.
 #[derive(Debug)]
 pub struct Registry {
@@ -109,7 +114,7 @@ impl Registry {
     }
 
     fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
+        ms_since(self.epoch)
     }
 
     /// Open connections.
@@ -221,7 +226,9 @@ where
 /// Ends a request (also when its future is dropped unfinished).
 struct Inflight {
     state: Arc<ConnState>,
-    registry: Arc<Registry>,
+    // The registry's epoch, copied: cloning the registry's `Arc` per
+    // request would move its shared counter between the cores.
+    epoch: Instant,
 }
 
 impl Inflight {
@@ -232,7 +239,7 @@ impl Inflight {
         state.served.store(true, Ordering::Relaxed);
         Self {
             state: state.clone(),
-            registry: registry.clone(),
+            epoch: registry.epoch,
         }
     }
 }
@@ -241,7 +248,7 @@ impl Drop for Inflight {
     fn drop(&mut self) {
         self.state
             .last_active
-            .store(self.registry.now_ms(), Ordering::Relaxed);
+            .store(ms_since(self.epoch), Ordering::Relaxed);
         self.state.inflight.fetch_sub(1, Ordering::AcqRel);
     }
 }

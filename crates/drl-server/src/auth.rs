@@ -209,6 +209,15 @@ const API: u8 = 1;
 const METRICS: u8 = 2;
 
 impl Sets {
+    /// The set guarding the class of `bit` (`API` or `METRICS`).
+    fn tokens(&self, bit: u8) -> Option<&Tokens> {
+        if bit == API {
+            self.api.as_ref()
+        } else {
+            self.metrics.as_ref()
+        }
+    }
+
     fn guarded(&self) -> u8 {
         (if self.api.is_some() { API } else { 0 })
             | (if self.metrics.is_some() { METRICS } else { 0 })
@@ -295,12 +304,7 @@ impl Auth {
         }
         let r = {
             let sets = self.shared.sets.load();
-            let tokens = match class {
-                Class::Open => None,
-                Class::Metrics => sets.metrics.as_ref(),
-                Class::Api => sets.api.as_ref(),
-            };
-            let Some(tokens) = tokens else {
+            let Some(tokens) = sets.tokens(bit) else {
                 return Ok(());
             };
             match bearer(authorization) {

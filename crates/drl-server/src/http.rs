@@ -1,7 +1,6 @@
 //! The HTTP API (axum): `POST /v1/check`, forward-auth at
 //! `/v1/auth/{limit}`, `/healthz`, `/readyz`, `/metrics`.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,11 +12,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use drl_core::Decision;
 use metrics_exporter_prometheus::PrometheusHandle;
-use serde::Deserialize;
-use smallvec::SmallVec;
 
+use crate::check_body;
 use crate::deadline::bounded;
-use crate::engine::{self, CheckError, CheckRequest, Engine, INLINE_BATCH};
+use crate::engine::{self, CheckError, Engine};
 use crate::headers::ceil_ms;
 use crate::metrics::{Api, rejected};
 
@@ -158,52 +156,6 @@ fn check_error_answer(api: Api, e: &CheckError) -> Answer {
     Answer::problem(status, e.kind(), title, &e.to_string())
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CheckBody<'a> {
-    #[serde(borrow)]
-    requests: Vec<Item<'a>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Item<'a> {
-    #[serde(borrow)]
-    limit: Cow<'a, str>,
-    #[serde(borrow)]
-    key: Cow<'a, str>,
-    #[serde(default)]
-    cost: Option<serde_json::Number>,
-}
-
-/// Validates a JSON cost: a whole number from 0 to `u64::MAX` (`1.0` and
-/// `2e3` are whole numbers too).
-fn cost_of(index: usize, n: Option<&serde_json::Number>) -> Result<u64, String> {
-    let Some(n) = n else { return Ok(1) };
-    if let Some(c) = n.as_u64() {
-        return Ok(c);
-    }
-    if n.as_i64().is_some() {
-        return Err(format!(
-            "requests[{index}]: cost {n} is negative; costs are whole numbers >= 0"
-        ));
-    }
-    match n.as_f64() {
-        // A whole number written with a fraction (`1.0`, `2e3`).
-        Some(f) if f.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(&f) => {
-            Ok(f as u64)
-        }
-        Some(f) if f.fract() == 0.0 && f > 0.0 => Err(format!(
-            "requests[{index}]: cost {n} is too large (at most {})",
-            u64::MAX
-        )),
-        Some(f) if f < 0.0 => Err(format!(
-            "requests[{index}]: cost {n} is negative; costs are whole numbers >= 0"
-        )),
-        _ => Err(format!("requests[{index}]: cost {n} is not a whole number")),
-    }
-}
-
 /// Appends `v` in decimal (itoa: no formatting machinery per decision).
 #[inline]
 pub(crate) fn push_u64(out: &mut String, v: u64) {
@@ -287,31 +239,22 @@ pub async fn check_answer(
             );
         }
     };
-    let parsed: CheckBody<'_> = match serde_json::from_str(text) {
-        Ok(b) => b,
-        Err(e) => {
-            return bad_request_answer(
-                Api::HttpCheck,
-                "invalid_json",
-                &format!(
-                    "invalid request body: {e} (expected {{\"requests\":[{{\"limit\":\"api\",\"key\":\"tenant-7\",\"cost\":1}}]}})"
-                ),
-            );
+    // The common shape without serde (check_body); anything else, and
+    // every error, through serde_json.
+    let parsed: check_body::Body<'_>;
+    let reqs = match check_body::common(text) {
+        Some(items) => items,
+        None => {
+            parsed = match check_body::Body::parse(text) {
+                Ok(b) => b,
+                Err(e) => return bad_request_answer(Api::HttpCheck, "invalid_json", &e),
+            };
+            match parsed.items() {
+                Ok(items) => items,
+                Err(e) => return bad_request_answer(Api::HttpCheck, "invalid_cost", &e),
+            }
         }
     };
-    let mut reqs: SmallVec<[CheckRequest<'_>; INLINE_BATCH]> =
-        SmallVec::with_capacity(parsed.requests.len());
-    for (i, it) in parsed.requests.iter().enumerate() {
-        let cost = match cost_of(i, it.cost.as_ref()) {
-            Ok(c) => c,
-            Err(e) => return bad_request_answer(Api::HttpCheck, "invalid_cost", &e),
-        };
-        reqs.push(CheckRequest {
-            limit: &it.limit,
-            key: &it.key,
-            cost,
-        });
-    }
     // The response is written while deciding (no vector of decisions).
     let mut out = String::with_capacity(16 + reqs.len() * 100);
     out.push_str("{\"results\":[");

@@ -23,6 +23,7 @@
 //!   history, latency, top keys; gossip, Orbit and Redis state).
 
 pub mod auth;
+pub mod check_body;
 pub mod config;
 pub mod conn;
 pub mod deadline;

@@ -1,0 +1,435 @@
+//! The body of `POST /v1/check`, read into the engine's items.
+//!
+//! Nearly every body has one shape:
+//! `{"requests":[{"limit":"api","key":"tenant-7","cost":1}]}`. The handler
+//! first tries [`common`], a scanner for exactly that shape (any JSON
+//! whitespace between tokens, the fields of an item in any order, `cost`
+//! optional and written as a plain whole number, strings without escapes).
+//! It gives up on anything else (an escape, an unknown or repeated field,
+//! `1.0`, `null`, a missing field, trailing bytes), and the handler then
+//! reads the body with serde_json ([`Body`]), which gives the same items or
+//! the error the client sees.
+//!
+//! Invariant (proptest below): whenever [`common`] returns items,
+//! serde_json reads the same items from the same text. For a one-item
+//! body the scanner costs about 800 instructions, where serde_json cost
+//! about 2,100 (callgrind, BENCHMARKS.md, issue 17).
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use smallvec::SmallVec;
+
+use crate::engine::{CheckRequest, INLINE_BATCH};
+
+/// The items of a body, in order.
+pub type Items<'a> = SmallVec<[CheckRequest<'a>; INLINE_BATCH]>;
+
+/// A body as serde_json reads it: any JSON of the documented shape
+/// (escapes, `1.0`, `null` costs), or the error the client sees. Strings
+/// borrow from the body unless an escape forced a copy.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Body<'a> {
+    #[serde(borrow)]
+    requests: Vec<Item<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Item<'a> {
+    #[serde(borrow)]
+    limit: Cow<'a, str>,
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(default)]
+    cost: Option<serde_json::Number>,
+}
+
+impl<'a> Body<'a> {
+    /// Parses `text`; the error is the message for the client.
+    pub fn parse(text: &'a str) -> Result<Self, String> {
+        serde_json::from_str(text).map_err(|e| {
+            format!(
+                "invalid request body: {e} (expected {{\"requests\":[{{\"limit\":\"api\",\"key\":\"tenant-7\",\"cost\":1}}]}})"
+            )
+        })
+    }
+
+    /// The items, or the message for the first cost that is not a whole
+    /// number from 0 to `u64::MAX`.
+    pub fn items(&self) -> Result<Items<'_>, String> {
+        let mut items = Items::with_capacity(self.requests.len());
+        for (i, it) in self.requests.iter().enumerate() {
+            items.push(CheckRequest {
+                limit: &it.limit,
+                key: &it.key,
+                cost: cost_of(i, it.cost.as_ref())?,
+            });
+        }
+        Ok(items)
+    }
+}
+
+/// Validates a JSON cost: a whole number from 0 to `u64::MAX` (`1.0` and
+/// `2e3` are whole numbers too).
+fn cost_of(index: usize, n: Option<&serde_json::Number>) -> Result<u64, String> {
+    let Some(n) = n else { return Ok(1) };
+    if let Some(c) = n.as_u64() {
+        return Ok(c);
+    }
+    if n.as_i64().is_some() {
+        return Err(format!(
+            "requests[{index}]: cost {n} is negative; costs are whole numbers >= 0"
+        ));
+    }
+    match n.as_f64() {
+        // A whole number written with a fraction (`1.0`, `2e3`).
+        Some(f) if f.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(&f) => {
+            Ok(f as u64)
+        }
+        Some(f) if f.fract() == 0.0 && f > 0.0 => Err(format!(
+            "requests[{index}]: cost {n} is too large (at most {})",
+            u64::MAX
+        )),
+        Some(f) if f < 0.0 => Err(format!(
+            "requests[{index}]: cost {n} is negative; costs are whole numbers >= 0"
+        )),
+        _ => Err(format!("requests[{index}]: cost {n} is not a whole number")),
+    }
+}
+
+/// The items of a body of the common shape, or `None` for any other text
+/// (which [`Body::parse`] then reads or refuses).
+pub fn common(text: &str) -> Option<Items<'_>> {
+    let mut c = Cursor { text, at: 0 };
+    c.eat(b'{')?;
+    if c.string()? != "requests" {
+        return None;
+    }
+    c.eat(b':')?;
+    c.eat(b'[')?;
+    let mut items = Items::new();
+    c.space();
+    if c.peek() == Some(b']') {
+        c.at += 1;
+    } else {
+        loop {
+            items.push(c.item()?);
+            match c.next()? {
+                b',' => {}
+                b']' => break,
+                _ => return None,
+            }
+        }
+    }
+    c.eat(b'}')?;
+    c.space();
+    (c.at == text.len()).then_some(items)
+}
+
+/// JSON whitespace.
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+/// The bytes that end a plain string: the quote, and the two this scanner
+/// leaves to serde_json (a backslash, and the control characters JSON
+/// forbids in strings).
+static ENDS_STRING: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        t[b] = true;
+        b += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
+/// A position in the body.
+struct Cursor<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    /// Skips JSON whitespace.
+    fn space(&mut self) {
+        while self.peek().is_some_and(is_space) {
+            self.at += 1;
+        }
+    }
+
+    /// The next byte after whitespace, consumed.
+    fn next(&mut self) -> Option<u8> {
+        let mut b = self.peek()?;
+        if is_space(b) {
+            self.space();
+            b = self.peek()?;
+        }
+        self.at += 1;
+        Some(b)
+    }
+
+    /// Consumes `want` after whitespace.
+    fn eat(&mut self, want: u8) -> Option<()> {
+        (self.next()? == want).then_some(())
+    }
+
+    /// A string without escapes or control characters, borrowed.
+    fn string(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let bytes = self.text.as_bytes();
+        let start = self.at;
+        let mut end = start;
+        while !ENDS_STRING[usize::from(*bytes.get(end)?)] {
+            end += 1;
+        }
+        if bytes[end] != b'"' {
+            return None;
+        }
+        self.at = end + 1;
+        // Both ends are ASCII quotes: char boundaries of valid UTF-8.
+        self.text.get(start..end)
+    }
+
+    /// A whole number written as JSON writes integers (no sign, no
+    /// leading zero, no fraction or exponent) that fits a `u64`.
+    fn whole(&mut self) -> Option<u64> {
+        self.space();
+        let digits = self.text.as_bytes()[self.at..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        let s = &self.text[self.at..self.at + digits];
+        if digits == 0 || (digits > 1 && s.starts_with('0')) {
+            return None;
+        }
+        self.at += digits;
+        s.parse().ok()
+    }
+
+    /// One `{"limit":..,"key":..[,"cost":..]}`, fields in any order, each
+    /// at most once.
+    fn item(&mut self) -> Option<CheckRequest<'a>> {
+        self.eat(b'{')?;
+        let (mut limit, mut key, mut cost) = (None, None, None);
+        loop {
+            let field = self.string()?;
+            self.eat(b':')?;
+            let repeated = match field {
+                "limit" => limit.replace(self.string()?).is_some(),
+                "key" => key.replace(self.string()?).is_some(),
+                "cost" => cost.replace(self.whole()?).is_some(),
+                _ => return None,
+            };
+            if repeated {
+                return None;
+            }
+            match self.next()? {
+                b',' => {}
+                b'}' => break,
+                _ => return None,
+            }
+        }
+        Some(CheckRequest {
+            limit: limit?,
+            key: key?,
+            cost: cost.unwrap_or(1),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn owned(items: &Items<'_>) -> Vec<(String, String, u64)> {
+        items
+            .iter()
+            .map(|r| (r.limit.to_string(), r.key.to_string(), r.cost))
+            .collect()
+    }
+
+    /// serde_json's reading of `text`: the items, or `None` if refused.
+    fn by_serde(text: &str) -> Option<Vec<(String, String, u64)>> {
+        let body = Body::parse(text).ok()?;
+        body.items().ok().map(|i| owned(&i))
+    }
+
+    #[test]
+    fn the_common_shapes_are_read_without_serde() {
+        for (text, want) in [
+            (
+                r#"{"requests":[{"limit":"api","key":"tenant-7"}]}"#,
+                vec![("api", "tenant-7", 1)],
+            ),
+            (
+                r#"{"requests":[{"limit":"api","key":"k","cost":0}]}"#,
+                vec![("api", "k", 0)],
+            ),
+            (
+                " {\n \"requests\" : [ { \"cost\" : 18446744073709551615 , \"key\" : \"é k\" , \"limit\" : \"a\" } ,\t{\"limit\":\"b\",\"key\":\"\"} ] } \r\n",
+                vec![("a", "é k", u64::MAX), ("b", "", 1)],
+            ),
+            (r#"{"requests":[]}"#, vec![]),
+        ] {
+            let got = common(text).unwrap_or_else(|| panic!("not read: {text}"));
+            let want: Vec<_> = want
+                .into_iter()
+                .map(|(l, k, c)| (l.to_string(), k.to_string(), c))
+                .collect();
+            assert_eq!(owned(&got), want, "{text}");
+            assert_eq!(by_serde(text), Some(want), "{text}");
+        }
+    }
+
+    #[test]
+    fn anything_else_is_left_to_serde() {
+        for text in [
+            r#"{"requests":[{"limit":"a\"b","key":"k"}]}"#, // an escape
+            r#"{"requests":[{"limit":"a","key":"k","cost":1.0}]}"#, // a fraction
+            r#"{"requests":[{"limit":"a","key":"k","cost":2e3}]}"#, // an exponent
+            r#"{"requests":[{"limit":"a","key":"k","cost":null}]}"#,
+            r#"{"requests":[{"limit":"a","key":"k","cost":-1}]}"#,
+            r#"{"requests":[{"limit":"a","key":"k","cost":01}]}"#,
+            r#"{"requests":[{"limit":"a","key":"k","cost":18446744073709551616}]}"#,
+            r#"{"requests":[{"limit":"a","key":"k","limit":"b"}]}"#, // repeated
+            r#"{"requests":[{"limit":"a"}]}"#,                       // missing key
+            r#"{"requests":[{"limit":"a","key":"k","x":1}]}"#,       // unknown
+            r#"{"requests":[{"limit":"a","key":"k"}],"x":1}"#,
+            r#"{"requests":[{"limit":"a","key":"k"},]}"#, // trailing comma
+            r#"{"requests":[{"limit":"a","key":"k"}]}x"#, // trailing bytes
+            r#"{"requests":[{"limit":"a","key":"k"}]"#,   // truncated
+            "{\"requests\":[{\"limit\":\"a\tb\",\"key\":\"k\"}]}", // control char
+            "",
+        ] {
+            assert!(common(text).is_none(), "read: {text}");
+        }
+        // serde_json still reads the ones that are valid.
+        assert_eq!(
+            by_serde(r#"{"requests":[{"limit":"a\"b","key":"k","cost":2e3}]}"#),
+            Some(vec![("a\"b".to_string(), "k".to_string(), 2000)])
+        );
+    }
+
+    /// Pieces of bodies: valid and invalid tokens mixed, so that the
+    /// scanner meets both.
+    fn body() -> impl Strategy<Value = String> {
+        let space = prop::sample::select(vec!["", "", "", " ", "\n", "\t ", "\r\n", "\u{a0}"]);
+        // Valid tokens are listed more than once: about one body in
+        // sixteen is then of the common shape.
+        let string = prop::sample::select(vec![
+            "\"api\"",
+            "\"api\"",
+            "\"k-1\"",
+            "\"k-1\"",
+            "\"\"",
+            "\"é\"",
+            "\"é\"",
+            "\"a\\\"b\"",
+            "\"a\\u0041\"",
+            "\"a\tb\"",
+            "api",
+            "\"limit\"",
+        ]);
+        let field = prop::sample::select(vec![
+            "\"limit\"",
+            "\"limit\"",
+            "\"limit\"",
+            "\"key\"",
+            "\"key\"",
+            "\"key\"",
+            "\"cost\"",
+            "\"cost\"",
+            "\"other\"",
+            "\"Limit\"",
+            "limit",
+        ]);
+        let number = prop::sample::select(vec![
+            "0",
+            "1",
+            "1",
+            "42",
+            "42",
+            "18446744073709551615",
+            "007",
+            "1.0",
+            "2e3",
+            "-1",
+            "-0",
+            "null",
+            "\"1\"",
+            "18446744073709551616",
+            "1x",
+            "",
+        ]);
+        let member =
+            (space.clone(), field, space.clone(), string, number).prop_map(|(s, f, s2, v, n)| {
+                let value = if f == "\"cost\"" {
+                    n.to_string()
+                } else {
+                    v.to_string()
+                };
+                format!("{s}{f}{s2}:{s}{value}{s2}")
+            });
+        let item = prop::collection::vec(member, 1..4).prop_map(|m| format!("{{{}}}", m.join(",")));
+        let items = prop::collection::vec(item, 0..4);
+        let top = prop::sample::select(vec![
+            "\"requests\"",
+            "\"requests\"",
+            "\"requests\"",
+            "\"request\"",
+            "requests",
+        ]);
+        let tail = prop::sample::select(vec!["", "", "", " ", "\n", "x", ",", "}", "]"]);
+        (space, top, items, tail, prop::bool::weighted(0.1)).prop_map(
+            |(s, top, items, tail, comma)| {
+                let mut list = items.join(",");
+                if comma {
+                    list.push(',');
+                }
+                format!("{s}{{{s}{top}{s}:{s}[{s}{list}{s}]{s}}}{tail}")
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        /// The scanner never reads a body differently from serde_json:
+        /// whatever it accepts, serde_json reads as the same items.
+        #[test]
+        fn common_agrees_with_serde(text in body()) {
+            if let Some(items) = common(&text) {
+                prop_assert_eq!(Some(owned(&items)), by_serde(&text), "{}", text);
+            }
+        }
+
+        /// Every well-formed one-item body of plain strings and an integer
+        /// cost is read by the scanner (the fast path is the usual one).
+        #[test]
+        fn plain_bodies_take_the_scanner(
+            limit in "[a-z0-9_-]{1,12}",
+            key in "[ -!#-\\[\\]-~é]{0,24}",
+            cost in proptest::option::of(any::<u64>()),
+        ) {
+            let body = serde_json::json!({"requests": [match cost {
+                Some(c) => serde_json::json!({"limit": limit, "key": key, "cost": c}),
+                None => serde_json::json!({"limit": limit, "key": key}),
+            }]})
+            .to_string();
+            let items = common(&body);
+            prop_assert!(items.is_some(), "{}", body);
+            prop_assert_eq!(owned(&items.unwrap()), vec![(limit, key, cost.unwrap_or(1))]);
+        }
+    }
+}

@@ -414,6 +414,29 @@ mod tests {
             }
         }
 
+        /// Any byte changed anywhere in a body of the common shape: what
+        /// the scanner still reads, serde_json reads the same.
+        #[test]
+        fn changed_bytes_are_read_as_serde_reads_them(
+            at in 0usize..64,
+            byte in any::<u8>(),
+            cost in proptest::option::of(0u64..1000),
+        ) {
+            let mut body = match cost {
+                Some(c) => format!(r#"{{"requests":[{{"limit":"api","key":"é-7","cost":{c}}}]}}"#),
+                None => r#"{"requests":[{"limit":"api","key":"é-7"}]}"#.to_string(),
+            }
+            .into_bytes();
+            let at = at % body.len();
+            body[at] = byte;
+            // The handler reads only UTF-8 bodies (it answers 400 to others).
+            if let Ok(text) = std::str::from_utf8(&body) {
+                if let Some(items) = common(text) {
+                    prop_assert_eq!(Some(owned(&items)), by_serde(text), "{}", text);
+                }
+            }
+        }
+
         /// Every well-formed one-item body of plain strings and an integer
         /// cost is read by the scanner (the fast path is the usual one).
         #[test]

@@ -46,9 +46,16 @@ pub struct Check<'b> {
 
 /// Classifies the head at the start of `buf`.
 pub fn parse(buf: &[u8]) -> Head<'_> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut headers);
-    let head_len = match req.parse(buf) {
+    // An empty buffer (every request on a kept-alive connection starts
+    // with one) is not worth a parser.
+    if buf.is_empty() {
+        return Head::Partial;
+    }
+    // httparse fills what it parses: nothing to initialise (32 headers
+    // would be 1 KiB written per request).
+    let mut headers = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let head_len = match req.parse_with_uninit_headers(buf, &mut headers) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() <= MAX_HEAD => return Head::Partial,
         _ => return Head::Handoff,

@@ -358,6 +358,12 @@ impl CloseSignal {
         self.0.waker.wake();
     }
 
+    /// True once [`close`](Self::close) was called (one load: no waker
+    /// registered).
+    pub fn is_set(&self) -> bool {
+        self.0.set.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Resolves once [`close`](Self::close) was called.
     pub async fn wait(&self) {
         poll_fn(|cx| {

@@ -172,7 +172,7 @@ where
 
 /// True once `close` was set.
 fn closing(close: &CloseSignal) -> bool {
-    futures::FutureExt::now_or_never(close.wait()).is_some()
+    close.is_set()
 }
 
 /// Writes and flushes `out`, then empties it.

@@ -1,14 +1,15 @@
 //! The body of `POST /v1/check`, read into the engine's items.
 //!
 //! Nearly every body has one shape:
-//! `{"requests":[{"limit":"api","key":"tenant-7","cost":1}]}`. The handler
+//! `{"requests":[{"limit":"api","key":"tenant-7","cost":1}]}`. [`read`]
 //! first tries [`common`], a scanner for exactly that shape (any JSON
 //! whitespace between tokens, the fields of an item in any order, `cost`
 //! optional and written as a plain whole number, strings without escapes).
 //! It gives up on anything else (an escape, an unknown or repeated field,
-//! `1.0`, `null`, a missing field, trailing bytes), and the handler then
-//! reads the body with serde_json ([`Body`]), which gives the same items or
-//! the error the client sees.
+//! `1.0`, `null`, a missing field, trailing bytes), and `read` then
+//! parses the body with serde_json ([`Body`]), which gives the same items
+//! or the error the client sees. Both `drl serve` and the minimal server
+//! read bodies through `read`.
 //!
 //! Invariant (proptest below): whenever [`common`] returns items,
 //! serde_json reads the same items from the same text. For a one-item
@@ -24,6 +25,29 @@ use crate::engine::{CheckRequest, INLINE_BATCH};
 
 /// The items of a body, in order.
 pub type Items<'a> = SmallVec<[CheckRequest<'a>; INLINE_BATCH]>;
+
+/// Why a body was refused: the message for the client, by kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// Not JSON of the expected shape (`invalid_json`).
+    Json(String),
+    /// A cost that is not a whole number from 0 to `u64::MAX`
+    /// (`invalid_cost`).
+    Cost(String),
+}
+
+/// The items of `text`: by [`common`] when it can, else by serde_json,
+/// whose [`Body`] is kept in `slot` for the items to borrow from.
+pub fn read<'t: 's, 's>(
+    text: &'t str,
+    slot: &'s mut Option<Body<'t>>,
+) -> Result<Items<'s>, Refused> {
+    if let Some(items) = common(text) {
+        return Ok(items);
+    }
+    let body = slot.insert(Body::parse(text).map_err(Refused::Json)?);
+    body.items().map_err(Refused::Cost)
+}
 
 /// A body as serde_json reads it: any JSON of the documented shape
 /// (escapes, `1.0`, `null` costs), or the error the client sees. Strings
@@ -319,6 +343,28 @@ mod tests {
             by_serde(r#"{"requests":[{"limit":"a\"b","key":"k","cost":2e3}]}"#),
             Some(vec![("a\"b".to_string(), "k".to_string(), 2000)])
         );
+    }
+
+    #[test]
+    fn read_takes_either_path_and_says_why_it_refuses() {
+        let mut slot = None;
+        let text = r#"{"requests":[{"limit":"a","key":"k"}]}"#;
+        assert_eq!(
+            owned(&read(text, &mut slot).unwrap()),
+            by_serde(text).unwrap()
+        );
+        assert!(slot.is_none(), "the common shape needs no serde_json body");
+        let mut slot = None;
+        let text = r#"{"requests":[{"limit":"a\"b","key":"k","cost":2e3}]}"#;
+        assert_eq!(
+            owned(&read(text, &mut slot).unwrap()),
+            by_serde(text).unwrap()
+        );
+        let mut slot = None;
+        assert!(matches!(read("{", &mut slot), Err(Refused::Json(_))));
+        let mut slot = None;
+        let text = r#"{"requests":[{"limit":"a","key":"k","cost":1.5}]}"#;
+        assert!(matches!(read(text, &mut slot), Err(Refused::Cost(_))));
     }
 
     /// Pieces of bodies: valid and invalid tokens mixed, so that the

@@ -241,18 +241,14 @@ pub async fn check_answer(
     };
     // The common shape without serde (check_body); anything else, and
     // every error, through serde_json.
-    let parsed: check_body::Body<'_>;
-    let reqs = match check_body::common(text) {
-        Some(items) => items,
-        None => {
-            parsed = match check_body::Body::parse(text) {
-                Ok(b) => b,
-                Err(e) => return bad_request_answer(Api::HttpCheck, "invalid_json", &e),
-            };
-            match parsed.items() {
-                Ok(items) => items,
-                Err(e) => return bad_request_answer(Api::HttpCheck, "invalid_cost", &e),
-            }
+    let mut parsed = None;
+    let reqs = match check_body::read(text, &mut parsed) {
+        Ok(items) => items,
+        Err(check_body::Refused::Json(e)) => {
+            return bad_request_answer(Api::HttpCheck, "invalid_json", &e);
+        }
+        Err(check_body::Refused::Cost(e)) => {
+            return bad_request_answer(Api::HttpCheck, "invalid_cost", &e);
         }
     };
     // The response is written while deciding (no vector of decisions).

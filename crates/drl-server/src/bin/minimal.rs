@@ -84,19 +84,10 @@ fn check_answer(body: &[u8]) -> Answer {
         Ok(t) => t,
         Err(e) => return refused(e.to_string()),
     };
-    let parsed: check_body::Body<'_>;
-    let items = match check_body::common(text) {
-        Some(items) => items.len(),
-        None => {
-            parsed = match check_body::Body::parse(text) {
-                Ok(b) => b,
-                Err(e) => return refused(e),
-            };
-            match parsed.items() {
-                Ok(items) => items.len(),
-                Err(e) => return refused(e),
-            }
-        }
+    let mut parsed = None;
+    let items = match check_body::read(text, &mut parsed) {
+        Ok(items) => items.len(),
+        Err(check_body::Refused::Json(e) | check_body::Refused::Cost(e)) => return refused(e),
     };
     let mut out = String::with_capacity(16 + items * 100);
     out.push_str("{\"results\":[");

@@ -39,6 +39,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
+use crate::race::Either;
 use crate::tls::TlsSlot;
 
 /// The bounds of one listener's connections.
@@ -780,15 +781,33 @@ async fn supervise<C: Future>(
     state: Arc<ConnState>,
     mut stop: watch::Receiver<bool>,
 ) {
+    /// What woke the supervisor.
+    enum Event {
+        Timer,
+        Evicted,
+        Stopping,
+    }
     let mut closing: Option<Instant> = None;
     loop {
         let wake = match closing {
             Some(t) => t + CLOSE_GRACE,
             None => idle_deadline(&state, &registry, limits),
         };
-        tokio::select! {
-            _ = conn.as_mut() => return,
-            () = tokio::time::sleep_until(wake) => {
+        // The signals are polled only when one of them woke the task, not
+        // on every request (crate::race).
+        let signals = async {
+            tokio::select! {
+                () = tokio::time::sleep_until(wake) => Event::Timer,
+                () = state.close.notified(), if closing.is_none() => Event::Evicted,
+                () = stopping(&mut stop), if closing.is_none() => Event::Stopping,
+            }
+        };
+        let event = match crate::race::race(conn.as_mut(), signals).await {
+            Either::Main(_) => return,
+            Either::Side(e) => e,
+        };
+        match event {
+            Event::Timer => {
                 if closing.is_some() {
                     // It did not finish in time: drop it.
                     return;
@@ -797,19 +816,21 @@ async fn supervise<C: Future>(
                     && Instant::now() >= idle_deadline(&state, &registry, limits)
                 {
                     let served = state.served.load(Ordering::Relaxed);
-                    registry.count(if served { "idle_timeout" } else { "header_timeout" });
+                    registry.count(if served {
+                        "idle_timeout"
+                    } else {
+                        "header_timeout"
+                    });
                     graceful_shutdown(conn.as_mut());
                     closing = Some(Instant::now());
                 }
             }
-            () = state.close.notified(), if closing.is_none() => {
-                // Evicted: it was idle, so nothing is lost by closing
-                // now, and the cap holds without a grace period.
-                return;
-            }
-            () = stopping(&mut stop), if closing.is_none() => {
-                // Shutdown: in-flight requests finish (the listener's
-                // drain deadline bounds them), idle ones close now.
+            // Evicted: it was idle, so nothing is lost by closing now, and
+            // the cap holds without a grace period.
+            Event::Evicted => return,
+            Event::Stopping => {
+                // Shutdown: in-flight requests finish (the listener's drain
+                // deadline bounds them), idle ones close now.
                 graceful_shutdown(conn.as_mut());
                 closing = Some(Instant::now() + Duration::from_secs(3600));
             }

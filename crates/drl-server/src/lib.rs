@@ -39,6 +39,7 @@ pub mod limitador;
 pub mod limits;
 pub mod listeners;
 pub mod metrics;
+pub mod race;
 pub mod scope;
 pub mod server;
 pub mod sharded;

@@ -1,0 +1,247 @@
+//! [`race`]: two futures, the second polled only when it asked to be.
+//!
+//! A connection's task is woken once or more per request, always for its
+//! I/O. `tokio::select!` would poll every branch on every wake: the idle
+//! timer, the eviction `Notify` and the shutdown `watch` cost about 200
+//! instructions per request between them, for signals that fire once in
+//! a connection's life. Here the side future gets its own waker, which
+//! sets a flag before waking the task; the side is polled on the first
+//! poll and then only after that flag was set.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+
+use futures::task::AtomicWaker;
+
+/// Which of the two finished first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Either<A, B> {
+    /// The main future.
+    Main(A),
+    /// The side future.
+    Side(B),
+}
+
+/// Wakes the task after marking the side future as due.
+#[derive(Debug, Default)]
+struct Flag {
+    due: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.due.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// See [`race`].
+    #[must_use = "futures do nothing unless polled"]
+    pub struct Race<A, B> {
+        #[pin]
+        main: A,
+        #[pin]
+        side: B,
+        flag: Arc<Flag>,
+        // The side's waker (wraps `flag`), made once.
+        side_waker: Waker,
+        // The task waker last given to `flag`.
+        task: Option<Waker>,
+    }
+}
+
+/// Polls `main` on every poll and `side` on the first poll and after each
+/// of its own wakes; resolves with whichever finishes first (`main` when
+/// both are ready on the same poll).
+pub fn race<A: Future, B: Future>(main: A, side: B) -> Race<A, B> {
+    let flag = Arc::new(Flag {
+        due: AtomicBool::new(true),
+        task: AtomicWaker::new(),
+    });
+    Race {
+        main,
+        side,
+        side_waker: Waker::from(flag.clone()),
+        flag,
+        task: None,
+    }
+}
+
+impl<A: Future, B: Future> Future for Race<A, B> {
+    type Output = Either<A::Output, B::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(v) = this.main.poll(cx) {
+            return Poll::Ready(Either::Main(v));
+        }
+        // The side wakes whichever task polls us now.
+        if !this.task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            this.flag.task.register(cx.waker());
+            *this.task = Some(cx.waker().clone());
+        }
+        // One load on the usual poll; the swap only when due.
+        if this.flag.due.load(Ordering::Acquire) && this.flag.due.swap(false, Ordering::AcqRel) {
+            let mut side_cx = Context::from_waker(this.side_waker);
+            if let Poll::Ready(v) = this.side.poll(&mut side_cx) {
+                return Poll::Ready(Either::Side(v));
+            }
+        }
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    /// Counts its polls; ready once `open` is set.
+    struct Gate<'a> {
+        polls: &'a AtomicUsize,
+        open: &'a AtomicBool,
+        waker: &'a parking_lot::Mutex<Option<Waker>>,
+    }
+
+    impl Future for Gate<'_> {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            self.polls.fetch_add(1, Ordering::Relaxed);
+            if self.open.load(Ordering::Relaxed) {
+                return Poll::Ready(());
+            }
+            *self.waker.lock() = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+
+    /// Counts the wakes of the task polling the race.
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn the_side_is_polled_first_then_only_when_it_woke() {
+        let (main_polls, side_polls) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let (main_open, side_open) = (AtomicBool::new(false), AtomicBool::new(false));
+        let (main_waker, side_waker) = Default::default();
+        let main = Gate {
+            polls: &main_polls,
+            open: &main_open,
+            waker: &main_waker,
+        };
+        let side = Gate {
+            polls: &side_polls,
+            open: &side_open,
+            waker: &side_waker,
+        };
+        let mut r = std::pin::pin!(race(main, side));
+        let task = Arc::new(Count::default());
+        let waker = Waker::from(task.clone());
+        let mut cx = Context::from_waker(&waker);
+
+        assert!(r.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(
+            side_polls.load(Ordering::Relaxed),
+            1,
+            "polled on the first poll"
+        );
+        // The main future woke the task: the side is not polled again.
+        for _ in 0..10 {
+            assert!(r.as_mut().poll(&mut cx).is_pending());
+        }
+        assert_eq!(main_polls.load(Ordering::Relaxed), 11);
+        assert_eq!(side_polls.load(Ordering::Relaxed), 1);
+        // The side's own waker wakes the task, and the next poll polls it.
+        side_open.store(true, Ordering::Relaxed);
+        side_waker.lock().take().unwrap().wake();
+        assert_eq!(task.0.load(Ordering::Relaxed), 1, "the task was woken");
+        assert_eq!(r.as_mut().poll(&mut cx), Poll::Ready(Either::Side(())));
+        assert_eq!(side_polls.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn the_main_future_wins_a_tie_and_ends_the_race() {
+        let (main_polls, side_polls) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let (main_open, side_open) = (AtomicBool::new(true), AtomicBool::new(true));
+        let (main_waker, side_waker) = Default::default();
+        let r = race(
+            Gate {
+                polls: &main_polls,
+                open: &main_open,
+                waker: &main_waker,
+            },
+            Gate {
+                polls: &side_polls,
+                open: &side_open,
+                waker: &side_waker,
+            },
+        );
+        let waker = Waker::from(Arc::new(Count::default()));
+        let mut r = std::pin::pin!(r);
+        assert_eq!(
+            r.as_mut().poll(&mut Context::from_waker(&waker)),
+            Poll::Ready(Either::Main(()))
+        );
+        assert_eq!(side_polls.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_new_task_waker_is_the_one_woken() {
+        let (main_polls, side_polls) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let (main_open, side_open) = (AtomicBool::new(false), AtomicBool::new(false));
+        let (main_waker, side_waker) = Default::default();
+        let mut r = std::pin::pin!(race(
+            Gate {
+                polls: &main_polls,
+                open: &main_open,
+                waker: &main_waker,
+            },
+            Gate {
+                polls: &side_polls,
+                open: &side_open,
+                waker: &side_waker,
+            },
+        ));
+        let (first, second) = (Arc::new(Count::default()), Arc::new(Count::default()));
+        let w1 = Waker::from(first.clone());
+        let w2 = Waker::from(second.clone());
+        assert!(r.as_mut().poll(&mut Context::from_waker(&w1)).is_pending());
+        assert!(r.as_mut().poll(&mut Context::from_waker(&w2)).is_pending());
+        side_waker.lock().take().unwrap().wake();
+        assert_eq!(first.0.load(Ordering::Relaxed), 0);
+        assert_eq!(second.0.load(Ordering::Relaxed), 1);
+    }
+
+    /// On a runtime: a timer on the side ends a race whose main future
+    /// never finishes, and a main future that finishes is not held back.
+    #[tokio::test(start_paused = true)]
+    async fn a_side_timer_fires_on_a_runtime() {
+        let r = race(
+            std::future::pending::<()>(),
+            tokio::time::sleep(std::time::Duration::from_secs(5)),
+        )
+        .await;
+        assert_eq!(r, Either::Side(()));
+        let r = race(
+            tokio::time::sleep(std::time::Duration::from_millis(1)),
+            std::future::pending::<()>(),
+        )
+        .await;
+        assert_eq!(r, Either::Main(()));
+    }
+}

@@ -77,6 +77,33 @@ fn wall_nanos() -> Nanos {
         .unwrap_or(0)
 }
 
+/// Whole seconds since the epoch from the coarse wall clock
+/// (`CLOCK_REALTIME_COARSE`: the kernel's last tick, read without the
+/// TSC), for labels with one-second resolution such as the HTTP `date`
+/// header. It may be a tick (a few milliseconds) behind [`SystemClock`].
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[inline]
+#[allow(unsafe_code)]
+pub fn coarse_wall_seconds() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec, and CLOCK_REALTIME_COARSE
+    // exists on Linux since 2.6.32; the call writes `t` and nothing else.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut t) };
+    match (rc, u64::try_from(t.tv_sec)) {
+        (0, Ok(s)) => s,
+        _ => wall_nanos() / SECOND,
+    }
+}
+
+/// Whole seconds since the epoch (no coarse clock on this platform).
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn coarse_wall_seconds() -> u64 {
+    wall_nanos() / SECOND
+}
+
 /// A clock that only moves when told to: for tests and replay.
 #[derive(Debug, Default)]
 pub struct ManualClock {
@@ -127,6 +154,18 @@ impl<C: Clock + ?Sized> Clock for &C {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_coarse_seconds_are_the_wall_clock_seconds() {
+        let before = SystemClock.now() / SECOND;
+        let coarse = coarse_wall_seconds();
+        let after = SystemClock.now() / SECOND;
+        // At most a tick behind: the same second, or the one before.
+        assert!(
+            coarse + 1 >= before && coarse <= after,
+            "{before} {coarse} {after}"
+        );
+    }
 
     #[test]
     fn manual_clock_moves_only_when_told() {

@@ -6,7 +6,7 @@
 //! carries one, and `date` (cached per second, as hyper does).
 
 use std::cell::RefCell;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use http::StatusCode;
 
@@ -82,13 +82,14 @@ thread_local! {
 
 /// Appends `date: <IMF-fixdate>\r\n` for the current second.
 fn date(out: &mut Vec<u8>) {
-    let now = SystemTime::now();
-    let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    // The coarse clock: a tick behind at most, which whole seconds hide.
+    let secs = drl_core::time::coarse_wall_seconds();
     DATE.with_borrow_mut(|(at, line)| {
         if *at != secs {
             *at = secs;
             line.clear();
             line.extend_from_slice(b"date: ");
+            let now = UNIX_EPOCH + std::time::Duration::from_secs(secs);
             line.extend_from_slice(httpdate::fmt_http_date(now).as_bytes());
             line.extend_from_slice(b"\r\n");
         }
@@ -135,5 +136,22 @@ mod tests {
             undated(&text(&out)),
             "HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\ndate: D\r\n\r\n{}"
         );
+    }
+
+    #[test]
+    fn the_date_is_the_current_second() {
+        let before = std::time::SystemTime::now();
+        let mut out = Vec::new();
+        date(&mut out);
+        let after = std::time::SystemTime::now();
+        let line = text(&out);
+        let value = line
+            .strip_prefix("date: ")
+            .and_then(|l| l.strip_suffix("\r\n"))
+            .unwrap();
+        let at = httpdate::parse_http_date(value).unwrap();
+        // Whole seconds, from a clock at most a tick behind.
+        let slack = std::time::Duration::from_secs(1);
+        assert!(at + slack >= before && at <= after, "{value}");
     }
 }

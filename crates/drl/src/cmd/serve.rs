@@ -20,7 +20,8 @@ pub struct Args {
     /// Do not reload when the config file changes (SIGHUP still reloads).
     #[arg(long)]
     pub no_watch: bool,
-    /// Worker threads (default: one per core).
+    /// Worker threads (default: one per core). Fewer threads than cores
+    /// use less CPU per request below the peak (docs/server.md).
     #[arg(long)]
     pub threads: Option<usize>,
     /// Log as JSON lines (default: human-readable). Filter with RUST_LOG.

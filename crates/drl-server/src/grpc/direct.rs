@@ -364,6 +364,32 @@ impl CloseSignal {
         self.0.set.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// Ready once [`close`](Self::close) was called. Otherwise registers
+    /// the task's waker, unless `last` (the waker this poll registered
+    /// before) already wakes the same task: a loop that waits on the
+    /// signal again and again then pays one load and one comparison per
+    /// wait. Only [`close`](Self::close) takes a registered waker, and it
+    /// sets the flag first, so a waker still registered is never a stale
+    /// one.
+    pub fn poll_closed(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        last: &mut Option<std::task::Waker>,
+    ) -> Poll<()> {
+        use std::sync::atomic::Ordering::Acquire;
+        if self.0.set.load(Acquire) {
+            return Poll::Ready(());
+        }
+        if !last.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            self.0.waker.register(cx.waker());
+            *last = Some(cx.waker().clone());
+            if self.0.set.load(Acquire) {
+                return Poll::Ready(());
+            }
+        }
+        Poll::Pending
+    }
+
     /// Resolves once [`close`](Self::close) was called.
     pub async fn wait(&self) {
         poll_fn(|cx| {
@@ -378,5 +404,67 @@ impl CloseSignal {
             }
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Wake, Waker};
+
+    use super::*;
+
+    /// Counts its wakes.
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn poll_closed_wakes_the_last_task_that_waited() {
+        let signal = CloseSignal::default();
+        let (a, b) = (Arc::new(Count::default()), Arc::new(Count::default()));
+        let (wa, wb) = (Waker::from(a.clone()), Waker::from(b.clone()));
+        let mut last = None;
+        for _ in 0..3 {
+            assert!(
+                signal
+                    .poll_closed(&mut Context::from_waker(&wa), &mut last)
+                    .is_pending()
+            );
+        }
+        // Another task waits now: it is the one woken.
+        assert!(
+            signal
+                .poll_closed(&mut Context::from_waker(&wb), &mut last)
+                .is_pending()
+        );
+        assert!(!signal.is_set());
+        signal.close();
+        assert_eq!(a.0.load(Ordering::Relaxed), 0);
+        assert_eq!(b.0.load(Ordering::Relaxed), 1);
+        assert!(
+            signal
+                .poll_closed(&mut Context::from_waker(&wa), &mut last)
+                .is_ready()
+        );
+    }
+
+    #[test]
+    fn poll_closed_is_ready_at_once_after_close() {
+        let signal = CloseSignal::default();
+        signal.close();
+        let w = Waker::from(Arc::new(Count::default()));
+        let mut last = None;
+        assert!(
+            signal
+                .poll_closed(&mut Context::from_waker(&w), &mut last)
+                .is_ready()
+        );
+        assert!(last.is_none(), "nothing registered");
     }
 }

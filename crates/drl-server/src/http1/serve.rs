@@ -46,6 +46,9 @@ where
     // the output buffer with the first answer.
     let mut buf = BytesMut::new();
     let mut out: Vec<u8> = Vec::new();
+    // The waker given to `close`, kept so that each wait does not register
+    // it again.
+    let mut close_waker = None;
     loop {
         if closing(close) {
             // Asked to close: what is answered leaves, the rest is dropped.
@@ -62,7 +65,9 @@ where
                 }
                 tokio::select! {
                     biased;
-                    () = close.wait() => return Outcome::Done,
+                    () = std::future::poll_fn(|cx| close.poll_closed(cx, &mut close_waker)) => {
+                        return Outcome::Done
+                    }
                     r = io.read_buf(&mut buf) => match r {
                         Ok(0) | Err(_) => return Outcome::Done,
                         Ok(_) => continue,

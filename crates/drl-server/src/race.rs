@@ -101,130 +101,119 @@ impl<A: Future, B: Future> Future for Race<A, B> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::atomic::AtomicUsize;
 
     use super::*;
 
-    /// Counts its polls; ready once `open` is set.
-    struct Gate<'a> {
-        polls: &'a AtomicUsize,
-        open: &'a AtomicBool,
-        waker: &'a parking_lot::Mutex<Option<Waker>>,
+    /// A future's controls: how often it was polled, whether it is ready,
+    /// and the waker of its last pending poll.
+    #[derive(Default)]
+    struct Probe {
+        polls: AtomicUsize,
+        open: AtomicBool,
+        waker: parking_lot::Mutex<Option<Waker>>,
     }
+
+    impl Probe {
+        fn gate(&self) -> Gate<'_> {
+            Gate(self)
+        }
+
+        fn polls(&self) -> usize {
+            self.polls.load(Ordering::Relaxed)
+        }
+
+        /// Makes it ready and wakes whoever polled it last.
+        fn open(&self) {
+            self.open.store(true, Ordering::Relaxed);
+            self.waker.lock().take().unwrap().wake();
+        }
+    }
+
+    /// The future a [`Probe`] controls.
+    struct Gate<'a>(&'a Probe);
 
     impl Future for Gate<'_> {
         type Output = ();
         fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-            self.polls.fetch_add(1, Ordering::Relaxed);
-            if self.open.load(Ordering::Relaxed) {
+            self.0.polls.fetch_add(1, Ordering::Relaxed);
+            if self.0.open.load(Ordering::Relaxed) {
                 return Poll::Ready(());
             }
-            *self.waker.lock() = Some(cx.waker().clone());
+            *self.0.waker.lock() = Some(cx.waker().clone());
             Poll::Pending
         }
     }
 
-    /// Counts the wakes of the task polling the race.
+    /// Counts the wakes of a task.
     #[derive(Default)]
-    struct Count(AtomicUsize);
+    pub(crate) struct Count(pub(crate) AtomicUsize);
+
     impl Wake for Count {
         fn wake(self: Arc<Self>) {
             self.0.fetch_add(1, Ordering::Relaxed);
         }
     }
 
+    impl Count {
+        /// A counter and a waker that counts into it.
+        pub(crate) fn waker() -> (Arc<Self>, Waker) {
+            let c = Arc::new(Self::default());
+            (c.clone(), Waker::from(c))
+        }
+
+        pub(crate) fn wakes(&self) -> usize {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
+
     #[test]
     fn the_side_is_polled_first_then_only_when_it_woke() {
-        let (main_polls, side_polls) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        let (main_open, side_open) = (AtomicBool::new(false), AtomicBool::new(false));
-        let (main_waker, side_waker) = Default::default();
-        let main = Gate {
-            polls: &main_polls,
-            open: &main_open,
-            waker: &main_waker,
-        };
-        let side = Gate {
-            polls: &side_polls,
-            open: &side_open,
-            waker: &side_waker,
-        };
-        let mut r = std::pin::pin!(race(main, side));
-        let task = Arc::new(Count::default());
-        let waker = Waker::from(task.clone());
+        let (main, side) = (Probe::default(), Probe::default());
+        let mut r = std::pin::pin!(race(main.gate(), side.gate()));
+        let (task, waker) = Count::waker();
         let mut cx = Context::from_waker(&waker);
 
         assert!(r.as_mut().poll(&mut cx).is_pending());
-        assert_eq!(
-            side_polls.load(Ordering::Relaxed),
-            1,
-            "polled on the first poll"
-        );
+        assert_eq!(side.polls(), 1, "polled on the first poll");
         // The main future woke the task: the side is not polled again.
         for _ in 0..10 {
             assert!(r.as_mut().poll(&mut cx).is_pending());
         }
-        assert_eq!(main_polls.load(Ordering::Relaxed), 11);
-        assert_eq!(side_polls.load(Ordering::Relaxed), 1);
+        assert_eq!(main.polls(), 11);
+        assert_eq!(side.polls(), 1);
         // The side's own waker wakes the task, and the next poll polls it.
-        side_open.store(true, Ordering::Relaxed);
-        side_waker.lock().take().unwrap().wake();
-        assert_eq!(task.0.load(Ordering::Relaxed), 1, "the task was woken");
+        side.open();
+        assert_eq!(task.wakes(), 1, "the task was woken");
         assert_eq!(r.as_mut().poll(&mut cx), Poll::Ready(Either::Side(())));
-        assert_eq!(side_polls.load(Ordering::Relaxed), 2);
+        assert_eq!(side.polls(), 2);
     }
 
     #[test]
     fn the_main_future_wins_a_tie_and_ends_the_race() {
-        let (main_polls, side_polls) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        let (main_open, side_open) = (AtomicBool::new(true), AtomicBool::new(true));
-        let (main_waker, side_waker) = Default::default();
-        let r = race(
-            Gate {
-                polls: &main_polls,
-                open: &main_open,
-                waker: &main_waker,
-            },
-            Gate {
-                polls: &side_polls,
-                open: &side_open,
-                waker: &side_waker,
-            },
-        );
-        let waker = Waker::from(Arc::new(Count::default()));
-        let mut r = std::pin::pin!(r);
+        let (main, side) = (Probe::default(), Probe::default());
+        main.open.store(true, Ordering::Relaxed);
+        side.open.store(true, Ordering::Relaxed);
+        let mut r = std::pin::pin!(race(main.gate(), side.gate()));
+        let (_, waker) = Count::waker();
         assert_eq!(
             r.as_mut().poll(&mut Context::from_waker(&waker)),
             Poll::Ready(Either::Main(()))
         );
-        assert_eq!(side_polls.load(Ordering::Relaxed), 0);
+        assert_eq!(side.polls(), 0);
     }
 
     #[test]
     fn a_new_task_waker_is_the_one_woken() {
-        let (main_polls, side_polls) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        let (main_open, side_open) = (AtomicBool::new(false), AtomicBool::new(false));
-        let (main_waker, side_waker) = Default::default();
-        let mut r = std::pin::pin!(race(
-            Gate {
-                polls: &main_polls,
-                open: &main_open,
-                waker: &main_waker,
-            },
-            Gate {
-                polls: &side_polls,
-                open: &side_open,
-                waker: &side_waker,
-            },
-        ));
-        let (first, second) = (Arc::new(Count::default()), Arc::new(Count::default()));
-        let w1 = Waker::from(first.clone());
-        let w2 = Waker::from(second.clone());
+        let (main, side) = (Probe::default(), Probe::default());
+        let mut r = std::pin::pin!(race(main.gate(), side.gate()));
+        let ((first, w1), (second, w2)) = (Count::waker(), Count::waker());
         assert!(r.as_mut().poll(&mut Context::from_waker(&w1)).is_pending());
         assert!(r.as_mut().poll(&mut Context::from_waker(&w2)).is_pending());
-        side_waker.lock().take().unwrap().wake();
-        assert_eq!(first.0.load(Ordering::Relaxed), 0);
-        assert_eq!(second.0.load(Ordering::Relaxed), 1);
+        side.open();
+        assert_eq!(first.wakes(), 0);
+        assert_eq!(second.wakes(), 1);
     }
 
     /// On a runtime: a timer on the side ends a race whose main future

@@ -409,44 +409,26 @@ impl CloseSignal {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::{Context, Wake, Waker};
+    use std::task::Context;
 
     use super::*;
-
-    /// Counts its wakes.
-    #[derive(Default)]
-    struct Count(AtomicUsize);
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
+    use crate::race::tests::Count;
 
     #[test]
     fn poll_closed_wakes_the_last_task_that_waited() {
         let signal = CloseSignal::default();
-        let (a, b) = (Arc::new(Count::default()), Arc::new(Count::default()));
-        let (wa, wb) = (Waker::from(a.clone()), Waker::from(b.clone()));
+        let ((a, wa), (b, wb)) = (Count::waker(), Count::waker());
         let mut last = None;
+        let mut wait = |w| signal.poll_closed(&mut Context::from_waker(w), &mut last);
         for _ in 0..3 {
-            assert!(
-                signal
-                    .poll_closed(&mut Context::from_waker(&wa), &mut last)
-                    .is_pending()
-            );
+            assert!(wait(&wa).is_pending());
         }
         // Another task waits now: it is the one woken.
-        assert!(
-            signal
-                .poll_closed(&mut Context::from_waker(&wb), &mut last)
-                .is_pending()
-        );
+        assert!(wait(&wb).is_pending());
         assert!(!signal.is_set());
         signal.close();
-        assert_eq!(a.0.load(Ordering::Relaxed), 0);
-        assert_eq!(b.0.load(Ordering::Relaxed), 1);
+        assert_eq!((a.wakes(), b.wakes()), (0, 1));
+        let mut last = None;
         assert!(
             signal
                 .poll_closed(&mut Context::from_waker(&wa), &mut last)
@@ -458,7 +440,7 @@ mod tests {
     fn poll_closed_is_ready_at_once_after_close() {
         let signal = CloseSignal::default();
         signal.close();
-        let w = Waker::from(Arc::new(Count::default()));
+        let (_, w) = Count::waker();
         let mut last = None;
         assert!(
             signal

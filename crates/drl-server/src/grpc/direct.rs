@@ -376,14 +376,13 @@ impl CloseSignal {
         cx: &mut std::task::Context<'_>,
         last: &mut Option<std::task::Waker>,
     ) -> Poll<()> {
-        use std::sync::atomic::Ordering::Acquire;
-        if self.0.set.load(Acquire) {
+        if self.is_set() {
             return Poll::Ready(());
         }
         if !last.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             self.0.waker.register(cx.waker());
             *last = Some(cx.waker().clone());
-            if self.0.set.load(Acquire) {
+            if self.is_set() {
                 return Poll::Ready(());
             }
         }
@@ -392,18 +391,8 @@ impl CloseSignal {
 
     /// Resolves once [`close`](Self::close) was called.
     pub async fn wait(&self) {
-        poll_fn(|cx| {
-            if self.0.set.load(std::sync::atomic::Ordering::Acquire) {
-                return Poll::Ready(());
-            }
-            self.0.waker.register(cx.waker());
-            if self.0.set.load(std::sync::atomic::Ordering::Acquire) {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            }
-        })
-        .await
+        let mut last = None;
+        poll_fn(|cx| self.poll_closed(cx, &mut last)).await
     }
 }
 

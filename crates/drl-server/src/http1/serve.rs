@@ -50,7 +50,7 @@ where
     // it again.
     let mut close_waker = None;
     loop {
-        if closing(close) {
+        if close.is_set() {
             // Asked to close: what is answered leaves, the rest is dropped.
             let _ = send(&mut io, &mut out).await;
             return Outcome::Done;
@@ -173,11 +173,6 @@ where
             return Outcome::Done;
         }
     }
-}
-
-/// True once `close` was set.
-fn closing(close: &CloseSignal) -> bool {
-    close.is_set()
 }
 
 /// Writes and flushes `out`, then empties it.

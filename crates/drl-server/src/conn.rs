@@ -578,7 +578,7 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let mut conns = tokio::task::JoinSet::new();
+    let conns = crate::loops::Loops::for_runtime();
     let mut last_accept_error = None::<Instant>;
     loop {
         let (tcp, _peer) = tokio::select! {
@@ -598,7 +598,6 @@ where
                 }
             },
             () = stopping(&mut stop) => break,
-            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
         };
         if !registry.admit(limits.max_connections) {
             registry.count("refused");
@@ -622,7 +621,7 @@ where
         });
     }
     drop(listener);
-    while conns.join_next().await.is_some() {}
+    conns.drained().await;
     Ok(())
 }
 

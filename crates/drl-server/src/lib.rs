@@ -38,6 +38,7 @@ pub mod http1;
 pub mod limitador;
 pub mod limits;
 pub mod listeners;
+pub mod loops;
 pub mod metrics;
 pub mod race;
 pub mod scope;

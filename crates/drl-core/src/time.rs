@@ -104,6 +104,31 @@ pub fn coarse_wall_seconds() -> u64 {
     wall_nanos() / SECOND
 }
 
+/// CPU time this process has used, in nanoseconds, over all its threads
+/// (`CLOCK_PROCESS_CPUTIME_ID`: user and system time); `None` where the
+/// clock is missing. A system call, not a vDSO read: for sampling a
+/// process's load every few milliseconds, not per request.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[allow(unsafe_code)]
+pub fn process_cpu_nanos() -> Option<u64> {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec; the call writes `t` and
+    // nothing else.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    let secs = u64::try_from(t.tv_sec).ok()?;
+    let nanos = u64::try_from(t.tv_nsec).ok()?;
+    (rc == 0).then(|| secs.saturating_mul(SECOND).saturating_add(nanos))
+}
+
+/// No process CPU clock on this platform.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn process_cpu_nanos() -> Option<u64> {
+    None
+}
+
 /// A clock that only moves when told to: for tests and replay.
 #[derive(Debug, Default)]
 pub struct ManualClock {
@@ -165,6 +190,25 @@ mod tests {
             coarse + 1 >= before && coarse <= after,
             "{before} {coarse} {after}"
         );
+    }
+
+    /// Spinning moves the process CPU clock by about the time spun.
+    #[test]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[allow(clippy::disallowed_methods)]
+    fn process_cpu_time_counts_a_spin() {
+        let before = process_cpu_nanos().expect("Linux has the clock");
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_millis(30) {
+            std::hint::spin_loop();
+        }
+        let spun = process_cpu_nanos().unwrap() - before;
+        // At least a third of the 30 ms spun (the thread may be preempted),
+        // at most the wall time times the cores (other test threads run).
+        let wall = u64::try_from(t.elapsed().as_nanos()).unwrap();
+        assert!(spun >= 10_000_000, "{spun} ns");
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+        assert!(spun <= (wall + 5_000_000) * cores, "{spun} ns in {wall} ns");
     }
 
     #[test]

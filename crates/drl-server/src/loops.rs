@@ -1,42 +1,51 @@
-//! Connection loops: a listener's connections polled by one task per
-//! runtime worker, not by one task each, and kept on one of those tasks
-//! until it is busy.
+//! The connection loop: below the peak, a listener's connections are
+//! polled by one task, not by one task each; at the peak they run as tasks
+//! of their own again.
 //!
 //! tokio's multi-thread scheduler wakes a sleeping worker whenever one poll
 //! of its I/O driver readies two or more tasks. With one task per
 //! connection that happens on a large share of requests below the peak,
 //! and each such wakeup (a futex wake, a search for work that finds
 //! nothing, a futex wait) costs about a microsecond of system time: with
-//! two workers a request cost 5-10 % more CPU than with one at the same
+//! two workers a request cost 5-15 % more CPU than with one at the same
 //! rate (BENCHMARKS.md, issue 17).
 //!
-//! Here each listener has as many *loops* as the runtime has workers. A
-//! loop is one tokio task that polls its connections itself (a
-//! `FuturesUnordered`): however many of its connections one I/O poll
-//! readies, tokio sees one task. New connections go to loop 0, so below
-//! the peak one loop holds them all and the other workers sleep. Each loop
-//! measures the share of wall time it spends polling over windows of
-//! [`WINDOW`]:
+//! So each listener has a *loop*: one tokio task that polls its
+//! connections itself (a `FuturesUnordered`). However many of them one
+//! I/O poll readies, tokio sees one task, and the other workers sleep.
+//! One task runs on one worker at a time, though, so at the peak the
+//! connections must run as tasks of their own (*pooled*): then every
+//! worker takes a share, and when a worker is preempted (the load
+//! generator or another process shares the cores) the others steal its
+//! waiting connections instead of leaving them all stalled behind it. The
+//! listener switches between the two:
 //!
-//! - **Spread**: a loop that is busy at least [`HIGH`] of two windows in a
-//!   row hands enough of its connections to the least busy loop to even
-//!   the two out (the connections that get polled first: the active ones).
-//! - **Gather**: a loop other than loop 0 whose load plus loop 0's stays
-//!   under [`LOW`] for [`GATHER_WINDOWS`] windows hands all of its
-//!   connections back to loop 0.
+//! - **Pool** when the loop spent at least [`HIGH`] of the wall time
+//!   polling, in [`POOL_WINDOWS`] windows of [`WINDOW`] in a row: a loop
+//!   that is hardly ever idle cannot take more. Each connection leaves the
+//!   loop at its next poll and is spawned as a task.
+//! - **Gather** when the whole process used less than [`LOW`] cores of CPU
+//!   time in [`GATHER_WINDOWS`] windows in a row: one loop has room for
+//!   the whole load again. Each pooled connection hands itself back to the
+//!   loop at its next poll.
+//!
+//! The two signals differ on purpose. Time spent polling says when the
+//! loop is full, but it understates the load of tasks that are not full:
+//! a task that waits pays for its wakeups outside its polls. The
+//! process's CPU time counts everything.
 //!
 //! A connection moves between two of its polls: it is a boxed future, so
-//! moving it moves a pointer, and its next poll (on the new loop, at once)
-//! registers the new loop's wakers with whatever it waits on. A connection
-//! that panics is dropped alone (the panic is caught around its poll), as
-//! a task of its own would be. With one worker there is nothing to spread
-//! and [`Loops`] spawns one task per connection as before.
+//! moving it moves a pointer, and its next poll (at once, where it went)
+//! registers the new task's wakers with whatever it waits on. A connection
+//! that panics on the loop is dropped alone (the panic is caught around
+//! its poll), as a task of its own would be. With one worker there is
+//! nothing to gain and every connection is a task of its own.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -49,100 +58,53 @@ use tokio::sync::Notify;
 /// A connection: what a listener would otherwise spawn as a task.
 pub type Conn = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// How long a loop measures its load over before acting on it.
+/// How long the loop measures the load over before acting on it.
 pub const WINDOW: Duration = Duration::from_millis(20);
-/// A loop busy this share of two windows in a row spreads its connections.
+/// The loop busy this share of the wall time, [`POOL_WINDOWS`] windows in
+/// a row: pool.
 pub const HIGH: f64 = 0.85;
-/// Loops whose loads sum below this share of one worker gather onto loop 0.
-pub const LOW: f64 = 0.55;
-/// Windows in a row under [`LOW`] before a loop gathers onto loop 0.
+/// Windows in a row at or above [`HIGH`] before pooling.
+pub const POOL_WINDOWS: u32 = 2;
+/// The process using less CPU than this many cores, [`GATHER_WINDOWS`]
+/// windows in a row: gather (where there is no process CPU clock, the
+/// loop's own polling share stands in).
+pub const LOW: f64 = 0.6;
+/// Windows in a row under [`LOW`] before gathering.
 pub const GATHER_WINDOWS: u32 = 5;
-/// Windows in a row at or above [`HIGH`] before a loop spreads.
-const SPREAD_WINDOWS: u32 = 2;
-/// A load this much under the busy loop's: worth moving connections to.
-const MARGIN: f64 = 0.15;
 
-/// What the loops of one listener share.
+/// What a listener's loop and its pooled connections share.
 struct Inner {
-    loops: Box<[Shared]>,
-    /// Connections not yet finished (or dropped), on any loop.
-    live: AtomicUsize,
-    /// `live` reached zero.
-    drained: Notify,
-    /// The listener let go of its [`Loops`]: the loops drop what they hold
-    /// and end.
-    closed: AtomicBool,
-    /// Load timestamps count from here.
-    epoch: Instant,
-}
-
-/// One loop's mailbox and published load.
-struct Shared {
-    /// Connections handed to this loop, not yet taken in.
+    /// Connections handed to the loop, not yet taken in.
     inbox: Mutex<Vec<Conn>>,
     /// `inbox` is not empty (checked before taking the lock).
     mail: AtomicBool,
     /// The loop's task.
     waker: AtomicWaker,
-    /// Load of the last window, in millionths of wall time.
-    load: AtomicU32,
-    /// When that window ended, microseconds since [`Inner::epoch`].
-    load_at: AtomicU64,
-    /// Connections still to hand over at their next poll, and to which loop.
-    shed: AtomicUsize,
-    shed_to: AtomicUsize,
-    /// Connections on this loop.
-    conns: AtomicUsize,
+    /// Connections run as tasks of their own.
+    pooled: AtomicBool,
+    /// Connections on the loop.
+    on_loop: AtomicUsize,
+    /// Connections not yet finished (or dropped), anywhere.
+    live: AtomicUsize,
+    /// `live` reached zero.
+    drained: Notify,
+    /// The listener let go of its [`Loops`]: the loop drops what it holds
+    /// and ends, and pooled connections' tasks are aborted.
+    closed: AtomicBool,
+    /// Pooled connections' tasks, aborted when the listener lets go
+    /// (finished ones are reaped at each spawn).
+    tasks: Mutex<tokio::task::JoinSet<()>>,
 }
 
-impl Shared {
-    fn new() -> Self {
-        Self {
-            inbox: Mutex::new(Vec::new()),
-            mail: AtomicBool::new(false),
-            waker: AtomicWaker::new(),
-            load: AtomicU32::new(0),
-            load_at: AtomicU64::new(0),
-            shed: AtomicUsize::new(0),
-            shed_to: AtomicUsize::new(0),
-            conns: AtomicUsize::new(0),
-        }
-    }
-
+impl Inner {
     fn deliver(&self, conn: Conn) {
         self.inbox.lock().push(conn);
         self.mail.store(true, Ordering::Release);
         self.waker.wake();
     }
-
-    /// Takes one connection off the shed count, if any are due.
-    fn take_shed(&self) -> bool {
-        self.shed.load(Ordering::Relaxed) > 0
-            && self
-                .shed
-                .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| n.checked_sub(1))
-                .is_ok()
-    }
 }
 
-impl Inner {
-    fn micros(&self, at: Instant) -> u64 {
-        at.saturating_duration_since(self.epoch).as_micros() as u64
-    }
-
-    /// Loop `i`'s load as of `now`: its last window's, or 0 if it has not
-    /// finished a window for two windows (it has been idle).
-    fn load(&self, i: usize, now: u64) -> f64 {
-        let s = &self.loops[i];
-        let at = s.load_at.load(Ordering::Acquire);
-        if now.saturating_sub(at) > 2 * WINDOW.as_micros() as u64 {
-            return 0.0;
-        }
-        f64::from(s.load.load(Ordering::Relaxed)) / 1e6
-    }
-}
-
-/// A listener's connection loops (see the module docs). Dropping it drops
+/// A listener's connection loop (see the module docs). Dropping it drops
 /// every connection still open: wait for [`Loops::drained`] first to let
 /// them finish.
 pub struct Loops {
@@ -150,75 +112,63 @@ pub struct Loops {
 }
 
 impl Loops {
-    /// Loops for the current runtime: one per worker thread.
+    /// The loop for the current runtime (none with one worker thread).
     pub fn for_runtime() -> Self {
-        Self::new(tokio::runtime::Handle::current().metrics().num_workers())
+        Self::new(tokio::runtime::Handle::current().metrics().num_workers() > 1)
     }
 
-    /// `n` loops (at least one), spawned on the current runtime; with one,
-    /// connections are spawned as tasks of their own.
-    pub fn new(n: usize) -> Self {
-        let n = n.max(1);
+    /// A loop spawned on the current runtime if `looping`; otherwise every
+    /// connection is spawned as a task of its own.
+    pub fn new(looping: bool) -> Self {
         let inner = Arc::new(Inner {
-            loops: (0..n).map(|_| Shared::new()).collect(),
+            inbox: Mutex::new(Vec::new()),
+            mail: AtomicBool::new(false),
+            waker: AtomicWaker::new(),
+            pooled: AtomicBool::new(!looping),
+            on_loop: AtomicUsize::new(0),
             live: AtomicUsize::new(0),
             drained: Notify::new(),
             closed: AtomicBool::new(false),
-            epoch: Instant::now(),
+            tasks: Mutex::new(tokio::task::JoinSet::new()),
         });
-        if n > 1 {
-            for me in 0..n {
-                tokio::spawn(tokio::task::unconstrained(Loop::new(inner.clone(), me)));
-            }
+        if looping {
+            tokio::spawn(tokio::task::unconstrained(Loop::new(inner.clone())));
         }
         Self { inner }
     }
 
-    /// Number of loops.
-    pub fn len(&self) -> usize {
-        self.inner.loops.len()
+    /// Connections not yet finished.
+    pub fn open(&self) -> usize {
+        self.inner.live.load(Ordering::Acquire)
     }
 
-    /// Always false: there is at least one loop.
-    pub fn is_empty(&self) -> bool {
-        false
+    /// Connections polled by the loop (the rest of [`Loops::open`] run as
+    /// tasks of their own, or are on their way between the two).
+    pub fn on_loop(&self) -> usize {
+        self.inner.on_loop.load(Ordering::Relaxed)
     }
 
-    /// Connections on each loop (with one loop: all open connections).
-    pub fn spread(&self) -> Vec<usize> {
-        if self.len() == 1 {
-            return vec![self.inner.live.load(Ordering::Relaxed)];
-        }
-        self.inner
-            .loops
-            .iter()
-            .map(|s| s.conns.load(Ordering::Relaxed))
-            .collect()
+    /// Whether new and waking connections run as tasks of their own.
+    pub fn pooled(&self) -> bool {
+        self.inner.pooled.load(Ordering::Relaxed)
     }
 
-    /// Runs `conn` on loop 0, or on the least busy loop if loop 0 is busy.
+    /// Runs `conn`: on the loop, or as a task of its own when pooled.
     pub fn spawn<F>(&self, conn: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
         self.inner.live.fetch_add(1, Ordering::AcqRel);
         let live = Live(self.inner.clone());
-        let conn = async move {
+        let conn = Box::pin(async move {
             let _live = live;
             conn.await;
-        };
-        if self.len() == 1 {
-            tokio::spawn(conn);
-            return;
+        });
+        if self.pooled() {
+            spawn_pooled(self.inner.clone(), conn);
+        } else {
+            self.inner.deliver(conn);
         }
-        let now = self.inner.micros(Instant::now());
-        let mut to = 0;
-        if self.inner.load(0, now) >= HIGH {
-            to = (0..self.len())
-                .min_by(|&a, &b| self.inner.load(a, now).total_cmp(&self.inner.load(b, now)))
-                .unwrap_or(0);
-        }
-        self.inner.loops[to].deliver(Box::pin(conn));
     }
 
     /// Resolves once every connection has finished.
@@ -238,9 +188,9 @@ impl Loops {
 impl Drop for Loops {
     fn drop(&mut self) {
         self.inner.closed.store(true, Ordering::Release);
-        for s in self.inner.loops.iter() {
-            s.waker.wake();
-        }
+        self.inner.waker.wake();
+        // Dropping the set aborts its tasks.
+        drop(std::mem::take(&mut *self.inner.tasks.lock()));
     }
 }
 
@@ -255,19 +205,54 @@ impl Drop for Live {
     }
 }
 
-/// A connection on a loop: polled there until it finishes or is handed on.
+/// Spawns `conn` as a task of its own, back to the loop when gathered.
+fn spawn_pooled(inner: Arc<Inner>, conn: Conn) {
+    let mut tasks = inner.tasks.lock();
+    if inner.closed.load(Ordering::Acquire) {
+        return;
+    }
+    while tasks.try_join_next().is_some() {}
+    tasks.spawn(Pooled {
+        conn: Some(conn),
+        inner: inner.clone(),
+    });
+}
+
+/// A pooled connection's task.
+struct Pooled {
+    conn: Option<Conn>,
+    inner: Arc<Inner>,
+}
+
+impl Future for Pooled {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.inner.pooled.load(Ordering::Relaxed) {
+            if let Some(conn) = self.conn.take() {
+                self.inner.deliver(conn);
+            }
+            return Poll::Ready(());
+        }
+        match self.conn.as_mut() {
+            Some(conn) => conn.as_mut().poll(cx),
+            None => Poll::Ready(()),
+        }
+    }
+}
+
+/// A connection on the loop: polled there until it finishes or leaves.
 struct Slot {
     conn: Option<Conn>,
     inner: Arc<Inner>,
-    me: usize,
 }
 
 impl Future for Slot {
-    /// The connection, if it is to move to another loop.
+    /// The connection, if it is to leave the loop.
     type Output = Option<Conn>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Conn>> {
-        if self.inner.loops[self.me].take_shed() {
+        if self.inner.pooled.load(Ordering::Relaxed) {
             return Poll::Ready(self.conn.take());
         }
         let Some(conn) = self.conn.as_mut() else {
@@ -288,132 +273,112 @@ impl Future for Slot {
     }
 }
 
-/// What a loop does with its connections at the end of a window.
+/// What the listener does at the end of a window.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Move {
+enum Switch {
     /// Nothing.
     Stay,
-    /// Hand `count` connections to loop `to`.
-    Spread { to: usize, count: usize },
-    /// Hand all `count` connections to loop 0.
-    Gather { count: usize },
+    /// Run the connections as tasks of their own.
+    Pool,
+    /// Poll the connections on the loop.
+    Gather,
 }
 
-/// A loop's windows in a row over [`HIGH`] and under [`LOW`].
+/// Windows in a row over [`HIGH`] (while on the loop) or under [`LOW`]
+/// (while pooled).
 #[derive(Debug, Default, Clone, Copy)]
 struct Runs {
     high: u32,
     low: u32,
 }
 
-/// The policy (see the module docs): what loop `me`, with `n` connections,
-/// does given every loop's load (`loads[me]` its own, of the window just
-/// ended); `runs` counts its windows in a row.
-fn decide(me: usize, loads: &[f64], n: usize, runs: &mut Runs) -> Move {
-    let load = loads[me];
-    runs.high = if load >= HIGH { runs.high + 1 } else { 0 };
-    let gather = me != 0 && load + loads[0] < LOW;
-    runs.low = if gather { runs.low + 1 } else { 0 };
-    let least = (0..loads.len())
-        .filter(|&i| i != me)
-        .min_by(|&a, &b| loads[a].total_cmp(&loads[b]));
-    if let Some(to) = least
-        && runs.high >= SPREAD_WINDOWS
-        && loads[to] + MARGIN < load
-        && n > 1
-    {
-        // Even the two out: move the share of connections that carries
-        // half the difference.
-        let share = (load - loads[to]) / (2.0 * load);
-        let count = ((n as f64 * share).ceil() as usize).clamp(1, n - 1);
+/// The policy (see the module docs), at the end of a window: `pooled`,
+/// the loop's polling share `load` of that window and the process's CPU
+/// use over it in cores (`cpu`, if known); `runs` counts windows in a row.
+fn decide(pooled: bool, load: f64, cpu: Option<f64>, runs: &mut Runs) -> Switch {
+    if pooled {
         runs.high = 0;
-        return Move::Spread { to, count };
-    }
-    if runs.low >= GATHER_WINDOWS && n > 0 {
+        runs.low = if cpu.unwrap_or(load) < LOW {
+            runs.low + 1
+        } else {
+            0
+        };
+        if runs.low >= GATHER_WINDOWS {
+            runs.low = 0;
+            return Switch::Gather;
+        }
+    } else {
         runs.low = 0;
-        return Move::Gather { count: n };
+        runs.high = if load >= HIGH { runs.high + 1 } else { 0 };
+        if runs.high >= POOL_WINDOWS {
+            runs.high = 0;
+            return Switch::Pool;
+        }
     }
-    Move::Stay
+    Switch::Stay
 }
 
-/// One loop's task.
+/// The loop's task.
 struct Loop {
     inner: Arc<Inner>,
-    me: usize,
     set: FuturesUnordered<Slot>,
     window_start: Instant,
     busy: Duration,
+    /// The process's CPU time at `window_start`.
+    cpu_start: Option<u64>,
     runs: Runs,
+    /// While pooled: the end of the window (the loop has nothing else to
+    /// wake it then).
+    tick: Pin<Box<tokio::time::Sleep>>,
 }
 
 impl Loop {
-    fn new(inner: Arc<Inner>, me: usize) -> Self {
+    fn new(inner: Arc<Inner>) -> Self {
+        let now = Instant::now();
         Self {
             inner,
-            me,
             set: FuturesUnordered::new(),
-            window_start: Instant::now(),
+            window_start: now,
             busy: Duration::ZERO,
+            cpu_start: drl_core::time::process_cpu_nanos(),
             runs: Runs::default(),
+            tick: Box::pin(tokio::time::sleep_until((now + WINDOW).into())),
         }
     }
 
-    fn shared(&self) -> &Shared {
-        &self.inner.loops[self.me]
+    /// Ends a window at `now`: measures it and switches if due.
+    fn end_window(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.window_start);
+        let load = (self.busy.as_secs_f64() / elapsed.as_secs_f64()).min(1.0);
+        let cpu_now = drl_core::time::process_cpu_nanos();
+        let cpu = match (self.cpu_start, cpu_now) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / 1e9 / elapsed.as_secs_f64()),
+            _ => None,
+        };
+        self.cpu_start = cpu_now;
+        self.window_start = now;
+        self.busy = Duration::ZERO;
+        let pooled = self.inner.pooled.load(Ordering::Relaxed);
+        tracing::trace!(pooled, load, ?cpu, "connection loop window");
+        match decide(pooled, load, cpu, &mut self.runs) {
+            Switch::Stay => {}
+            Switch::Pool => {
+                tracing::debug!(load, ?cpu, "connections pooled");
+                self.inner.pooled.store(true, Ordering::Relaxed);
+            }
+            Switch::Gather => {
+                tracing::debug!(load, ?cpu, "connections gathered onto the loop");
+                self.inner.pooled.store(false, Ordering::Relaxed);
+            }
+        }
     }
 
     fn take_in(&mut self, conn: Conn) {
         self.set.push(Slot {
             conn: Some(conn),
             inner: self.inner.clone(),
-            me: self.me,
         });
-        self.shared().conns.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Ends a window at `now`: publishes its load and decides what to move.
-    fn end_window(&mut self, now: Instant) {
-        let elapsed = now.saturating_duration_since(self.window_start);
-        let load = (self.busy.as_secs_f64() / elapsed.as_secs_f64()).min(1.0);
-        self.window_start = now;
-        self.busy = Duration::ZERO;
-        let at = self.inner.micros(now);
-        let sh = &self.inner.loops[self.me];
-        sh.load.store((load * 1e6) as u32, Ordering::Relaxed);
-        sh.load_at.store(at, Ordering::Release);
-        sh.shed.store(0, Ordering::Relaxed);
-        let loads: Vec<f64> = (0..self.inner.loops.len())
-            .map(|i| {
-                if i == self.me {
-                    load
-                } else {
-                    self.inner.load(i, at)
-                }
-            })
-            .collect();
-        let n = sh.conns.load(Ordering::Relaxed);
-        let (to, count) = match decide(self.me, &loads, n, &mut self.runs) {
-            Move::Stay => return,
-            Move::Spread { to, count } => (to, count),
-            Move::Gather { count } => (0, count),
-        };
-        tracing::debug!(
-            me = self.me,
-            to,
-            count,
-            ?loads,
-            "moving connections between loops"
-        );
-        sh.shed_to.store(to, Ordering::Relaxed);
-        sh.shed.store(count, Ordering::Relaxed);
-    }
-
-    /// Hands `conn` to the loop this one sheds to.
-    fn hand_on(&self, conn: Conn) {
-        let sh = self.shared();
-        sh.conns.fetch_sub(1, Ordering::Relaxed);
-        let to = sh.shed_to.load(Ordering::Relaxed);
-        self.inner.loops[to].deliver(conn);
+        self.inner.on_loop.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -425,31 +390,43 @@ impl Future for Loop {
         if start.saturating_duration_since(self.window_start) >= WINDOW {
             self.end_window(start);
         }
-        self.shared().waker.register(cx.waker());
+        self.inner.waker.register(cx.waker());
         if self.inner.closed.load(Ordering::Acquire) {
             // The listener is gone: drop everything (as aborting the
             // connections' tasks would).
             self.set.clear();
-            self.shared().inbox.lock().clear();
+            self.inner.inbox.lock().clear();
             return Poll::Ready(());
         }
-        if self.shared().mail.load(Ordering::Acquire) {
-            self.shared().mail.store(false, Ordering::Release);
-            let mail = std::mem::take(&mut *self.shared().inbox.lock());
+        if self.inner.mail.load(Ordering::Acquire) {
+            self.inner.mail.store(false, Ordering::Release);
+            let mail = std::mem::take(&mut *self.inner.inbox.lock());
             for conn in mail {
                 self.take_in(conn);
             }
         }
         loop {
             match self.set.poll_next_unpin(cx) {
-                Poll::Ready(Some(Some(conn))) => self.hand_on(conn),
-                Poll::Ready(Some(None)) => {
-                    self.shared().conns.fetch_sub(1, Ordering::Relaxed);
+                Poll::Ready(Some(left)) => {
+                    self.inner.on_loop.fetch_sub(1, Ordering::Relaxed);
+                    if let Some(conn) = left {
+                        spawn_pooled(self.inner.clone(), conn);
+                    }
                 }
                 Poll::Ready(None) | Poll::Pending => break,
             }
         }
         self.busy += start.elapsed();
+        if self.inner.pooled.load(Ordering::Relaxed) {
+            // Nothing on the loop wakes it: the window's end must.
+            let end = self.window_start + WINDOW;
+            if self.tick.deadline() != end.into() {
+                self.tick.as_mut().reset(end.into());
+            }
+            if self.tick.as_mut().poll(cx).is_ready() {
+                cx.waker().wake_by_ref();
+            }
+        }
         Poll::Pending
     }
 }

@@ -405,15 +405,11 @@ impl Future for Loop {
                 self.take_in(conn);
             }
         }
-        loop {
-            match self.set.poll_next_unpin(cx) {
-                Poll::Ready(Some(left)) => {
-                    self.inner.on_loop.fetch_sub(1, Ordering::Relaxed);
-                    if let Some(conn) = left {
-                        spawn_pooled(self.inner.clone(), conn);
-                    }
-                }
-                Poll::Ready(None) | Poll::Pending => break,
+        // Until every ready connection was polled (or the set yields).
+        while let Poll::Ready(Some(left)) = self.set.poll_next_unpin(cx) {
+            self.inner.on_loop.fetch_sub(1, Ordering::Relaxed);
+            if let Some(conn) = left {
+                spawn_pooled(self.inner.clone(), conn);
             }
         }
         self.busy += start.elapsed();

@@ -18,6 +18,10 @@
 //! - **Streams** (`server.max_concurrent_streams`): HTTP/2 streams per
 //!   connection.
 //!
+//! The connections run on the listener's connection loop
+//! ([`crate::loops`]): polled by one task below the peak, as tasks of their
+//! own at the peak.
+//!
 //! Counted in `drl_connections_total{listener, event}` (`accepted`,
 //! `refused`, `evicted_idle`, `idle_timeout`, `header_timeout`,
 //! `tls_failed`) and `drl_connections_open{listener}`.
@@ -578,7 +582,7 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let conns = crate::loops::Loops::for_runtime();
+    let conns = crate::loops::Loops::for_runtime(registry.listener);
     let mut last_accept_error = None::<Instant>;
     loop {
         let (tcp, _peer) = tokio::select! {

@@ -91,12 +91,22 @@ struct Inner {
     /// The listener let go of its [`Loops`]: the loop drops what it holds
     /// and ends, and pooled connections' tasks are aborted.
     closed: AtomicBool,
+    /// Labels the `drl_connections_pooled` gauge.
+    listener: &'static str,
     /// Pooled connections' tasks, aborted when the listener lets go
     /// (finished ones are reaped at each spawn).
     tasks: Mutex<tokio::task::JoinSet<()>>,
 }
 
 impl Inner {
+    fn set_gauge(&self, pooled: bool) {
+        metrics::gauge!("drl_connections_pooled", "listener" => self.listener).set(if pooled {
+            1.0
+        } else {
+            0.0
+        });
+    }
+
     fn deliver(&self, conn: Conn) {
         self.inbox.lock().push(conn);
         self.mail.store(true, Ordering::Release);
@@ -112,14 +122,20 @@ pub struct Loops {
 }
 
 impl Loops {
-    /// The loop for the current runtime (none with one worker thread).
-    pub fn for_runtime() -> Self {
-        Self::new(tokio::runtime::Handle::current().metrics().num_workers() > 1)
+    /// The loop of `listener` for the current runtime (none with one
+    /// worker thread).
+    pub fn for_runtime(listener: &'static str) -> Self {
+        Self::new(
+            listener,
+            tokio::runtime::Handle::current().metrics().num_workers() > 1,
+        )
     }
 
     /// A loop spawned on the current runtime if `looping`; otherwise every
-    /// connection is spawned as a task of its own.
-    pub fn new(looping: bool) -> Self {
+    /// connection is spawned as a task of its own. `listener` labels the
+    /// `drl_connections_pooled` gauge (1 while the connections run as
+    /// tasks of their own).
+    pub fn new(listener: &'static str, looping: bool) -> Self {
         let inner = Arc::new(Inner {
             inbox: Mutex::new(Vec::new()),
             mail: AtomicBool::new(false),
@@ -129,8 +145,10 @@ impl Loops {
             live: AtomicUsize::new(0),
             drained: Notify::new(),
             closed: AtomicBool::new(false),
+            listener,
             tasks: Mutex::new(tokio::task::JoinSet::new()),
         });
+        inner.set_gauge(!looping);
         if looping {
             tokio::spawn(tokio::task::unconstrained(Loop::new(inner.clone())));
         }
@@ -365,10 +383,12 @@ impl Loop {
             Switch::Pool => {
                 tracing::debug!(load, ?cpu, "connections pooled");
                 self.inner.pooled.store(true, Ordering::Relaxed);
+                self.inner.set_gauge(true);
             }
             Switch::Gather => {
                 tracing::debug!(load, ?cpu, "connections gathered onto the loop");
                 self.inner.pooled.store(false, Ordering::Relaxed);
+                self.inner.set_gauge(false);
             }
         }
     }

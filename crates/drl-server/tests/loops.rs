@@ -20,7 +20,7 @@ async fn until(what: &str, mut cond: impl FnMut() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn below_the_peak_every_connection_is_on_loop_0_and_all_finish() {
-    let loops = Loops::for_runtime();
+    let loops = Loops::for_runtime("test");
     assert!(!loops.pooled());
     let mut gates = Vec::new();
     let done = Arc::new(AtomicUsize::new(0));
@@ -101,7 +101,7 @@ impl Spinners {
 /// One test, so that no two sets of spinners run at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_loop_pools_and_a_quiet_process_gathers_back() {
-    let loops = Loops::for_runtime();
+    let loops = Loops::for_runtime("test");
     let s = Spinners::spawn(&loops, 8);
     // The loop is busy all its windows: its connections become tasks.
     until("the connections pooled", || {
@@ -132,7 +132,7 @@ async fn a_busy_loop_pools_and_a_quiet_process_gathers_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_connection_is_dropped_alone() {
-    let loops = Loops::for_runtime();
+    let loops = Loops::for_runtime("test");
     let (tx, rx) = oneshot::channel::<()>();
     let (done_tx, done_rx) = oneshot::channel::<()>();
     loops.spawn(async move {
@@ -159,7 +159,7 @@ impl Drop for DropCount {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_loops_drops_their_connections() {
-    let loops = Loops::for_runtime();
+    let loops = Loops::for_runtime("test");
     let dropped = Arc::new(AtomicUsize::new(0));
     for _ in 0..10 {
         let d = DropCount(dropped.clone());
@@ -176,7 +176,7 @@ async fn dropping_the_loops_drops_their_connections() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn one_worker_spawns_a_task_per_connection() {
-    let loops = Loops::for_runtime();
+    let loops = Loops::for_runtime("test");
     assert!(loops.pooled(), "one worker: every connection a task");
     let (tx, rx) = oneshot::channel::<()>();
     loops.spawn(async move {
@@ -192,7 +192,7 @@ async fn one_worker_spawns_a_task_per_connection() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn dropping_the_loops_aborts_pooled_connections() {
-    let loops = Loops::for_runtime();
+    let loops = Loops::for_runtime("test");
     assert!(loops.pooled());
     let dropped = Arc::new(AtomicUsize::new(0));
     for _ in 0..10 {

@@ -157,17 +157,23 @@ impl Drop for DropCount {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropping_the_loops_drops_their_connections() {
-    let loops = Loops::for_runtime("test");
+/// Spawns `n` connections that never finish; counts their drops.
+fn spawn_forever(loops: &Loops, n: usize) -> Arc<AtomicUsize> {
     let dropped = Arc::new(AtomicUsize::new(0));
-    for _ in 0..10 {
+    for _ in 0..n {
         let d = DropCount(dropped.clone());
         loops.spawn(async move {
             let _d = d;
             std::future::pending::<()>().await;
         });
     }
+    dropped
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_loops_drops_their_connections() {
+    let loops = Loops::for_runtime("test");
+    let dropped = spawn_forever(&loops, 10);
     until("10 connections on the loop", || loops.on_loop() == 10).await;
     assert_eq!(dropped.load(Ordering::Relaxed), 0);
     drop(loops);
@@ -194,14 +200,7 @@ async fn one_worker_spawns_a_task_per_connection() {
 async fn dropping_the_loops_aborts_pooled_connections() {
     let loops = Loops::for_runtime("test");
     assert!(loops.pooled());
-    let dropped = Arc::new(AtomicUsize::new(0));
-    for _ in 0..10 {
-        let d = DropCount(dropped.clone());
-        loops.spawn(async move {
-            let _d = d;
-            std::future::pending::<()>().await;
-        });
-    }
+    let dropped = spawn_forever(&loops, 10);
     tokio::task::yield_now().await;
     assert_eq!((loops.open(), dropped.load(Ordering::Relaxed)), (10, 0));
     drop(loops);

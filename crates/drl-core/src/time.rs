@@ -52,18 +52,27 @@ impl Clock for SystemClock {
 /// Before the epoch: 0.
 #[cfg(unix)]
 #[inline]
-#[allow(unsafe_code)]
 fn wall_nanos() -> Nanos {
+    read_clock(libc::CLOCK_REALTIME).map_or(0, |(s, n)| s.saturating_mul(SECOND).saturating_add(n))
+}
+
+/// `clock_gettime(id)` as whole seconds and nanoseconds; `None` if the
+/// call fails or the reading is before zero. The one unsafe clock read of
+/// this module.
+#[cfg(unix)]
+#[inline]
+#[allow(unsafe_code)]
+fn read_clock(id: libc::clockid_t) -> Option<(u64, u64)> {
     let mut t = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `t` is a valid, writable timespec, and CLOCK_REALTIME exists
-    // on every Unix; the call writes `t` and nothing else.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut t) };
+    // SAFETY: `t` is a valid, writable timespec; the call writes `t` and
+    // nothing else (an unknown `id` makes it fail, which is handled).
+    let rc = unsafe { libc::clock_gettime(id, &mut t) };
     match (rc, u64::try_from(t.tv_sec), u64::try_from(t.tv_nsec)) {
-        (0, Ok(s), Ok(n)) => s.saturating_mul(SECOND).saturating_add(n),
-        _ => 0,
+        (0, Ok(s), Ok(n)) => Some((s, n)),
+        _ => None,
     }
 }
 
@@ -83,19 +92,8 @@ fn wall_nanos() -> Nanos {
 /// header. It may be a tick (a few milliseconds) behind [`SystemClock`].
 #[cfg(any(target_os = "linux", target_os = "android"))]
 #[inline]
-#[allow(unsafe_code)]
 pub fn coarse_wall_seconds() -> u64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `t` is a valid, writable timespec, and CLOCK_REALTIME_COARSE
-    // exists on Linux since 2.6.32; the call writes `t` and nothing else.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut t) };
-    match (rc, u64::try_from(t.tv_sec)) {
-        (0, Ok(s)) => s,
-        _ => wall_nanos() / SECOND,
-    }
+    read_clock(libc::CLOCK_REALTIME_COARSE).map_or_else(|| wall_nanos() / SECOND, |(s, _)| s)
 }
 
 /// Whole seconds since the epoch (no coarse clock on this platform).
@@ -109,18 +107,9 @@ pub fn coarse_wall_seconds() -> u64 {
 /// clock is missing. A system call, not a vDSO read: for sampling a
 /// process's load every few milliseconds, not per request.
 #[cfg(any(target_os = "linux", target_os = "android"))]
-#[allow(unsafe_code)]
 pub fn process_cpu_nanos() -> Option<u64> {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `t` is a valid, writable timespec; the call writes `t` and
-    // nothing else.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
-    let secs = u64::try_from(t.tv_sec).ok()?;
-    let nanos = u64::try_from(t.tv_nsec).ok()?;
-    (rc == 0).then(|| secs.saturating_mul(SECOND).saturating_add(nanos))
+    read_clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+        .map(|(s, n)| s.saturating_mul(SECOND).saturating_add(n))
 }
 
 /// No process CPU clock on this platform.

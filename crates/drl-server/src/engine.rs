@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use drl_core::{Clock, Decision, Nanos, SystemClock};
+use drl_core::{Clock, Decision, KeyedLimiter, Nanos, SystemClock};
 use drl_store::StoreError;
 use parking_lot::RwLock;
 use smallvec::SmallVec;
@@ -356,6 +356,36 @@ impl Engine {
         let end = SystemClock.now();
         tally.finish(end);
         Ok(end)
+    }
+}
+
+impl Engine {
+    /// [`Engine::check_each`] without a future, for a batch whose limits
+    /// are all in memory (`local`): `None` (nothing decided, `emit` not
+    /// called) when one of them needs a store. A caller holding the batch
+    /// in its own state thus keeps that state out of an `async` frame.
+    pub fn check_now(
+        &self,
+        limits: &Limits,
+        reqs: &[CheckRequest<'_>],
+        now: Nanos,
+        mut emit: impl FnMut(Decision),
+    ) -> Option<Result<Nanos, CheckError>> {
+        let resolved = match resolve(limits, reqs) {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e)),
+        };
+        let local: SmallVec<[&KeyedLimiter<String>; INLINE_BATCH]> = resolved
+            .iter()
+            .map(|l| l.backend.local())
+            .collect::<Option<_>>()?;
+        let mut tally = Tally::new(now);
+        for ((r, l), k) in reqs.iter().zip(&resolved).zip(local) {
+            emit(tally.settle(l, r.key, r.cost, k.decide(r.key, now, r.cost)));
+        }
+        let end = SystemClock.now();
+        tally.finish(end);
+        Some(Ok(end))
     }
 }
 

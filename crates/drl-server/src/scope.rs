@@ -115,6 +115,15 @@ impl Backend {
         }
     }
 
+    /// The in-memory limiter, for a local backend.
+    #[inline]
+    pub fn local(&self) -> Option<&KeyedLimiter<String>> {
+        match self {
+            Backend::Local(l) => Some(l),
+            Backend::Store(_) => None,
+        }
+    }
+
     /// The synchronous decision, when this backend has one (local).
     #[inline]
     pub fn decide_now(&self, key: &str, cost: u64, now: Nanos) -> Option<Decision> {

@@ -26,6 +26,7 @@ use tonic::Status;
 use super::direct::{self, RecvBody, Unary};
 use super::frame;
 use super::pb::CheckRequest;
+use super::wire;
 use crate::auth::{Auth, Class};
 use crate::engine::Engine;
 use crate::guard::GrpcGuard;
@@ -232,9 +233,26 @@ pub async fn answer(engine: &Engine, method: Method, msg: Bytes) -> Result<Bytes
             Ok(frame::encode(&resp))
         }
         Method::Check => {
+            // The usual call (a message prost would read the same, on
+            // limits in memory) is decoded in place, decided and answered
+            // without an await: the batch stays out of this future, whose
+            // size every call's allocation pays. Anything else through
+            // prost and the store's future, as before.
+            if let Some(resp) = answer_check_now(engine, &msg) {
+                return resp;
+            }
             let req = CheckRequest::decode(msg).map_err(bad)?;
             let resp = super::native::check(engine, req).await?;
             Ok(frame::encode(&resp))
         }
     }
+}
+
+/// A `Check` call answered synchronously by [`wire`], or `None` when the
+/// message or a limit needs the general path.
+fn answer_check_now(engine: &Engine, msg: &[u8]) -> Option<Result<Bytes, Status>> {
+    let reqs = wire::decode_check(msg)?;
+    let mut results = wire::Results::new();
+    let decided = super::native::decide_now(engine, &reqs, |r| results.push(*r))?;
+    Some(decided.map(|()| wire::encode_response(&results)))
 }

@@ -8,6 +8,7 @@ pub mod frame;
 pub mod hot;
 pub mod native;
 pub mod rls;
+pub mod wire;
 
 /// Code generated from `proto/drl/v1/ratelimit.proto`.
 #[allow(missing_docs, clippy::all)]

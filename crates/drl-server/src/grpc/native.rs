@@ -5,9 +5,9 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use super::pb::rate_limiter_server::RateLimiter;
-use super::pb::{CheckRequest, CheckResponse, CheckResult};
+use super::pb::{CheckRequest, CheckResponse};
+use super::wire::ResultFields;
 use crate::engine::{self, CheckError, Engine};
-use crate::headers::ceil_ms;
 use crate::metrics::{Api, rejected};
 
 /// The `drl.v1.RateLimiter` service.
@@ -42,12 +42,10 @@ impl RateLimiter for NativeService {
 }
 
 /// One `Check` call, whichever transport carried it (tonic's service
-/// above, or [`super::direct`]): the response, or the status to answer,
-/// counted in the metrics either way.
+/// above, or [`super::hot`] when [`super::wire`] does not take the
+/// message): the response, or the status to answer, counted in the
+/// metrics either way.
 pub async fn check(engine: &Engine, req: CheckRequest) -> Result<CheckResponse, Status> {
-    // One clock reading is both the request's start and the decisions'
-    // `now`; `check_each` returns the one at its end.
-    let started = engine.now();
     fn item(i: &super::pb::CheckItem) -> engine::CheckRequest<'_> {
         engine::CheckRequest {
             limit: &i.limit,
@@ -55,7 +53,9 @@ pub async fn check(engine: &Engine, req: CheckRequest) -> Result<CheckResponse, 
             cost: i.cost.unwrap_or(1),
         }
     }
-    // A single check (the usual call) needs no collection at all.
+    // A single check (the usual call) needs no collection at all (and
+    // keeps this future small: an inline batch here would grow every
+    // call's allocation on the hot path, whose future holds this one).
     let one: [engine::CheckRequest<'_>; 1];
     let many: Vec<engine::CheckRequest<'_>>;
     let reqs: &[engine::CheckRequest<'_>] = match req.requests.as_slice() {
@@ -68,31 +68,50 @@ pub async fn check(engine: &Engine, req: CheckRequest) -> Result<CheckResponse, 
             &many
         }
     };
-    let limits = engine.limits();
     let mut results = Vec::with_capacity(reqs.len());
+    decide(engine, reqs, |r| results.push(r.message())).await?;
+    Ok(CheckResponse { results })
+}
+
+/// Decides a `Check` call's checks, giving each result's fields to `emit`
+/// in order; the status to answer for a refused batch. Counted in the
+/// metrics either way.
+pub async fn decide(
+    engine: &Engine,
+    reqs: &[engine::CheckRequest<'_>],
+    mut emit: impl FnMut(&ResultFields),
+) -> Result<(), Status> {
+    // One clock reading is both the request's start and the decisions'
+    // `now`; `check_each` returns the one at its end.
+    let started = engine.now();
+    let limits = engine.limits();
     let end = engine
-        .check_each(&limits, reqs, started, |d| {
-            results.push(CheckResult {
-                allowed: d.allowed,
-                limit: d.limit,
-                remaining: d.remaining,
-                retry_after_ms: if d.allowed {
-                    None
-                } else {
-                    d.retry_after.map(ceil_ms)
-                },
-                reset_after_ms: ceil_ms(d.reset_after),
-                delay_ms: ceil_ms(d.delay),
-                reason: d.reason.map(|r| r.as_str().to_string()).unwrap_or_default(),
-            })
-        })
-        .await
-        .map_err(|e| {
-            rejected(Api::GrpcCheck, e.kind());
-            status_of(&e)
-        })?;
+        .check_each(&limits, reqs, started, |d| emit(&ResultFields::of(&d)))
+        .await;
+    counted(engine, started, end)
+}
+
+/// [`decide`] without a future, when every check's limit is in memory
+/// ([`Engine::check_now`]); `None`, nothing decided, otherwise.
+pub fn decide_now(
+    engine: &Engine,
+    reqs: &[engine::CheckRequest<'_>],
+    mut emit: impl FnMut(&ResultFields),
+) -> Option<Result<(), Status>> {
+    let started = engine.now();
+    let limits = engine.limits();
+    let end = engine.check_now(&limits, reqs, started, |d| emit(&ResultFields::of(&d)))?;
+    Some(counted(engine, started, end))
+}
+
+/// A decided call in the metrics: its latency, or its refusal.
+fn counted(engine: &Engine, started: u64, end: Result<u64, CheckError>) -> Result<(), Status> {
+    let end = end.map_err(|e| {
+        rejected(Api::GrpcCheck, e.kind());
+        status_of(&e)
+    })?;
     engine
         .api_metrics
         .observe_ns(Api::GrpcCheck, end.saturating_sub(started));
-    Ok(CheckResponse { results })
+    Ok(())
 }

@@ -1,0 +1,262 @@
+//! The native `Check`'s messages on the wire without prost's message
+//! types, sans-IO: [`decode_check`] borrows a `CheckRequest`'s items from
+//! the request bytes (no `String` per limit and key, no `Vec` of items),
+//! and [`encode_response`] writes the `CheckResult`s straight into the
+//! framed response (no `Vec` of prost messages, no `reason` strings).
+//!
+//! Both are exact to the byte with prost:
+//!
+//! - [`decode_check`] answers `Some` only for a message prost decodes, with
+//!   the same items (the last of a repeated `limit`, `key` or `cost` wins,
+//!   unknown fields are skipped). Anything it does not take (a malformed
+//!   message, invalid UTF-8, a group) is `None`, and the caller decodes
+//!   with prost, which then answers the error it always did.
+//! - [`encode_response`] writes the bytes [`super::frame::encode`] writes for the
+//!   same `CheckResponse`: fields in number order, proto3 defaults (false,
+//!   0, "") left out, `retry_after_ms` present whenever it is set.
+//!
+//! The proto: `proto/drl/v1/ratelimit.proto`.
+
+use bytes::Bytes;
+use smallvec::SmallVec;
+
+use super::frame::PREFIX;
+use super::pb::CheckResult;
+use crate::engine::{CheckRequest, INLINE_BATCH};
+use crate::headers::ceil_ms;
+use drl_core::Decision;
+
+/// A decoded request's checks, borrowed from its bytes (small batches on
+/// the stack).
+pub type Items<'a> = SmallVec<[CheckRequest<'a>; INLINE_BATCH]>;
+
+/// Wire types (the low 3 bits of a field's key).
+const VARINT: u64 = 0;
+const FIXED64: u64 = 1;
+const LEN: u64 = 2;
+const FIXED32: u64 = 5;
+
+/// A `CheckRequest` message (without its gRPC prefix) as its checks, or
+/// `None` when prost should decode it instead (see the module docs). An
+/// item's `cost` is 1 when absent, as the handler reads it.
+pub fn decode_check(msg: &[u8]) -> Option<Items<'_>> {
+    let mut items = Items::new();
+    let mut r = Reader(msg);
+    while !r.0.is_empty() {
+        let (field, wire) = r.key()?;
+        if field == 1 {
+            if wire != LEN {
+                return None;
+            }
+            items.push(item(r.bytes()?)?);
+        } else {
+            r.skip(wire)?;
+        }
+    }
+    Some(items)
+}
+
+/// One `CheckItem` message.
+fn item(msg: &[u8]) -> Option<CheckRequest<'_>> {
+    let mut limit = "";
+    let mut key = "";
+    let mut cost = None;
+    let mut r = Reader(msg);
+    while !r.0.is_empty() {
+        match r.key()? {
+            (1, LEN) => limit = std::str::from_utf8(r.bytes()?).ok()?,
+            (2, LEN) => key = std::str::from_utf8(r.bytes()?).ok()?,
+            (3, VARINT) => cost = Some(r.varint()?),
+            (1..=3, _) => return None,
+            (_, wire) => r.skip(wire)?,
+        }
+    }
+    Some(CheckRequest {
+        limit,
+        key,
+        cost: cost.unwrap_or(1),
+    })
+}
+
+/// The unread rest of a message.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    /// A varint as prost reads it: at most 10 bytes, the tenth at most 1.
+    fn varint(&mut self) -> Option<u64> {
+        let mut value = 0u64;
+        for (i, &b) in self.0.iter().enumerate().take(10) {
+            value |= u64::from(b & 0x7f) << (i * 7);
+            if b < 0x80 {
+                if i == 9 && b > 1 {
+                    return None;
+                }
+                self.0 = &self.0[i + 1..];
+                return Some(value);
+            }
+        }
+        None
+    }
+
+    /// A field's key: its number (at least 1, at most `u32::MAX >> 3`)
+    /// and wire type.
+    fn key(&mut self) -> Option<(u64, u64)> {
+        let key = self.varint()?;
+        if key > u64::from(u32::MAX) || key >> 3 == 0 {
+            return None;
+        }
+        Some((key >> 3, key & 7))
+    }
+
+    /// A length-delimited field's bytes.
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let len = usize::try_from(self.varint()?).ok()?;
+        if len > self.0.len() {
+            return None;
+        }
+        let (b, rest) = self.0.split_at(len);
+        self.0 = rest;
+        Some(b)
+    }
+
+    /// Skips an unknown field's value (groups are left to prost).
+    fn skip(&mut self, wire: u64) -> Option<()> {
+        let n = match wire {
+            VARINT => return self.varint().map(drop),
+            LEN => return self.bytes().map(drop),
+            FIXED64 => 8,
+            FIXED32 => 4,
+            _ => return None,
+        };
+        self.0 = self.0.get(n..)?;
+        Some(())
+    }
+}
+
+/// One `CheckResult`'s fields, as both the prost message and
+/// [`encode_response`] carry them: the one mapping from a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResultFields {
+    /// `allowed`.
+    pub allowed: bool,
+    /// `limit`.
+    pub limit: u64,
+    /// `remaining`.
+    pub remaining: u64,
+    /// `retry_after_ms`: denied only, and only when a wait admits it.
+    pub retry_after_ms: Option<u64>,
+    /// `reset_after_ms`.
+    pub reset_after_ms: u64,
+    /// `delay_ms`.
+    pub delay_ms: u64,
+    /// `reason` ("" when admitted).
+    pub reason: &'static str,
+}
+
+impl ResultFields {
+    /// The fields answering `d`.
+    pub fn of(d: &Decision) -> Self {
+        Self {
+            allowed: d.allowed,
+            limit: d.limit,
+            remaining: d.remaining,
+            retry_after_ms: if d.allowed {
+                None
+            } else {
+                d.retry_after.map(ceil_ms)
+            },
+            reset_after_ms: ceil_ms(d.reset_after),
+            delay_ms: ceil_ms(d.delay),
+            reason: d.reason.map_or("", |r| r.as_str()),
+        }
+    }
+
+    /// The prost message.
+    pub fn message(&self) -> CheckResult {
+        CheckResult {
+            allowed: self.allowed,
+            limit: self.limit,
+            remaining: self.remaining,
+            retry_after_ms: self.retry_after_ms,
+            reset_after_ms: self.reset_after_ms,
+            delay_ms: self.delay_ms,
+            reason: self.reason.to_string(),
+        }
+    }
+
+    /// The encoded message's length.
+    fn encoded_len(&self) -> usize {
+        let opt = |v: u64| if v == 0 { 0 } else { 1 + varint_len(v) };
+        usize::from(self.allowed) * 2
+            + opt(self.limit)
+            + opt(self.remaining)
+            + self.retry_after_ms.map_or(0, |v| 1 + varint_len(v))
+            + opt(self.reset_after_ms)
+            + opt(self.delay_ms)
+            + if self.reason.is_empty() {
+                0
+            } else {
+                1 + varint_len(self.reason.len() as u64) + self.reason.len()
+            }
+    }
+}
+
+/// Bytes of `v` as a varint.
+fn varint_len(v: u64) -> usize {
+    // 1 byte per 7 bits, at least one.
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// A varint field with its one-byte key, left out when 0 (proto3).
+fn put_field(out: &mut Vec<u8>, key: u8, v: u64) {
+    if v != 0 {
+        out.push(key);
+        put_varint(out, v);
+    }
+}
+
+/// A `CheckResponse`'s results (one call's, small batches on the stack).
+pub type Results = SmallVec<[ResultFields; INLINE_BATCH]>;
+
+/// The framed `CheckResponse` of `results`, in one allocation of its
+/// exact size (a `Vec` with spare capacity would cost `Bytes` a second
+/// allocation).
+pub fn encode_response(results: &[ResultFields]) -> Bytes {
+    let lens: SmallVec<[usize; INLINE_BATCH]> =
+        results.iter().map(ResultFields::encoded_len).collect();
+    let body: usize = lens.iter().map(|&n| 1 + varint_len(n as u64) + n).sum();
+    let mut out = Vec::with_capacity(PREFIX + body);
+    out.push(0);
+    out.extend_from_slice(&(body as u32).to_be_bytes());
+    for (r, &len) in results.iter().zip(&lens) {
+        out.push(0x0a); // results = 1, length-delimited
+        put_varint(&mut out, len as u64);
+        put_field(&mut out, 0x08, u64::from(r.allowed));
+        put_field(&mut out, 0x10, r.limit);
+        put_field(&mut out, 0x18, r.remaining);
+        if let Some(v) = r.retry_after_ms {
+            out.push(0x20);
+            put_varint(&mut out, v);
+        }
+        put_field(&mut out, 0x28, r.reset_after_ms);
+        put_field(&mut out, 0x30, r.delay_ms);
+        if !r.reason.is_empty() {
+            out.push(0x3a);
+            put_varint(&mut out, r.reason.len() as u64);
+            out.extend_from_slice(r.reason.as_bytes());
+        }
+    }
+    debug_assert_eq!(out.len(), out.capacity());
+    Bytes::from(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -345,6 +345,14 @@ async fn every_outcome_answers_as_the_h2_engine() {
     .await;
     let r = CheckResponse::decode(&c.body[5..]).unwrap();
     assert!(!r.results[0].allowed, "{r:?}");
+    // Unknown fields (a varint and a string) around the items: skipped,
+    // on the path that answers without a future as on the other.
+    let mut odd = check(&[("api", "k", 1), ("api", "j", 2)]);
+    odd.extend_from_slice(&[0x10, 0x05, 0x1a, 0x01, b'x']);
+    let c = both(&p, CHECK_PATH, &framed(&odd), &[]).await;
+    let r = CheckResponse::decode(&c.body[5..]).unwrap();
+    assert_eq!(r.results.len(), 2, "{r:?}");
+    assert!(r.results.iter().all(|x| x.allowed), "{r:?}");
     // Malformed messages.
     let mut compressed = ok.clone();
     compressed[0] = 1;

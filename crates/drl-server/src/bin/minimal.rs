@@ -273,7 +273,7 @@ impl direct::Unary for MinimalDirect {
         _head: &axum::http::request::Parts,
         msg: Bytes,
     ) -> Result<Bytes, Status> {
-        answer(method, msg)
+        answer(method, &msg)
     }
 }
 
@@ -284,8 +284,12 @@ impl drl_server::h2fast::Service for MinimalDirect {
         direct::Unary::route(self, path)
     }
 
+    fn call_now(&self, method: DirectMethod, msg: &Bytes) -> Option<Result<Bytes, Status>> {
+        Some(answer(method, msg))
+    }
+
     async fn call(&self, method: DirectMethod, msg: Bytes) -> Result<Bytes, Status> {
-        answer(method, msg)
+        answer(method, &msg)
     }
 }
 
@@ -320,7 +324,7 @@ enum GrpcEngine {
 }
 
 /// Decodes a request of `method` and answers it, deciding nothing.
-fn answer(method: DirectMethod, msg: Bytes) -> Result<Bytes, Status> {
+fn answer(method: DirectMethod, msg: &[u8]) -> Result<Bytes, Status> {
     let bad = |e: prost::DecodeError| Status::internal(e.to_string());
     Ok(match method {
         DirectMethod::Check => {

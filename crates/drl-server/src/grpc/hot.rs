@@ -164,6 +164,13 @@ impl h2fast::Service for HotPath {
         <Self as Unary>::timed_out(self, method)
     }
 
+    fn call_now(&self, method: Method, msg: &Bytes) -> Option<Result<Bytes, Status>> {
+        match method {
+            Method::Check if msg.len() < SPAWN_AT => answer_check_now(&self.engine, msg),
+            _ => None,
+        }
+    }
+
     async fn call(&self, method: Method, msg: Bytes) -> Result<Bytes, Status> {
         self.decide(method, msg).await
     }

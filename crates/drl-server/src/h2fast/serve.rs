@@ -7,9 +7,11 @@ use std::pin::{Pin, pin};
 use std::task::Poll;
 use std::time::Instant;
 
+use bytes::Bytes;
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tonic::Status;
 
 use super::conn::{Conn, Job, Reply};
 use super::{Service, Settings};
@@ -83,8 +85,19 @@ where
                             );
                             start += used;
                             for (job, guard) in jobs.drain(..) {
-                                // Most calls are decided at once: polled
-                                // here first, they never enter the set.
+                                // Calls the service answers without a
+                                // future cost no allocation.
+                                let job = match answer_now(svc, job) {
+                                    Ok((id, reply)) => {
+                                        conn.respond(id, reply);
+                                        drop(guard);
+                                        continue;
+                                    }
+                                    Err(job) => job,
+                                };
+                                // Most other calls are decided at once:
+                                // polled here first, they never enter the
+                                // set.
                                 let mut call = Box::pin(run(svc, job, guard));
                                 match call.as_mut().poll(cx) {
                                     Poll::Ready((id, reply, guard)) => {
@@ -165,6 +178,30 @@ where
     Ok(())
 }
 
+/// A call the service answers at once ([`Service::call_now`]): its
+/// stream and reply; any other job back.
+fn answer_now<S: Service>(svc: &S, job: Job<S::Method>) -> Result<(u32, Reply), Job<S::Method>> {
+    if let Job::Call {
+        stream,
+        method,
+        msg,
+        ..
+    } = &job
+        && let Some(r) = svc.call_now(*method, msg)
+    {
+        return Ok((*stream, reply_of(r)));
+    }
+    Err(job)
+}
+
+/// The reply carrying a call's answer.
+fn reply_of(r: Result<Bytes, Status>) -> Reply {
+    match r {
+        Ok(framed) => Reply::Message(framed),
+        Err(s) => Reply::Status(s),
+    }
+}
+
 /// Decides one job; the guard comes back with the answer.
 async fn run<S: Service, G>(svc: &S, job: Job<S::Method>, guard: G) -> (u32, Reply, G) {
     match job {
@@ -175,8 +212,7 @@ async fn run<S: Service, G>(svc: &S, job: Job<S::Method>, guard: G) -> (u32, Rep
             started,
         } => {
             let reply = match bounded(started, svc.timeout(), svc.call(method, msg)).await {
-                Some(Ok(framed)) => Reply::Message(framed),
-                Some(Err(s)) => Reply::Status(s),
+                Some(r) => reply_of(r),
                 None => Reply::Status(svc.timed_out(method)),
             };
             (stream, reply, guard)

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use drl_core::{Clock, Decision, KeyedLimiter, Nanos, SystemClock};
+use drl_core::{Clock, Decision, Nanos, SystemClock};
 use drl_store::StoreError;
 use parking_lot::RwLock;
 use smallvec::SmallVec;
@@ -375,13 +375,15 @@ impl Engine {
             Ok(r) => r,
             Err(e) => return Some(Err(e)),
         };
-        let local: SmallVec<[&KeyedLimiter<String>; INLINE_BATCH]> = resolved
-            .iter()
-            .map(|l| l.backend.local())
-            .collect::<Option<_>>()?;
+        if !resolved.iter().all(|l| l.backend.local().is_some()) {
+            return None;
+        }
         let mut tally = Tally::new(now);
-        for ((r, l), k) in reqs.iter().zip(&resolved).zip(local) {
-            emit(tally.settle(l, r.key, r.cost, k.decide(r.key, now, r.cost)));
+        for (r, l) in reqs.iter().zip(resolved) {
+            // Every one is local (above): nothing is skipped.
+            if let Some(k) = l.backend.local() {
+                emit(tally.settle(l, r.key, r.cost, k.decide(r.key, now, r.cost)));
+            }
         }
         let end = SystemClock.now();
         tally.finish(end);

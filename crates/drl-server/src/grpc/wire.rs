@@ -230,15 +230,14 @@ pub type Results = SmallVec<[ResultFields; INLINE_BATCH]>;
 /// exact size (a `Vec` with spare capacity would cost `Bytes` a second
 /// allocation).
 pub fn encode_response(results: &[ResultFields]) -> Bytes {
-    let lens: SmallVec<[usize; INLINE_BATCH]> =
-        results.iter().map(ResultFields::encoded_len).collect();
-    let body: usize = lens.iter().map(|&n| 1 + varint_len(n as u64) + n).sum();
+    let framed = |n: usize| 1 + varint_len(n as u64) + n;
+    let body: usize = results.iter().map(|r| framed(r.encoded_len())).sum();
     let mut out = Vec::with_capacity(PREFIX + body);
     out.push(0);
     out.extend_from_slice(&(body as u32).to_be_bytes());
-    for (r, &len) in results.iter().zip(&lens) {
+    for r in results {
         out.push(0x0a); // results = 1, length-delimited
-        put_varint(&mut out, len as u64);
+        put_varint(&mut out, r.encoded_len() as u64);
         put_field(&mut out, 0x08, u64::from(r.allowed));
         put_field(&mut out, 0x10, r.limit);
         put_field(&mut out, 0x18, r.remaining);

@@ -357,9 +357,7 @@ impl Engine {
         tally.finish(end);
         Ok(end)
     }
-}
 
-impl Engine {
     /// [`Engine::check_each`] without a future, for a batch whose limits
     /// are all in memory (`local`): `None` (nothing decided, `emit` not
     /// called) when one of them needs a store. A caller holding the batch

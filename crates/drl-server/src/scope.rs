@@ -127,10 +127,7 @@ impl Backend {
     /// The synchronous decision, when this backend has one (local).
     #[inline]
     pub fn decide_now(&self, key: &str, cost: u64, now: Nanos) -> Option<Decision> {
-        match self {
-            Backend::Local(l) => Some(l.decide(key, now, cost)),
-            Backend::Store(_) => None,
-        }
+        self.local().map(|l| l.decide(key, now, cost))
     }
 }
 

@@ -18,6 +18,7 @@
 //! The proto: `proto/drl/v1/ratelimit.proto`.
 
 use bytes::Bytes;
+use prost::encoding::{decode_varint, encode_varint, encoded_len_varint};
 use smallvec::SmallVec;
 
 use super::frame::PREFIX;
@@ -82,20 +83,9 @@ fn item(msg: &[u8]) -> Option<CheckRequest<'_>> {
 struct Reader<'a>(&'a [u8]);
 
 impl<'a> Reader<'a> {
-    /// A varint as prost reads it: at most 10 bytes, the tenth at most 1.
+    /// A varint, read by prost's own reader.
     fn varint(&mut self) -> Option<u64> {
-        let mut value = 0u64;
-        for (i, &b) in self.0.iter().enumerate().take(10) {
-            value |= u64::from(b & 0x7f) << (i * 7);
-            if b < 0x80 {
-                if i == 9 && b > 1 {
-                    return None;
-                }
-                self.0 = &self.0[i + 1..];
-                return Some(value);
-            }
-        }
-        None
+        decode_varint(&mut self.0).ok()
     }
 
     /// A field's key: its number (at least 1, at most `u32::MAX >> 3`)
@@ -186,40 +176,26 @@ impl ResultFields {
 
     /// The encoded message's length.
     fn encoded_len(&self) -> usize {
-        let opt = |v: u64| if v == 0 { 0 } else { 1 + varint_len(v) };
+        let opt = |v: u64| if v == 0 { 0 } else { 1 + encoded_len_varint(v) };
         usize::from(self.allowed) * 2
             + opt(self.limit)
             + opt(self.remaining)
-            + self.retry_after_ms.map_or(0, |v| 1 + varint_len(v))
+            + self.retry_after_ms.map_or(0, |v| 1 + encoded_len_varint(v))
             + opt(self.reset_after_ms)
             + opt(self.delay_ms)
             + if self.reason.is_empty() {
                 0
             } else {
-                1 + varint_len(self.reason.len() as u64) + self.reason.len()
+                1 + encoded_len_varint(self.reason.len() as u64) + self.reason.len()
             }
     }
-}
-
-/// Bytes of `v` as a varint.
-fn varint_len(v: u64) -> usize {
-    // 1 byte per 7 bits, at least one.
-    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
 }
 
 /// A varint field with its one-byte key, left out when 0 (proto3).
 fn put_field(out: &mut Vec<u8>, key: u8, v: u64) {
     if v != 0 {
         out.push(key);
-        put_varint(out, v);
+        encode_varint(v, out);
     }
 }
 
@@ -230,26 +206,26 @@ pub type Results = SmallVec<[ResultFields; INLINE_BATCH]>;
 /// exact size (a `Vec` with spare capacity would cost `Bytes` a second
 /// allocation).
 pub fn encode_response(results: &[ResultFields]) -> Bytes {
-    let framed = |n: usize| 1 + varint_len(n as u64) + n;
+    let framed = |n: usize| 1 + encoded_len_varint(n as u64) + n;
     let body: usize = results.iter().map(|r| framed(r.encoded_len())).sum();
     let mut out = Vec::with_capacity(PREFIX + body);
     out.push(0);
     out.extend_from_slice(&(body as u32).to_be_bytes());
     for r in results {
         out.push(0x0a); // results = 1, length-delimited
-        put_varint(&mut out, r.encoded_len() as u64);
+        encode_varint(r.encoded_len() as u64, &mut out);
         put_field(&mut out, 0x08, u64::from(r.allowed));
         put_field(&mut out, 0x10, r.limit);
         put_field(&mut out, 0x18, r.remaining);
         if let Some(v) = r.retry_after_ms {
             out.push(0x20);
-            put_varint(&mut out, v);
+            encode_varint(v, &mut out);
         }
         put_field(&mut out, 0x28, r.reset_after_ms);
         put_field(&mut out, 0x30, r.delay_ms);
         if !r.reason.is_empty() {
             out.push(0x3a);
-            put_varint(&mut out, r.reason.len() as u64);
+            encode_varint(r.reason.len() as u64, &mut out);
             out.extend_from_slice(r.reason.as_bytes());
         }
     }

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use arc_swap::ArcSwap;
 use drl_core::{Clock, Decision, Nanos, SystemClock};
 use drl_store::StoreError;
-use parking_lot::RwLock;
 use smallvec::SmallVec;
 
 use crate::config::{self, Config, ConfigError};
@@ -115,10 +115,16 @@ pub struct ReloadReport {
     pub kept: usize,
 }
 
+/// The live limits as a request holds them ([`Engine::limits`]).
+pub type LimitsGuard = arc_swap::Guard<Arc<Limits>>;
+
 /// The service's state: live limits and stores.
 #[derive(Debug)]
 pub struct Engine {
-    current: RwLock<Arc<Limits>>,
+    /// The live limits. Read on every request: an `ArcSwap` load writes
+    /// nothing that another thread reads (a lock's or an `Arc`'s count
+    /// would move its cache line between the workers' cores each time).
+    current: ArcSwap<Limits>,
     stores: Stores,
     source: Option<PathBuf>,
     reload_lock: parking_lot::Mutex<()>,
@@ -147,7 +153,7 @@ impl Engine {
         let name = source_name(source.as_ref());
         let limits = Limits::build(config, &stores, &name)?;
         Ok(Self {
-            current: RwLock::new(Arc::new(limits)),
+            current: ArcSwap::from_pointee(limits),
             stores,
             source,
             reload_lock: parking_lot::Mutex::new(()),
@@ -158,10 +164,11 @@ impl Engine {
         })
     }
 
-    /// The live limits.
+    /// The live limits, for the length of a request (a reload meanwhile
+    /// swaps in new ones; these stay alive until the guard is dropped).
     #[inline]
-    pub fn limits(&self) -> Arc<Limits> {
-        self.current.read().clone()
+    pub fn limits(&self) -> LimitsGuard {
+        self.current.load()
     }
 
     /// The stores behind the limits (for the drain: leaving clusters).
@@ -269,7 +276,7 @@ impl Engine {
         self.overrides
             .retain_domains(|d| new.domains.contains_key(d));
         self.overrides.drop_stateless(self.now());
-        *self.current.write() = Arc::new(new);
+        self.current.store(Arc::new(new));
         self.status.configure(&cfg.status);
         self.stores.retain(&live);
         self.stores

@@ -18,10 +18,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::grpc::rls_request::DescriptorView;
 use drl_core::{Algorithm, Quota};
 use drl_store::LimitSpec;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use tonic::Status;
@@ -107,7 +107,7 @@ pub fn build(
 }
 
 /// The value of the entry `sel` reads, if the request has it.
-pub fn lookup<'a>(sel: &Selector, descriptors: &'a [RateLimitDescriptor]) -> Option<&'a str> {
+pub fn lookup<'a>(sel: &Selector, descriptors: &[DescriptorView<'a>]) -> Option<&'a str> {
     match sel {
         Selector::At { index, key } => descriptors
             .get(*index)?
@@ -115,18 +115,18 @@ pub fn lookup<'a>(sel: &Selector, descriptors: &'a [RateLimitDescriptor]) -> Opt
             .iter()
             .rev()
             .find(|e| e.key == *key)
-            .map(|e| e.value.as_str()),
+            .map(|e| e.value),
         Selector::Any { key } => descriptors
             .iter()
             .rev()
             .flat_map(|d| d.entries.iter().rev())
             .find(|e| e.key == *key)
-            .map(|e| e.value.as_str()),
+            .map(|e| e.value),
     }
 }
 
 /// Whether `c` holds (a condition on an absent entry does not).
-pub fn holds(c: &Condition, descriptors: &[RateLimitDescriptor]) -> bool {
+pub fn holds(c: &Condition, descriptors: &[DescriptorView<'_>]) -> bool {
     match lookup(&c.selector, descriptors) {
         None => false,
         Some(v) => (v == c.value) == (c.op == Op::Eq),
@@ -135,7 +135,7 @@ pub fn holds(c: &Condition, descriptors: &[RateLimitDescriptor]) -> bool {
 
 /// The counter key of `rule` for this request, or `None` if the rule does
 /// not apply. Values are joined by U+001F.
-pub fn applies(rule: &Rule, descriptors: &[RateLimitDescriptor]) -> Option<String> {
+pub fn applies(rule: &Rule, descriptors: &[DescriptorView<'_>]) -> Option<String> {
     if !rule.conditions.iter().all(|c| holds(c, descriptors)) {
         return None;
     }
@@ -155,7 +155,7 @@ pub async fn decide<'r>(
     engine: &Engine,
     limits: &Limits,
     rules: &'r [Rule],
-    descriptors: &[RateLimitDescriptor],
+    descriptors: &[DescriptorView<'_>],
     hits: u64,
 ) -> Result<(bool, Option<(u64, &'r Rule, u64)>), Status> {
     let mut hit: Vec<(&Rule, String)> = Vec::new();
@@ -226,7 +226,7 @@ pub async fn should_rate_limit(
     engine: &Engine,
     limits: &Limits,
     rules: &[Rule],
-    descriptors: &[RateLimitDescriptor],
+    descriptors: &[DescriptorView<'_>],
     hits: u64,
 ) -> Result<RateLimitResponse, Status> {
     let (allowed, tightest) = decide(engine, limits, rules, descriptors, hits).await?;

@@ -168,6 +168,10 @@ pub struct Limits {
     pub envoy_limits: Vec<Arc<Limit>>,
     /// limitador limits by namespace (RLS domain).
     pub limitador: crate::limitador::Namespaces,
+    /// True when every limit in `envoy_limits` is in memory (`local`): an
+    /// Envoy RLS call then never waits on a store, and is answered without
+    /// a future ([`crate::grpc::hot`]). Overrides are always in memory.
+    pub rls_in_memory: bool,
     /// Request bounds.
     pub server: ServerConfig,
     /// Listener addresses (read at start only).
@@ -218,11 +222,13 @@ impl Limits {
         }
         let limitador =
             crate::limitador::build(&config.limitador, stores, source, &mut envoy_limits)?;
+        let rls_in_memory = envoy_limits.iter().all(|l| l.backend.local().is_some());
         Ok(Limits {
             limits,
             by_name,
             domains,
             envoy_limits,
+            rls_in_memory,
             limitador,
             server: config.server,
             listen: config.listen.clone(),

@@ -12,6 +12,7 @@
 
 use drl_server::config;
 use drl_server::engine::{CheckRequest, Engine};
+use drl_server::grpc::rls_request::DescriptorView;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use proptest::prelude::*;
@@ -239,9 +240,11 @@ impl Pair {
     async fn limitador(&self, d: &Descs, hits: u64) -> bool {
         let limits = self.limitador.limits();
         let rules = limits.limitador.get(self.namespace).expect("namespace");
-        let (allowed, _) = drl_server::limitador::decide(&self.limitador, &limits, rules, d, hits)
-            .await
-            .unwrap();
+        let views: Vec<DescriptorView<'_>> = d.iter().map(DescriptorView::of).collect();
+        let (allowed, _) =
+            drl_server::limitador::decide(&self.limitador, &limits, rules, &views, hits)
+                .await
+                .unwrap();
         allowed
     }
 

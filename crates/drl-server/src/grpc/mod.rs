@@ -8,6 +8,8 @@ pub mod frame;
 pub mod hot;
 pub mod native;
 pub mod rls;
+pub mod rls_answer;
+pub mod rls_request;
 pub mod wire;
 
 /// Code generated from `proto/drl/v1/ratelimit.proto`.

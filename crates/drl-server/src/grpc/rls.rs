@@ -22,21 +22,19 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit as PbRateLimit,
-};
+use bytes::Bytes;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::Duration;
+use smallvec::SmallVec;
 use tonic::{Request, Response, Status};
 
+use super::rls_answer::{Answer, HeaderFields, LimitFields, StatusFields};
+use super::rls_request::{EntryView, RequestView};
 use crate::engine::{self, Engine};
 use crate::envoy_override::{OverrideError, state_key};
 use crate::headers::ceil_secs;
-use crate::http::push_u64;
-use crate::limits::{EnvoyRule, RuleKind, match_descriptor};
+use crate::limits::{EnvoyRule, Limits, RuleKind, match_descriptor};
 use crate::metrics::{Api, rejected};
 
 /// The `envoy.service.ratelimit.v3.RateLimitService`.
@@ -52,16 +50,10 @@ impl RlsService {
     }
 }
 
-fn duration(ns: u64) -> Duration {
-    Duration {
-        seconds: (ns / 1_000_000_000) as i64,
-        nanos: (ns % 1_000_000_000) as i32,
-    }
-}
-
-fn current_limit(rule: &EnvoyRule) -> PbRateLimit {
-    PbRateLimit {
-        name: rule.name.clone().unwrap_or_default(),
+/// A status's `current_limit`: the rule.
+fn limit_fields(rule: &EnvoyRule) -> LimitFields<'_> {
+    LimitFields {
+        name: rule.name.as_deref().unwrap_or(""),
         requests_per_unit: rule.requests_per_unit,
         unit: rule.unit.proto(),
     }
@@ -74,52 +66,76 @@ const INLINE_DESCRIPTORS: usize = 4;
 /// values ([`state_key`]); otherwise its values joined by U+001F (the
 /// rule's path names the keys). One entry without an override is its value
 /// itself, borrowed; otherwise the key is built in `buf`.
-fn descriptor_key<'a>(buf: &'a mut String, entries: &'a [Entry], is_override: bool) -> &'a str {
+fn descriptor_key<'a>(
+    buf: &'a mut String,
+    entries: &'a [EntryView<'a>],
+    is_override: bool,
+) -> &'a str {
     if is_override {
-        state_key(
-            buf,
-            entries.iter().map(|e| (e.key.as_str(), e.value.as_str())),
-        );
+        state_key(buf, entries.iter().map(|e| (e.key, e.value)));
         return buf;
     }
     if let [one] = entries {
-        return &one.value;
+        return one.value;
     }
     buf.clear();
     for (j, e) in entries.iter().enumerate() {
         if j > 0 {
             buf.push('\u{1f}');
         }
-        buf.push_str(&e.value);
+        buf.push_str(e.value);
     }
     buf
 }
 
-fn u64_string(n: u64) -> String {
-    itoa::Buffer::new().format(n).to_owned()
+/// The `RateLimit-*` headers of the most restrictive limited status: its
+/// rule, the requests it has left, and the nanoseconds until it resets.
+fn header_fields(rule: &EnvoyRule, remaining: u64, reset: u64) -> HeaderFields {
+    HeaderFields {
+        requests_per_unit: u64::from(rule.requests_per_unit),
+        window_secs: rule.unit.window() / 1_000_000_000,
+        remaining,
+        reset_secs: ceil_secs(reset),
+    }
 }
 
-/// The `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset`
-/// headers of the most restrictive limited status.
-fn ratelimit_headers(rule: &EnvoyRule, remaining: u64, reset: u64) -> Vec<HeaderValue> {
-    let h = |k: &str, value: String| HeaderValue {
-        key: k.to_string(),
-        value,
-        ..Default::default()
-    };
-    // "{rpu}, {rpu};w={window seconds}"
-    let rpu = u64::from(rule.requests_per_unit);
-    let mut limit = String::with_capacity(48);
-    push_u64(&mut limit, rpu);
-    limit.push_str(", ");
-    push_u64(&mut limit, rpu);
-    limit.push_str(";w=");
-    push_u64(&mut limit, rule.unit.window() / 1_000_000_000);
-    vec![
-        h("RateLimit-Limit", limit),
-        h("RateLimit-Remaining", u64_string(remaining)),
-        h("RateLimit-Reset", u64_string(ceil_secs(reset))),
-    ]
+/// What a call's answer becomes: the prost message (tonic's service) or
+/// the framed response (the hot path, [`super::hot`]).
+pub trait Render {
+    /// The rendered answer.
+    type Out;
+    /// Renders an answer made of fields.
+    fn answer(a: &Answer<'_>) -> Self::Out;
+    /// Renders a prost message (what a limitador domain answers).
+    fn message(m: RateLimitResponse) -> Self::Out;
+}
+
+/// [`Render`] to the prost message.
+#[derive(Debug)]
+pub struct AsMessage;
+
+impl Render for AsMessage {
+    type Out = RateLimitResponse;
+    fn answer(a: &Answer<'_>) -> RateLimitResponse {
+        a.message()
+    }
+    fn message(m: RateLimitResponse) -> RateLimitResponse {
+        m
+    }
+}
+
+/// [`Render`] to the framed response bytes.
+#[derive(Debug)]
+pub struct Framed;
+
+impl Render for Framed {
+    type Out = Bytes;
+    fn answer(a: &Answer<'_>) -> Bytes {
+        a.encode()
+    }
+    fn message(m: RateLimitResponse) -> Bytes {
+        super::frame::encode(&m)
+    }
 }
 
 #[tonic::async_trait]
@@ -141,6 +157,18 @@ pub async fn should_rate_limit(
     engine: &Engine,
     req: RateLimitRequest,
 ) -> Result<RateLimitResponse, Status> {
+    should_rate_limit_on::<AsMessage>(engine, &engine.limits(), &RequestView::of(&req)).await
+}
+
+/// [`should_rate_limit`] on `limits` (the caller's reading of
+/// [`Engine::limits`]), the answer rendered by `R`. When
+/// `limits.rls_in_memory`, every decision is made in memory and the future
+/// is ready at its first poll.
+pub async fn should_rate_limit_on<R: Render>(
+    engine: &Engine,
+    limits: &Limits,
+    req: &RequestView<'_>,
+) -> Result<R::Out, Status> {
     // One clock reading serves as the request's start, the decisions'
     // `now` and the overrides' clock; one more at the end.
     let started = engine.now();
@@ -156,20 +184,19 @@ pub async fn should_rate_limit(
             "rate limit descriptor list must not be empty",
         ));
     }
-    let limits = engine.limits();
     // (`limitador` is a SipHash map: skip the hash when it is empty.)
     if !limits.limitador.is_empty()
-        && let Some(rules) = limits.limitador.get(&req.domain)
+        && let Some(rules) = limits.limitador.get(req.domain)
     {
         let hits = u64::from(req.hits_addend.max(1));
         let resp =
-            crate::limitador::should_rate_limit(engine, &limits, rules, &req.descriptors, hits)
+            crate::limitador::should_rate_limit(engine, limits, rules, &req.descriptors, hits)
                 .await?;
         let took = engine.now().saturating_sub(started);
         engine.api_metrics.observe_ns(Api::EnvoyRls, took);
-        return Ok(resp);
+        return Ok(R::message(resp));
     }
-    let Some(root) = limits.domains.get(&req.domain) else {
+    let Some(root) = limits.domains.get(req.domain) else {
         rejected(Api::EnvoyRls, "unknown_domain");
         let mut known: Vec<&str> = limits.domains.keys().map(String::as_str).collect();
         known.sort_unstable();
@@ -192,11 +219,11 @@ pub async fn should_rate_limit(
             .descriptors
             .iter()
             .enumerate()
-            .filter_map(|(i, d)| d.limit.as_ref().map(|o| (i, o.requests_per_unit, o.unit)))
+            .filter_map(|(i, d)| d.limit.map(|o| (i, o.requests_per_unit, o.unit)))
             .collect();
         let made = engine
             .overrides
-            .rules(&req.domain, &wanted, started)
+            .rules(req.domain, &wanted, started)
             .map_err(|e| {
                 rejected(Api::EnvoyRls, e.kind());
                 match e {
@@ -223,7 +250,7 @@ pub async fn should_rate_limit(
     for (i, (d, slot)) in req.descriptors.iter().zip(rules.iter_mut()).enumerate() {
         *slot = match overridden.get(i) {
             Some(Some(r)) => Some(&**r),
-            _ => match_descriptor(root, d.entries.iter().map(|e| (&e.key, &e.value))),
+            _ => match_descriptor(root, d.entries.iter().map(|e| (e.key, e.value))),
         };
     }
     if rules.iter().flatten().any(|r| !r.replaces.is_empty()) {
@@ -242,22 +269,22 @@ pub async fn should_rate_limit(
     }
     let now = started;
     let mut tally = engine::Tally::new(now);
-    let mut statuses = Vec::with_capacity(rules.len());
+    let mut statuses = SmallVec::with_capacity(rules.len());
     let mut overall = Code::Ok;
     // (remaining, rule, reset_ns) of the most restrictive limited status.
     let mut tightest: Option<(u64, &EnvoyRule, u64)> = None;
     let mut key_buf = String::new();
     for (i, (d, rule)) in req.descriptors.iter().zip(rules.iter()).enumerate() {
-        let cost = d.hits_addend.as_ref().map_or(hits, |h| h.value);
+        let cost = d.hits_addend.unwrap_or(hits);
         let Some(rule) = rule else {
-            statuses.push(DescriptorStatus {
+            statuses.push(StatusFields {
                 code: Code::Ok as i32,
                 ..Default::default()
             });
             continue;
         };
         let status = match &rule.kind {
-            RuleKind::Unlimited => DescriptorStatus {
+            RuleKind::Unlimited => StatusFields {
                 code: Code::Ok as i32,
                 limit_remaining: u32::MAX,
                 ..Default::default()
@@ -275,12 +302,11 @@ pub async fn should_rate_limit(
                 if tightest.is_none_or(|t| t.0 > 0) {
                     tightest = Some((0, rule, reset));
                 }
-                DescriptorStatus {
+                StatusFields {
                     code: code as i32,
-                    current_limit: Some(current_limit(rule)),
+                    current_limit: Some(limit_fields(rule)),
                     limit_remaining: 0,
-                    duration_until_reset: Some(duration(reset)),
-                    ..Default::default()
+                    duration_until_reset: Some(reset),
                 }
             }
             RuleKind::Limited(limit) => {
@@ -292,11 +318,11 @@ pub async fn should_rate_limit(
                     // let any long header value bypass the limit. So
                     // this descriptor is over the limit instead.
                     rejected(Api::EnvoyRls, "key_too_long");
-                    DescriptorStatus {
+                    StatusFields {
                         code: Code::OverLimit as i32,
-                        current_limit: Some(current_limit(rule)),
+                        current_limit: Some(limit_fields(rule)),
                         limit_remaining: 0,
-                        ..Default::default()
+                        duration_until_reset: None,
                     }
                 } else {
                     let dec = match engine::decide_raw(limit, key, cost, now).await {
@@ -316,16 +342,15 @@ pub async fn should_rate_limit(
                     if tightest.is_none_or(|t| t.0 > dec.remaining) {
                         tightest = Some((dec.remaining, rule, reset));
                     }
-                    DescriptorStatus {
+                    StatusFields {
                         code: if dec.allowed {
                             Code::Ok
                         } else {
                             Code::OverLimit
                         } as i32,
-                        current_limit: Some(current_limit(rule)),
+                        current_limit: Some(limit_fields(rule)),
                         limit_remaining: u32::try_from(dec.remaining).unwrap_or(u32::MAX),
-                        duration_until_reset: Some(duration(reset)),
-                        ..Default::default()
+                        duration_until_reset: Some(reset),
                     }
                 }
             }
@@ -335,30 +360,42 @@ pub async fn should_rate_limit(
         }
         statuses.push(status);
     }
-    let response_headers_to_add = match tightest {
+    let headers = match tightest {
         Some((remaining, rule, reset)) if limits.server.envoy_response_headers => {
-            ratelimit_headers(rule, remaining, reset)
+            Some(header_fields(rule, remaining, reset))
         }
-        _ => Vec::new(),
+        _ => None,
     };
     let end = engine.now();
     tally.finish(end);
     engine
         .api_metrics
         .observe_ns(Api::EnvoyRls, end.saturating_sub(started));
-    Ok(RateLimitResponse {
+    Ok(R::answer(&Answer {
         overall_code: overall as i32,
         statuses,
-        response_headers_to_add,
-        ..Default::default()
-    })
+        headers,
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::envoy::Unit;
+    use crate::http::push_u64;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
     use proptest::prelude::*;
+
+    /// Prost entries, viewed as the handler reads them.
+    fn view(entries: &[Entry]) -> Vec<EntryView<'_>> {
+        entries
+            .iter()
+            .map(|e| EntryView {
+                key: &e.key,
+                value: &e.value,
+            })
+            .collect()
+    }
 
     /// The key as the handler built it before `descriptor_key`: always in a
     /// fresh buffer.
@@ -397,7 +434,7 @@ mod tests {
             stale in "\\PC{0,12}",
         ) {
             let mut buf = stale;
-            let got = descriptor_key(&mut buf, &es, is_override).to_string();
+            let got = descriptor_key(&mut buf, &view(&es), is_override).to_string();
             prop_assert_eq!(got, reference_key(&es, is_override));
         }
 
@@ -427,7 +464,13 @@ mod tests {
                 unit,
                 requests_per_unit: rpu,
             };
-            let got: Vec<(String, String)> = ratelimit_headers(&rule, remaining, reset)
+            let answer = Answer {
+                headers: Some(header_fields(&rule, remaining, reset)),
+                ..Default::default()
+            };
+            let got: Vec<(String, String)> = answer
+                .message()
+                .response_headers_to_add
                 .into_iter()
                 .map(|h| (h.key, h.value))
                 .collect();
@@ -448,7 +491,84 @@ mod tests {
             value: "v".into(),
         }];
         let mut buf = String::new();
-        let key = descriptor_key(&mut buf, &es, false);
+        let v = view(&es);
+        let key = descriptor_key(&mut buf, &v, false);
         assert!(std::ptr::eq(key.as_ptr(), es[0].value.as_ptr()));
+    }
+
+    /// Every kind of RLS call on limits in memory is answered at the
+    /// first poll: what the hot path's `answer_rls_now` relies on.
+    #[test]
+    fn in_memory_calls_are_ready_at_the_first_poll() {
+        use crate::config;
+        use crate::grpc::rls_request::{DescriptorView, OverrideView};
+        use futures::FutureExt as _;
+
+        let envoy = Engine::new(
+            &config::parse(
+                "envoy:
+  - domain: edge
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 2}
+      - key: open
+        rate_limit: {unlimited: true}
+      - key: blocked
+        rate_limit: {unit: second, requests_per_unit: 0}
+",
+                "<test>",
+            )
+            .unwrap(),
+            None,
+        )
+        .unwrap();
+        let limitador = Engine::new(
+            &config::parse(
+                "- namespace: api
+  max_value: 1
+  seconds: 60
+  conditions: []
+  variables: [\"descriptors[0].z\"]
+",
+                "<test>",
+            )
+            .unwrap(),
+            None,
+        )
+        .unwrap();
+        let one = |domain: &'static str, key: &'static str, limit: Option<OverrideView>| {
+            let mut d = DescriptorView::default();
+            d.entries.push(EntryView { key, value: "v" });
+            d.limit = limit;
+            let mut r = RequestView {
+                domain,
+                ..Default::default()
+            };
+            r.descriptors.push(d);
+            r
+        };
+        let over = Some(OverrideView {
+            requests_per_unit: 1,
+            unit: 1,
+        });
+        let cases = [
+            (&envoy, one("edge", "user", None)),
+            (&envoy, one("edge", "open", None)),
+            (&envoy, one("edge", "blocked", None)),
+            (&envoy, one("edge", "unmatched", None)),
+            (&envoy, one("edge", "user", over)),
+            (&envoy, one("nowhere", "user", None)),
+            (&envoy, RequestView::default()),
+            (&limitador, one("api", "z", None)),
+        ];
+        for (engine, req) in &cases {
+            let limits = engine.limits();
+            assert!(limits.rls_in_memory);
+            // Three times: allowed, then over the limit, then denied.
+            for _ in 0..3 {
+                let call = should_rate_limit_on::<AsMessage>(engine, &limits, req);
+                assert!(call.now_or_never().is_some(), "{req:?}");
+            }
+        }
     }
 }

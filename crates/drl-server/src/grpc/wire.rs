@@ -32,10 +32,10 @@ use drl_core::Decision;
 pub type Items<'a> = SmallVec<[CheckRequest<'a>; INLINE_BATCH]>;
 
 /// Wire types (the low 3 bits of a field's key).
-const VARINT: u64 = 0;
-const FIXED64: u64 = 1;
-const LEN: u64 = 2;
-const FIXED32: u64 = 5;
+pub(super) const VARINT: u64 = 0;
+pub(super) const FIXED64: u64 = 1;
+pub(super) const LEN: u64 = 2;
+pub(super) const FIXED32: u64 = 5;
 
 /// A `CheckRequest` message (without its gRPC prefix) as its checks, or
 /// `None` when prost should decode it instead (see the module docs). An
@@ -80,17 +80,17 @@ fn item(msg: &[u8]) -> Option<CheckRequest<'_>> {
 }
 
 /// The unread rest of a message.
-struct Reader<'a>(&'a [u8]);
+pub(super) struct Reader<'a>(pub(super) &'a [u8]);
 
 impl<'a> Reader<'a> {
     /// A varint, read by prost's own reader.
-    fn varint(&mut self) -> Option<u64> {
+    pub(super) fn varint(&mut self) -> Option<u64> {
         decode_varint(&mut self.0).ok()
     }
 
     /// A field's key: its number (at least 1, at most `u32::MAX >> 3`)
     /// and wire type.
-    fn key(&mut self) -> Option<(u64, u64)> {
+    pub(super) fn key(&mut self) -> Option<(u64, u64)> {
         let key = self.varint()?;
         if key > u64::from(u32::MAX) || key >> 3 == 0 {
             return None;
@@ -99,7 +99,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A length-delimited field's bytes.
-    fn bytes(&mut self) -> Option<&'a [u8]> {
+    pub(super) fn bytes(&mut self) -> Option<&'a [u8]> {
         let len = usize::try_from(self.varint()?).ok()?;
         if len > self.0.len() {
             return None;
@@ -110,7 +110,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Skips an unknown field's value (groups are left to prost).
-    fn skip(&mut self, wire: u64) -> Option<()> {
+    pub(super) fn skip(&mut self, wire: u64) -> Option<()> {
         let n = match wire {
             VARINT => return self.varint().map(drop),
             LEN => return self.bytes().map(drop),

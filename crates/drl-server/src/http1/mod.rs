@@ -29,9 +29,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::auth::{Auth, Class};
-use crate::engine::Engine;
+use crate::engine::{Engine, LimitsGuard};
 use crate::http::Answer;
-use crate::limits::Limits;
 use crate::metrics::Api;
 
 /// Why a check was refused before its body was read.
@@ -95,17 +94,17 @@ impl DrlCheck {
 }
 
 impl Handler for DrlCheck {
-    type Req = Arc<Limits>;
+    type Req = LimitsGuard;
 
-    fn begin(&self) -> Arc<Limits> {
+    fn begin(&self) -> LimitsGuard {
         self.engine.limits()
     }
 
-    fn max_body(req: &Arc<Limits>) -> usize {
+    fn max_body(req: &LimitsGuard) -> usize {
         req.server.max_body_bytes
     }
 
-    fn timeout(req: &Arc<Limits>) -> Duration {
+    fn timeout(req: &LimitsGuard) -> Duration {
         Duration::from_millis(req.server.request_timeout_ms)
     }
 
@@ -115,15 +114,15 @@ impl Handler for DrlCheck {
             .map_err(|d| Refused::Response(Box::new(d.http_response())))
     }
 
-    fn too_large(&self, req: &Arc<Limits>) -> Answer {
+    fn too_large(&self, req: &LimitsGuard) -> Answer {
         crate::http::too_large_answer(Api::HttpCheck, req.server.max_body_bytes)
     }
 
-    fn timed_out(&self, req: &Arc<Limits>) -> Answer {
+    fn timed_out(&self, req: &LimitsGuard) -> Answer {
         crate::http::timed_out_answer(Api::HttpCheck, req.server.request_timeout_ms)
     }
 
-    async fn check(&self, req: &Arc<Limits>, body: &[u8], started: Instant) -> Answer {
+    async fn check(&self, req: &LimitsGuard, body: &[u8], started: Instant) -> Answer {
         crate::http::check_answer(&self.engine, req, body, started).await
     }
 }

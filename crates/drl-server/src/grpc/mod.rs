@@ -7,6 +7,8 @@ pub mod direct;
 pub mod frame;
 pub mod hot;
 pub mod native;
+#[cfg(test)]
+mod proto_gen;
 pub mod rls;
 pub mod rls_answer;
 pub mod rls_request;

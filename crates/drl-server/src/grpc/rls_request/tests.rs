@@ -4,10 +4,9 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::google::protobuf::UInt64Value;
 use proptest::prelude::*;
 use prost::Message as _;
-use prost::encoding::encode_varint;
 
 use super::*;
-use crate::grpc::wire::{FIXED32, FIXED64};
+use crate::grpc::proto_gen::{Field, field, put_fields, put_len};
 
 /// A view as owned values, to compare.
 type Owned = (String, Vec<OwnedDescriptor>, u32);
@@ -120,61 +119,6 @@ fn a_repeated_override_merges_as_prost_merges_it() {
         })
     );
     assert_eq!(ours(&msg).ok_or(()), theirs(&msg).map_err(drop));
-}
-
-fn put_varint(out: &mut Vec<u8>, v: u64) {
-    encode_varint(v, out);
-}
-
-fn put_len(out: &mut Vec<u8>, field: u64, b: &[u8]) {
-    put_varint(out, field << 3 | LEN);
-    put_varint(out, b.len() as u64);
-    out.extend_from_slice(b);
-}
-
-/// One field of a hand-built message (any order, repeats, unknown
-/// fields, wrong wire types: what a client other than prost may send).
-#[derive(Debug, Clone)]
-enum Field {
-    Str(u64, Vec<u8>),
-    Varint(u64, u64),
-    Fixed64(u64),
-    Fixed32(u64),
-}
-
-fn put_fields(out: &mut Vec<u8>, fields: &[Field]) {
-    for f in fields {
-        match f {
-            Field::Str(n, b) => put_len(out, *n, b),
-            Field::Varint(n, v) => {
-                put_varint(out, n << 3 | VARINT);
-                put_varint(out, *v);
-            }
-            Field::Fixed64(n) => {
-                put_varint(out, n << 3 | FIXED64);
-                out.extend_from_slice(&[7; 8]);
-            }
-            Field::Fixed32(n) => {
-                put_varint(out, n << 3 | FIXED32);
-                out.extend_from_slice(&[7; 4]);
-            }
-        }
-    }
-}
-
-fn field() -> impl Strategy<Value = Field> {
-    let text = prop_oneof![
-        "[a-z]{0,6}".prop_map(String::into_bytes),
-        ".{0,4}".prop_map(String::into_bytes),
-        prop::collection::vec(any::<u8>(), 0..4),
-    ];
-    let n = prop_oneof![Just(1u64), Just(2), Just(3), 4u64..40, Just(536_870_911)];
-    prop_oneof![
-        (n.clone(), text).prop_map(|(n, b)| Field::Str(n, b)),
-        (n.clone(), any::<u64>()).prop_map(|(n, v)| Field::Varint(n, v)),
-        n.clone().prop_map(Field::Fixed64),
-        n.prop_map(Field::Fixed32),
-    ]
 }
 
 /// Fields of a message whose length-delimited fields 1 ..= `nested` hold

@@ -1,6 +1,7 @@
 use super::*;
 use crate::grpc::frame;
 use crate::grpc::pb::{CheckItem, CheckRequest as PbRequest, CheckResponse};
+use crate::grpc::proto_gen::{Field, field, put_fields, put_len, put_varint};
 use drl_core::DenyReason;
 use proptest::prelude::*;
 use prost::Message as _;
@@ -22,61 +23,6 @@ fn ours(msg: &[u8]) -> Option<Vec<(String, String, u64)>> {
             .map(|i| (i.limit.to_string(), i.key.to_string(), i.cost))
             .collect()
     })
-}
-
-fn put_varint(out: &mut Vec<u8>, v: u64) {
-    encode_varint(v, out);
-}
-
-fn put_len(out: &mut Vec<u8>, field: u64, b: &[u8]) {
-    put_varint(out, field << 3 | LEN);
-    put_varint(out, b.len() as u64);
-    out.extend_from_slice(b);
-}
-
-/// One field of a hand-built message (any order, repeats, unknown
-/// fields: what a client other than prost may send).
-#[derive(Debug, Clone)]
-enum Field {
-    Str(u64, Vec<u8>),
-    Varint(u64, u64),
-    Fixed64(u64),
-    Fixed32(u64),
-}
-
-fn put_fields(out: &mut Vec<u8>, fields: &[Field]) {
-    for f in fields {
-        match f {
-            Field::Str(n, b) => put_len(out, *n, b),
-            Field::Varint(n, v) => {
-                put_varint(out, n << 3 | VARINT);
-                put_varint(out, *v);
-            }
-            Field::Fixed64(n) => {
-                put_varint(out, n << 3 | FIXED64);
-                out.extend_from_slice(&[7; 8]);
-            }
-            Field::Fixed32(n) => {
-                put_varint(out, n << 3 | FIXED32);
-                out.extend_from_slice(&[7; 4]);
-            }
-        }
-    }
-}
-
-fn field() -> impl Strategy<Value = Field> {
-    let text = prop_oneof![
-        "[a-z]{0,6}".prop_map(String::into_bytes),
-        ".{0,4}".prop_map(String::into_bytes),
-        prop::collection::vec(any::<u8>(), 0..4),
-    ];
-    let n = prop_oneof![Just(1u64), Just(2), Just(3), 4u64..40, Just(536_870_911)];
-    prop_oneof![
-        (n.clone(), text).prop_map(|(n, b)| Field::Str(n, b)),
-        (n.clone(), any::<u64>()).prop_map(|(n, v)| Field::Varint(n, v)),
-        n.clone().prop_map(Field::Fixed64),
-        n.prop_map(Field::Fixed32),
-    ]
 }
 
 fn result_fields() -> impl Strategy<Value = ResultFields> {

@@ -152,3 +152,40 @@ fn config_check_names_the_line_of_an_unsupported_condition() {
     assert!(out.contains(&format!("{}:20:43: ", f.display())), "{out}");
     assert!(out.contains("||"), "{out}");
 }
+
+/// A limitador file scoped to Redis: two `drl serve` processes share its
+/// counters through one real redis-server. Its RLS calls wait on the store
+/// (the handler's async path, not the in-memory one), and the namespace's
+/// limits hold across both nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_scoped_limitador_file_holds_across_two_nodes() {
+    let redis = common::Redis::start();
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("limits.yaml");
+    std::fs::write(&f, LIMITS).unwrap();
+    let config = format!(
+        "redis:\n  url: {}\n  engine: lua\nredis_resilience:\n  \
+         default_policy: {{timeout_ms: 2000, on_store_error: deny}}\n\
+         limitador:\n  - file: {}\n    scope: redis\n",
+        redis.url(),
+        f.display()
+    );
+    let (a, b) = (Drl::start(&config), Drl::start(&config));
+    let mut ca = RateLimitServiceClient::connect(a.grpc_url()).await.unwrap();
+    let mut cb = RateLimitServiceClient::connect(b.grpc_url()).await.unwrap();
+    // 3 per varA value, shared: alternate between the nodes.
+    let a1 = [("keyA", "valueA"), ("varA", "1")];
+    let mut ok = 0;
+    for i in 0..8 {
+        let c = if i % 2 == 0 { &mut ca } else { &mut cb };
+        if ask(c, "test_namespace", &a1, 1).await == OK {
+            ok += 1;
+        }
+    }
+    assert_eq!(ok, 3, "the namespace's limit holds across both nodes");
+    // Another value has its own counter; hits beyond the room count nothing.
+    let u = [("req.method", "DELETE"), ("user_id", "ann")];
+    assert_eq!(ask(&mut ca, "other", &u, 3).await, OVER);
+    assert_eq!(ask(&mut cb, "other", &u, 2).await, OK);
+    assert_eq!(ask(&mut ca, "other", &u, 1).await, OVER);
+}

@@ -30,7 +30,7 @@ use smallvec::SmallVec;
 use tonic::{Request, Response, Status};
 
 use super::rls_answer::{Answer, HeaderFields, LimitFields, StatusFields};
-use super::rls_request::{EntryView, RequestView};
+use super::rls_request::{EntryView, INLINE_DESCRIPTORS, RequestView};
 use crate::engine::{self, Engine};
 use crate::envoy_override::{OverrideError, state_key};
 use crate::headers::ceil_secs;
@@ -58,9 +58,6 @@ fn limit_fields(rule: &EnvoyRule) -> LimitFields<'_> {
         unit: rule.unit.proto(),
     }
 }
-
-/// Descriptors whose rules are held on the stack (more go to the heap).
-const INLINE_DESCRIPTORS: usize = 4;
 
 /// The state key of a limited descriptor: under an override its keys and
 /// values ([`state_key`]); otherwise its values joined by U+001F (the

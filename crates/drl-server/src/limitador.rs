@@ -18,12 +18,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::grpc::rls_answer::{Answer, HeaderFields};
 use crate::grpc::rls_request::DescriptorView;
 use drl_core::{Algorithm, Quota};
 use drl_store::LimitSpec;
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use smallvec::SmallVec;
 use tonic::Status;
 
 use crate::config::limitador::{Condition, LimitadorSource, Op, Selector};
@@ -228,27 +228,19 @@ pub async fn should_rate_limit(
     rules: &[Rule],
     descriptors: &[DescriptorView<'_>],
     hits: u64,
-) -> Result<RateLimitResponse, Status> {
+) -> Result<Answer<'static>, Status> {
     let (allowed, tightest) = decide(engine, limits, rules, descriptors, hits).await?;
-    let mut response_headers_to_add = Vec::new();
-    if limits.server.envoy_response_headers
-        && let Some((remaining, rule, reset)) = tightest
-    {
-        let h = |k: &str, v: String| HeaderValue {
-            key: k.to_string(),
-            value: v,
-            ..Default::default()
-        };
-        response_headers_to_add.push(h(
-            "RateLimit-Limit",
-            format!("{0}, {0};w={1}", rule.max_value, rule.seconds),
-        ));
-        response_headers_to_add.push(h("RateLimit-Remaining", remaining.to_string()));
-        response_headers_to_add.push(h("RateLimit-Reset", headers::ceil_secs(reset).to_string()));
-    }
-    Ok(RateLimitResponse {
+    let headers = tightest
+        .filter(|_| limits.server.envoy_response_headers)
+        .map(|(remaining, rule, reset)| HeaderFields {
+            requests_per_unit: rule.max_value,
+            window_secs: rule.seconds,
+            remaining,
+            reset_secs: headers::ceil_secs(reset),
+        });
+    Ok(Answer {
         overall_code: if allowed { Code::Ok } else { Code::OverLimit } as i32,
-        response_headers_to_add,
-        ..Default::default()
+        statuses: SmallVec::new(),
+        headers,
     })
 }

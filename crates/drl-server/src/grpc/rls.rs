@@ -101,10 +101,8 @@ fn header_fields(rule: &EnvoyRule, remaining: u64, reset: u64) -> HeaderFields {
 pub trait Render {
     /// The rendered answer.
     type Out;
-    /// Renders an answer made of fields.
+    /// Renders an answer.
     fn answer(a: &Answer<'_>) -> Self::Out;
-    /// Renders a prost message (what a limitador domain answers).
-    fn message(m: RateLimitResponse) -> Self::Out;
 }
 
 /// [`Render`] to the prost message.
@@ -116,9 +114,6 @@ impl Render for AsMessage {
     fn answer(a: &Answer<'_>) -> RateLimitResponse {
         a.message()
     }
-    fn message(m: RateLimitResponse) -> RateLimitResponse {
-        m
-    }
 }
 
 /// [`Render`] to the framed response bytes.
@@ -129,9 +124,6 @@ impl Render for Framed {
     type Out = Bytes;
     fn answer(a: &Answer<'_>) -> Bytes {
         a.encode()
-    }
-    fn message(m: RateLimitResponse) -> Bytes {
-        super::frame::encode(&m)
     }
 }
 
@@ -186,12 +178,12 @@ pub async fn should_rate_limit_on<R: Render>(
         && let Some(rules) = limits.limitador.get(req.domain)
     {
         let hits = u64::from(req.hits_addend.max(1));
-        let resp =
+        let answer =
             crate::limitador::should_rate_limit(engine, limits, rules, &req.descriptors, hits)
                 .await?;
         let took = engine.now().saturating_sub(started);
         engine.api_metrics.observe_ns(Api::EnvoyRls, took);
-        return Ok(R::message(resp));
+        return Ok(R::answer(&answer));
     }
     let Some(root) = limits.domains.get(req.domain) else {
         rejected(Api::EnvoyRls, "unknown_domain");

@@ -26,7 +26,6 @@ use tonic::Status;
 use super::direct::{self, RecvBody, Unary};
 use super::frame;
 use super::pb::CheckRequest;
-use super::rls::Framed;
 use super::rls_request::{self, RequestView};
 use super::wire;
 use crate::auth::{Auth, Class};
@@ -243,7 +242,7 @@ pub async fn answer(engine: &Engine, method: Method, msg: Bytes) -> Result<Bytes
             }
             let req = RateLimitRequest::decode(msg).map_err(bad)?;
             let view = RequestView::of(&req);
-            super::rls::should_rate_limit_on::<Framed>(engine, &engine.limits(), &view).await
+            super::rls::should_rate_limit_on(engine, &engine.limits(), &view, |a| a.encode()).await
         }
         Method::Check => {
             // The usual call (a message prost would read the same, on
@@ -295,7 +294,7 @@ fn answer_rls_now(engine: &Engine, msg: &[u8]) -> Option<Result<Bytes, Status>> 
             RequestView::of(&decoded)
         }
     };
-    let call = super::rls::should_rate_limit_on::<Framed>(engine, &limits, &view);
+    let call = super::rls::should_rate_limit_on(engine, &limits, &view, |a| a.encode());
     let Some(framed) = futures::FutureExt::now_or_never(call) else {
         // Unreachable while the above holds (a test pins it); answered as
         // a failure rather than dropped silently if it ever breaks.

@@ -22,7 +22,6 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
@@ -96,37 +95,6 @@ fn header_fields(rule: &EnvoyRule, remaining: u64, reset: u64) -> HeaderFields {
     }
 }
 
-/// What a call's answer becomes: the prost message (tonic's service) or
-/// the framed response (the hot path, [`super::hot`]).
-pub trait Render {
-    /// The rendered answer.
-    type Out;
-    /// Renders an answer.
-    fn answer(a: &Answer<'_>) -> Self::Out;
-}
-
-/// [`Render`] to the prost message.
-#[derive(Debug)]
-pub struct AsMessage;
-
-impl Render for AsMessage {
-    type Out = RateLimitResponse;
-    fn answer(a: &Answer<'_>) -> RateLimitResponse {
-        a.message()
-    }
-}
-
-/// [`Render`] to the framed response bytes.
-#[derive(Debug)]
-pub struct Framed;
-
-impl Render for Framed {
-    type Out = Bytes;
-    fn answer(a: &Answer<'_>) -> Bytes {
-        a.encode()
-    }
-}
-
 #[tonic::async_trait]
 impl RateLimitService for RlsService {
     async fn should_rate_limit(
@@ -146,18 +114,23 @@ pub async fn should_rate_limit(
     engine: &Engine,
     req: RateLimitRequest,
 ) -> Result<RateLimitResponse, Status> {
-    should_rate_limit_on::<AsMessage>(engine, &engine.limits(), &RequestView::of(&req)).await
+    should_rate_limit_on(engine, &engine.limits(), &RequestView::of(&req), |a| {
+        a.message()
+    })
+    .await
 }
 
 /// [`should_rate_limit`] on `limits` (the caller's reading of
-/// [`Engine::limits`]), the answer rendered by `R`. When
-/// `limits.rls_in_memory`, every decision is made in memory and the future
-/// is ready at its first poll.
-pub async fn should_rate_limit_on<R: Render>(
+/// [`Engine::limits`]), the answer rendered by `render`
+/// ([`Answer::message`] for tonic, [`Answer::encode`] for the hot path).
+/// When `limits.rls_in_memory`, every decision is made in memory and the
+/// future is ready at its first poll.
+pub async fn should_rate_limit_on<R>(
     engine: &Engine,
     limits: &Limits,
     req: &RequestView<'_>,
-) -> Result<R::Out, Status> {
+    render: impl FnOnce(&Answer<'_>) -> R,
+) -> Result<R, Status> {
     // One clock reading serves as the request's start, the decisions'
     // `now` and the overrides' clock; one more at the end.
     let started = engine.now();
@@ -183,7 +156,7 @@ pub async fn should_rate_limit_on<R: Render>(
                 .await?;
         let took = engine.now().saturating_sub(started);
         engine.api_metrics.observe_ns(Api::EnvoyRls, took);
-        return Ok(R::answer(&answer));
+        return Ok(render(&answer));
     }
     let Some(root) = limits.domains.get(req.domain) else {
         rejected(Api::EnvoyRls, "unknown_domain");
@@ -360,7 +333,7 @@ pub async fn should_rate_limit_on<R: Render>(
     engine
         .api_metrics
         .observe_ns(Api::EnvoyRls, end.saturating_sub(started));
-    Ok(R::answer(&Answer {
+    Ok(render(&Answer {
         overall_code: overall as i32,
         statuses,
         headers,
@@ -555,7 +528,7 @@ mod tests {
             assert!(limits.rls_in_memory);
             // Three times: allowed, then over the limit, then denied.
             for _ in 0..3 {
-                let call = should_rate_limit_on::<AsMessage>(engine, &limits, req);
+                let call = should_rate_limit_on(engine, &limits, req, |a| a.message());
                 assert!(call.now_or_never().is_some(), "{req:?}");
             }
         }

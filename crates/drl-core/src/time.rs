@@ -102,6 +102,66 @@ pub fn coarse_wall_seconds() -> u64 {
     wall_nanos() / SECOND
 }
 
+/// The coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`: the kernel's
+/// last tick, read without the TSC, several times cheaper than a precise
+/// read) in nanoseconds, for bookkeeping on every request at millisecond
+/// resolution, such as when a connection was last active. It lags the
+/// precise monotonic clock (`std::time::Instant`) by a tick or two (see
+/// [`coarse_resolution`]) and never leads it; its origin is fixed but
+/// arbitrary (compare two readings, not a reading and an `Instant`).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[inline]
+pub fn coarse_monotonic_nanos() -> Nanos {
+    read_clock(libc::CLOCK_MONOTONIC_COARSE)
+        .or_else(|| read_clock(libc::CLOCK_MONOTONIC))
+        .map_or(0, |(s, n)| s.saturating_mul(SECOND).saturating_add(n))
+}
+
+/// The monotonic clock in nanoseconds (no coarse clock on this platform).
+#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
+#[inline]
+pub fn coarse_monotonic_nanos() -> Nanos {
+    read_clock(libc::CLOCK_MONOTONIC).map_or(0, |(s, n)| s.saturating_mul(SECOND).saturating_add(n))
+}
+
+/// Time since the first reading (no `clock_gettime` on this platform).
+#[cfg(not(unix))]
+#[allow(clippy::disallowed_methods)]
+pub fn coarse_monotonic_nanos() -> Nanos {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let d = EPOCH.get_or_init(std::time::Instant::now).elapsed();
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// How far [`coarse_monotonic_nanos`] may lag the precise clock: its
+/// resolution (one kernel tick, 1-10 ms), read once. The lag is usually
+/// under two ticks but is not bounded by the kernel: a tick can run late.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn coarse_resolution() -> std::time::Duration {
+    static RES: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *RES.get_or_init(|| {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `t` is a valid, writable timespec; the call writes `t`
+        // and nothing else.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut t) };
+        match (rc, u64::try_from(t.tv_sec), u32::try_from(t.tv_nsec)) {
+            (0, Ok(s), Ok(n)) => std::time::Duration::new(s, n),
+            // Unknown: the coarsest tick Linux has (HZ = 100).
+            _ => std::time::Duration::from_millis(10),
+        }
+    })
+}
+
+/// The precise clock stands in for the coarse one: no lag.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn coarse_resolution() -> std::time::Duration {
+    std::time::Duration::ZERO
+}
+
 /// CPU time this process has used, in nanoseconds, over all its threads
 /// (`CLOCK_PROCESS_CPUTIME_ID`: user and system time); `None` where the
 /// clock is missing. A system call, not a vDSO read: for sampling a
@@ -168,6 +228,32 @@ impl<C: Clock + ?Sized> Clock for &C {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn the_coarse_monotonic_clock_lags_the_precise_one_by_at_most_its_resolution() {
+        let precise = || {
+            read_clock(libc::CLOCK_MONOTONIC)
+                .map(|(s, n)| s * SECOND + n)
+                .expect("a monotonic clock")
+        };
+        let res = u64::try_from(coarse_resolution().as_nanos()).expect("small");
+        assert!(res > 0 && res <= 10 * MILLISECOND, "resolution {res} ns");
+        let mut last = 0;
+        let mut max_lag = 0;
+        for _ in 0..100_000 {
+            let before = precise();
+            let coarse = coarse_monotonic_nanos();
+            let after = precise();
+            assert!(coarse <= after, "leads: {coarse} > {after}");
+            max_lag = max_lag.max(before.saturating_sub(coarse));
+            assert!(coarse >= last, "went back: {coarse} < {last}");
+            last = coarse;
+        }
+        // A tick or two here (about 7 ms at 4 ms ticks on these VMs);
+        // 100 ms says only that it is a tick clock, not a stopped one.
+        assert!(max_lag < 100 * MILLISECOND, "lags {max_lag} ns");
+    }
 
     #[test]
     fn the_coarse_seconds_are_the_wall_clock_seconds() {

@@ -28,6 +28,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -76,8 +77,10 @@ impl ConnLimits {
 struct ConnState {
     /// Requests in flight.
     inflight: AtomicU32,
-    /// Milliseconds since the registry's epoch of the last request start
-    /// or end (or of the accept).
+    /// Milliseconds since the registry's epoch of the last request end
+    /// (or of the accept), on the coarse clock
+    /// ([`drl_core::time::coarse_monotonic_nanos`]): read on every
+    /// request, so not the precise one.
     last_active: AtomicU64,
     /// A request has been seen (the header-read bound no longer applies to
     /// idleness).
@@ -93,15 +96,21 @@ struct ConnState {
     linger: AtomicBool,
 }
 
-/// Milliseconds since `epoch`.
-fn ms_since(epoch: Instant) -> u64 {
-    epoch.elapsed().as_millis() as u64
+/// Milliseconds from `epoch` to now on the coarse clock (both in its
+/// nanoseconds).
+#[inline]
+fn coarse_ms_since(epoch: u64) -> u64 {
+    drl_core::time::coarse_monotonic_nanos().saturating_sub(epoch) / 1_000_000
 }
 
 /// The open connections of one listener.
 #[derive(Debug)]
 pub struct Registry {
+    /// The registry's start on the precise clock (deadlines are
+    /// `Instant`s)...
     epoch: Instant,
+    /// ...and on the coarse one (activity is recorded on it).
+    epoch_coarse: u64,
     next: AtomicU64,
     conns: Mutex<HashMap<u64, Arc<ConnState>>>,
     listener: &'static str,
@@ -112,6 +121,7 @@ impl Registry {
     pub fn new(listener: &'static str) -> Arc<Self> {
         Arc::new(Self {
             epoch: Instant::now(),
+            epoch_coarse: drl_core::time::coarse_monotonic_nanos(),
             next: AtomicU64::new(0),
             conns: Mutex::new(HashMap::new()),
             listener,
@@ -119,7 +129,7 @@ impl Registry {
     }
 
     fn now_ms(&self) -> u64 {
-        ms_since(self.epoch)
+        coarse_ms_since(self.epoch_coarse)
     }
 
     /// Open connections.
@@ -220,7 +230,7 @@ where
     }
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
-        let guard = Inflight::begin(&self.state, &self.registry);
+        let guard = Inflight::begin(self.state.clone(), &self.registry);
         TrackedFuture {
             fut: self.inner.call(req),
             guard,
@@ -228,32 +238,37 @@ where
     }
 }
 
-/// Ends a request (also when its future is dropped unfinished).
-struct Inflight {
-    state: Arc<ConnState>,
-    // The registry's epoch, copied: cloning the registry's `Arc` per
-    // request would move its shared counter between the cores.
-    epoch: Instant,
+/// Ends a request (also when its future is dropped unfinished). `S` is
+/// how it holds the connection's state: borrowed (`&ConnState`) where the
+/// connection's own future holds the guard, owned (`Arc<ConnState>`) where
+/// hyper's service future does.
+struct Inflight<S: Deref<Target = ConnState>> {
+    state: S,
+    // The registry's coarse epoch, copied: cloning the registry's `Arc`
+    // per request would move its shared counter between the cores.
+    epoch_coarse: u64,
 }
 
-impl Inflight {
+impl<S: Deref<Target = ConnState>> Inflight<S> {
     /// Counts a request in flight on the connection (which has now served
     /// one); the guard ends it.
-    fn begin(state: &Arc<ConnState>, registry: &Arc<Registry>) -> Self {
+    #[inline]
+    fn begin(state: S, registry: &Registry) -> Self {
         state.inflight.fetch_add(1, Ordering::AcqRel);
         state.served.store(true, Ordering::Relaxed);
         Self {
-            state: state.clone(),
-            epoch: registry.epoch,
+            state,
+            epoch_coarse: registry.epoch_coarse,
         }
     }
 }
 
-impl Drop for Inflight {
+impl<S: Deref<Target = ConnState>> Drop for Inflight<S> {
+    #[inline]
     fn drop(&mut self) {
         self.state
             .last_active
-            .store(ms_since(self.epoch), Ordering::Relaxed);
+            .store(coarse_ms_since(self.epoch_coarse), Ordering::Relaxed);
         self.state.inflight.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -263,7 +278,7 @@ pin_project_lite::pin_project! {
     struct TrackedFuture<F> {
         #[pin]
         fut: F,
-        guard: Inflight,
+        guard: Inflight<Arc<ConnState>>,
     }
 }
 
@@ -709,7 +724,7 @@ where
             }
             Proto::Direct { builder, hot } => {
                 let signal = crate::grpc::direct::CloseSignal::default();
-                let track = || Inflight::begin(&state, &registry);
+                let track = || Inflight::begin(&*state, &registry);
                 let fut = crate::grpc::direct::serve_connection(
                     io,
                     &builder,
@@ -723,7 +738,7 @@ where
             }
             Proto::H2Fast { settings, hot } => {
                 let signal = crate::grpc::direct::CloseSignal::default();
-                let track = || Inflight::begin(&state, &registry);
+                let track = || Inflight::begin(&*state, &registry);
                 let fut =
                     crate::h2fast::serve_connection(io, settings, &*hot, track, signal.wait());
                 tokio::pin!(fut);
@@ -736,7 +751,7 @@ where
                 fast,
             } => {
                 let signal = crate::grpc::direct::CloseSignal::default();
-                let track = || Inflight::begin(&state, &registry);
+                let track = || Inflight::begin(&*state, &registry);
                 let fut = async {
                     use crate::http1::serve::{Outcome, serve_connection};
                     let io = if alpn_h2 {
@@ -851,7 +866,11 @@ fn idle_deadline(state: &ConnState, registry: &Registry, limits: ConnLimits) -> 
         limits.header_read_timeout
     };
     let last = Duration::from_millis(state.last_active.load(Ordering::Relaxed));
-    let base = registry.epoch + last + bound;
+    // `last` is on the coarse clock, which lags by a tick or two (and a
+    // millisecond of rounding): four ticks of slack, so that the bound
+    // holds (a connection closes at most about four ticks after it).
+    let slack = drl_core::time::coarse_resolution() * 4 + Duration::from_millis(1);
+    let base = registry.epoch + last + bound + slack;
     if state.inflight.load(Ordering::Acquire) > 0 {
         base.max(Instant::now() + bound)
     } else {

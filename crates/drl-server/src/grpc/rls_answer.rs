@@ -19,6 +19,7 @@ use prost::encoding::encoded_len_varint;
 use smallvec::SmallVec;
 
 use super::frame::PREFIX;
+use super::wire::put_raw;
 
 /// Statuses held on the stack (more go to the heap).
 pub const INLINE_STATUSES: usize = 4;
@@ -240,17 +241,6 @@ fn string_len(key: usize, s: &str) -> usize {
 /// A present message field's length (one-byte key) around `n` bytes.
 fn nested_len(n: usize) -> usize {
     1 + encoded_len_varint(n as u64) + n
-}
-
-/// A varint, 7 bits a byte, low first (prost's `encode_varint`, written
-/// here so that it inlines: the answer holds a score of them).
-#[inline]
-fn put_raw(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
 }
 
 /// A varint field, left out when 0 (proto3).

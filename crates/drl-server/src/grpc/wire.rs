@@ -18,7 +18,7 @@
 //! The proto: `proto/drl/v1/ratelimit.proto`.
 
 use bytes::Bytes;
-use prost::encoding::{decode_varint, encode_varint, encoded_len_varint};
+use prost::encoding::{decode_varint, encoded_len_varint};
 use smallvec::SmallVec;
 
 use super::frame::PREFIX;
@@ -83,13 +83,23 @@ fn item(msg: &[u8]) -> Option<CheckRequest<'_>> {
 pub(super) struct Reader<'a>(pub(super) &'a [u8]);
 
 impl<'a> Reader<'a> {
-    /// A varint, read by prost's own reader.
+    /// A varint: one byte (a field key, a short length) read here,
+    /// longer ones by prost's own reader (so the two agree on every
+    /// overlong or overflowing encoding).
+    #[inline]
     pub(super) fn varint(&mut self) -> Option<u64> {
-        decode_varint(&mut self.0).ok()
+        match self.0 {
+            [b, rest @ ..] if *b < 0x80 => {
+                self.0 = rest;
+                Some(u64::from(*b))
+            }
+            _ => decode_varint(&mut self.0).ok(),
+        }
     }
 
     /// A field's key: its number (at least 1, at most `u32::MAX >> 3`)
     /// and wire type.
+    #[inline]
     pub(super) fn key(&mut self) -> Option<(u64, u64)> {
         let key = self.varint()?;
         if key > u64::from(u32::MAX) || key >> 3 == 0 {
@@ -99,6 +109,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A length-delimited field's bytes.
+    #[inline]
     pub(super) fn bytes(&mut self) -> Option<&'a [u8]> {
         let len = usize::try_from(self.varint()?).ok()?;
         if len > self.0.len() {
@@ -175,6 +186,7 @@ impl ResultFields {
     }
 
     /// The encoded message's length.
+    #[inline]
     fn encoded_len(&self) -> usize {
         let opt = |v: u64| if v == 0 { 0 } else { 1 + encoded_len_varint(v) };
         usize::from(self.allowed) * 2
@@ -191,12 +203,15 @@ impl ResultFields {
     }
 }
 
-/// A varint field with its one-byte key, left out when 0 (proto3).
-fn put_field(out: &mut Vec<u8>, key: u8, v: u64) {
-    if v != 0 {
-        out.push(key);
-        encode_varint(v, out);
+/// A varint, 7 bits a byte, low first (prost's `encode_varint`, written
+/// here so that it inlines: an answer holds several).
+#[inline]
+pub(super) fn put_raw(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
     }
+    out.push(v as u8);
 }
 
 /// A `CheckResponse`'s results (one call's, small batches on the stack).
@@ -206,31 +221,45 @@ pub type Results = SmallVec<[ResultFields; INLINE_BATCH]>;
 /// exact size (a `Vec` with spare capacity would cost `Bytes` a second
 /// allocation).
 pub fn encode_response(results: &[ResultFields]) -> Bytes {
-    let framed = |n: usize| 1 + encoded_len_varint(n as u64) + n;
-    let body: usize = results.iter().map(|r| framed(r.encoded_len())).sum();
+    let body: usize = results
+        .iter()
+        .map(|r| {
+            let n = r.encoded_len();
+            1 + encoded_len_varint(n as u64) + n
+        })
+        .sum();
     let mut out = Vec::with_capacity(PREFIX + body);
     out.push(0);
     out.extend_from_slice(&(body as u32).to_be_bytes());
     for r in results {
         out.push(0x0a); // results = 1, length-delimited
-        encode_varint(r.encoded_len() as u64, &mut out);
+        put_raw(&mut out, r.encoded_len() as u64);
         put_field(&mut out, 0x08, u64::from(r.allowed));
         put_field(&mut out, 0x10, r.limit);
         put_field(&mut out, 0x18, r.remaining);
         if let Some(v) = r.retry_after_ms {
             out.push(0x20);
-            encode_varint(v, &mut out);
+            put_raw(&mut out, v);
         }
         put_field(&mut out, 0x28, r.reset_after_ms);
         put_field(&mut out, 0x30, r.delay_ms);
         if !r.reason.is_empty() {
             out.push(0x3a);
-            encode_varint(r.reason.len() as u64, &mut out);
+            put_raw(&mut out, r.reason.len() as u64);
             out.extend_from_slice(r.reason.as_bytes());
         }
     }
     debug_assert_eq!(out.len(), out.capacity());
     Bytes::from(out)
+}
+
+/// A varint field with its one-byte key, left out when 0 (proto3).
+#[inline]
+fn put_field(out: &mut Vec<u8>, key: u8, v: u64) {
+    if v != 0 {
+        out.push(key);
+        put_raw(out, v);
+    }
 }
 
 #[cfg(test)]

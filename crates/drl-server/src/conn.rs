@@ -678,7 +678,9 @@ where
                 match stream {
                     Ok(Ok(s)) => {
                         let h2 = s.get_ref().1.alpn_protocol() == Some(b"h2");
-                        self.drive(s, h2).await
+                        // Boxed: a TLS stream would double the size of
+                        // every plain connection's future (see `drive`).
+                        Box::pin(self.drive(s, h2)).await
                     }
                     Ok(Err(e)) => {
                         self.registry.count("tls_failed");
@@ -691,6 +693,15 @@ where
     }
 
     /// Serves `io`; `alpn_h2`: TLS chose HTTP/2.
+    ///
+    /// A connection's future is as large as its largest arm, and every
+    /// poll touches the states of its nested futures, spread over that
+    /// size: a cache miss each when the task last ran on the other core.
+    /// So the large, colder arms (hyper's connections, the `h2` crate's,
+    /// a TLS stream) are boxed, and the hot ones (the hand-written HTTP/2
+    /// and HTTP/1.1 paths) stay inline: 16 KB became 3 KB, and the native
+    /// `Check` moved from 0.89-0.92 to 0.95-1.03 of the minimal server in
+    /// the same interleaved runs (BENCHMARKS.md, session 18).
     async fn drive<I>(self, io: I, alpn_h2: bool)
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -704,37 +715,49 @@ where
             ..
         } = self;
         match proto {
+            // Boxed (see `drive`): hyper's connection future is large.
             Proto::Hyper { builder, service } => {
-                let service = Tracked {
-                    inner: service,
-                    state: state.clone(),
-                    registry: registry.clone(),
-                };
-                let svc = hyper_util::service::TowerToHyperService::new(service);
-                let (io, back) = HandBack::new(io);
-                {
-                    let conn = builder.serve_connection(TokioIo::new(io), svc);
-                    tokio::pin!(conn);
-                    let shutdown = |c: Pin<&mut _>| {
-                        auto::Connection::graceful_shutdown(c);
+                Box::pin(async move {
+                    let service = Tracked {
+                        inner: service,
+                        state: state.clone(),
+                        registry: registry.clone(),
                     };
-                    supervise(conn, shutdown, limits, registry, state.clone(), stop).await;
-                }
-                linger_if_asked(&state, back).await;
+                    let svc = hyper_util::service::TowerToHyperService::new(service);
+                    let (io, back) = HandBack::new(io);
+                    {
+                        let conn = builder.serve_connection(TokioIo::new(io), svc);
+                        tokio::pin!(conn);
+                        let shutdown = |c: Pin<&mut _>| {
+                            auto::Connection::graceful_shutdown(c);
+                        };
+                        supervise(conn, shutdown, limits, registry, state.clone(), stop).await;
+                    }
+                    linger_if_asked(&state, back).await;
+                })
+                .await
             }
             Proto::Direct { builder, hot } => {
                 let signal = crate::grpc::direct::CloseSignal::default();
                 let track = || Inflight::begin(&*state, &registry);
-                let fut = crate::grpc::direct::serve_connection(
+                // Boxed: the h2 crate's connection future is large.
+                let mut fut = Box::pin(crate::grpc::direct::serve_connection(
                     io,
                     &builder,
                     &*hot,
                     track,
                     signal.wait(),
-                );
-                tokio::pin!(fut);
+                ));
                 let shutdown = |_: Pin<&mut _>| signal.close();
-                supervise(fut, shutdown, limits, registry.clone(), state.clone(), stop).await;
+                supervise(
+                    fut.as_mut(),
+                    shutdown,
+                    limits,
+                    registry.clone(),
+                    state.clone(),
+                    stop,
+                )
+                .await;
             }
             Proto::H2Fast { settings, hot } => {
                 let signal = crate::grpc::direct::CloseSignal::default();
@@ -762,25 +785,30 @@ where
                             Outcome::Handoff(io) => io,
                         }
                     };
-                    let service = Tracked {
-                        inner: service,
-                        state: state.clone(),
-                        registry: registry.clone(),
-                    };
-                    let svc = hyper_util::service::TowerToHyperService::new(service);
-                    let (io, back) = HandBack::new(io);
-                    {
-                        let conn = builder.serve_connection(TokioIo::new(io), svc);
-                        tokio::pin!(conn);
-                        tokio::select! {
-                            _ = conn.as_mut() => {}
-                            () = signal.wait() => {
-                                conn.as_mut().graceful_shutdown();
-                                let _ = conn.await;
+                    // hyper, for what the fast path hands over: boxed, as
+                    // its connection future is large.
+                    Box::pin(async {
+                        let service = Tracked {
+                            inner: service,
+                            state: state.clone(),
+                            registry: registry.clone(),
+                        };
+                        let svc = hyper_util::service::TowerToHyperService::new(service);
+                        let (io, back) = HandBack::new(io);
+                        {
+                            let conn = builder.serve_connection(TokioIo::new(io), svc);
+                            tokio::pin!(conn);
+                            tokio::select! {
+                                _ = conn.as_mut() => {}
+                                () = signal.wait() => {
+                                    conn.as_mut().graceful_shutdown();
+                                    let _ = conn.await;
+                                }
                             }
                         }
-                    }
-                    linger_if_asked(&state, back).await;
+                        linger_if_asked(&state, back).await;
+                    })
+                    .await;
                 };
                 tokio::pin!(fut);
                 let shutdown = |_: Pin<&mut _>| signal.close();

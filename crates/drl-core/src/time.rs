@@ -231,7 +231,7 @@ mod tests {
 
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
-    fn the_coarse_monotonic_clock_lags_the_precise_one_by_at_most_its_resolution() {
+    fn the_coarse_monotonic_clock_never_leads_the_precise_one_and_lags_by_ticks() {
         let precise = || {
             read_clock(libc::CLOCK_MONOTONIC)
                 .map(|(s, n)| s * SECOND + n)

@@ -335,6 +335,32 @@ impl<I> Drop for HandBack<I> {
     }
 }
 
+/// What hyper serves a connection with: `service` tracked on the
+/// connection's state, and the socket wrapped so that it comes back
+/// through the receiver when hyper drops it ([`HandBack`]).
+fn hyper_parts<S, I>(
+    service: S,
+    state: &Arc<ConnState>,
+    registry: &Arc<Registry>,
+    io: I,
+) -> (
+    hyper_util::service::TowerToHyperService<Tracked<S>>,
+    TokioIo<HandBack<I>>,
+    tokio::sync::oneshot::Receiver<I>,
+) {
+    let service = Tracked {
+        inner: service,
+        state: state.clone(),
+        registry: registry.clone(),
+    };
+    let (io, back) = HandBack::new(io);
+    (
+        hyper_util::service::TowerToHyperService::new(service),
+        TokioIo::new(io),
+        back,
+    )
+}
+
 /// Once hyper has dropped the socket (`back`): lingers on it if an answer
 /// went out before its request was read ([`ConnState::linger`]).
 async fn linger_if_asked<I>(state: &ConnState, back: tokio::sync::oneshot::Receiver<I>)
@@ -718,15 +744,9 @@ where
             // Boxed (see `drive`): hyper's connection future is large.
             Proto::Hyper { builder, service } => {
                 Box::pin(async move {
-                    let service = Tracked {
-                        inner: service,
-                        state: state.clone(),
-                        registry: registry.clone(),
-                    };
-                    let svc = hyper_util::service::TowerToHyperService::new(service);
-                    let (io, back) = HandBack::new(io);
+                    let (svc, io, back) = hyper_parts(service, &state, &registry, io);
                     {
-                        let conn = builder.serve_connection(TokioIo::new(io), svc);
+                        let conn = builder.serve_connection(io, svc);
                         tokio::pin!(conn);
                         let shutdown = |c: Pin<&mut _>| {
                             auto::Connection::graceful_shutdown(c);
@@ -788,15 +808,9 @@ where
                     // hyper, for what the fast path hands over: boxed, as
                     // its connection future is large.
                     Box::pin(async {
-                        let service = Tracked {
-                            inner: service,
-                            state: state.clone(),
-                            registry: registry.clone(),
-                        };
-                        let svc = hyper_util::service::TowerToHyperService::new(service);
-                        let (io, back) = HandBack::new(io);
+                        let (svc, io, back) = hyper_parts(service, &state, &registry, io);
                         {
-                            let conn = builder.serve_connection(TokioIo::new(io), svc);
+                            let conn = builder.serve_connection(io, svc);
                             tokio::pin!(conn);
                             tokio::select! {
                                 _ = conn.as_mut() => {}

@@ -19,7 +19,7 @@ use prost::encoding::encoded_len_varint;
 use smallvec::SmallVec;
 
 use super::frame::PREFIX;
-use super::wire::put_raw;
+use super::wire::{put_raw, put_varint};
 
 /// Statuses held on the stack (more go to the heap).
 pub const INLINE_STATUSES: usize = 4;
@@ -241,15 +241,6 @@ fn string_len(key: usize, s: &str) -> usize {
 /// A present message field's length (one-byte key) around `n` bytes.
 fn nested_len(n: usize) -> usize {
     1 + encoded_len_varint(n as u64) + n
-}
-
-/// A varint field, left out when 0 (proto3).
-#[inline]
-fn put_varint(out: &mut Vec<u8>, key: u8, v: u64) {
-    if v != 0 {
-        out.push(key);
-        put_raw(out, v);
-    }
 }
 
 /// A string field, left out when empty (proto3).

@@ -221,28 +221,23 @@ pub type Results = SmallVec<[ResultFields; INLINE_BATCH]>;
 /// exact size (a `Vec` with spare capacity would cost `Bytes` a second
 /// allocation).
 pub fn encode_response(results: &[ResultFields]) -> Bytes {
-    let body: usize = results
-        .iter()
-        .map(|r| {
-            let n = r.encoded_len();
-            1 + encoded_len_varint(n as u64) + n
-        })
-        .sum();
+    let framed = |n: usize| 1 + encoded_len_varint(n as u64) + n;
+    let body: usize = results.iter().map(|r| framed(r.encoded_len())).sum();
     let mut out = Vec::with_capacity(PREFIX + body);
     out.push(0);
     out.extend_from_slice(&(body as u32).to_be_bytes());
     for r in results {
         out.push(0x0a); // results = 1, length-delimited
         put_raw(&mut out, r.encoded_len() as u64);
-        put_field(&mut out, 0x08, u64::from(r.allowed));
-        put_field(&mut out, 0x10, r.limit);
-        put_field(&mut out, 0x18, r.remaining);
+        put_varint(&mut out, 0x08, u64::from(r.allowed));
+        put_varint(&mut out, 0x10, r.limit);
+        put_varint(&mut out, 0x18, r.remaining);
         if let Some(v) = r.retry_after_ms {
             out.push(0x20);
             put_raw(&mut out, v);
         }
-        put_field(&mut out, 0x28, r.reset_after_ms);
-        put_field(&mut out, 0x30, r.delay_ms);
+        put_varint(&mut out, 0x28, r.reset_after_ms);
+        put_varint(&mut out, 0x30, r.delay_ms);
         if !r.reason.is_empty() {
             out.push(0x3a);
             put_raw(&mut out, r.reason.len() as u64);
@@ -255,7 +250,7 @@ pub fn encode_response(results: &[ResultFields]) -> Bytes {
 
 /// A varint field with its one-byte key, left out when 0 (proto3).
 #[inline]
-fn put_field(out: &mut Vec<u8>, key: u8, v: u64) {
+pub(super) fn put_varint(out: &mut Vec<u8>, key: u8, v: u64) {
     if v != 0 {
         out.push(key);
         put_raw(out, v);

@@ -155,11 +155,20 @@ where
     node?.rule.as_ref()
 }
 
+/// Up to this many native limits, [`Limits::get`] scans their names
+/// instead of hashing: a hash and a probe cost about 90 instructions per
+/// check (callgrind, BENCHMARKS.md session 19), a scan of a few names far
+/// fewer.
+pub const SCAN_NAMES: usize = 8;
+
 /// A compiled configuration.
 #[derive(Debug)]
 pub struct Limits {
     /// Native limits, in config order.
     pub limits: Vec<Arc<Limit>>,
+    /// The names of `limits`, in the same order: searched in place when
+    /// there are at most [`SCAN_NAMES`] of them.
+    names: Box<[Box<str>]>,
     by_name: FastMap<Box<str>, usize>,
     /// Envoy domains by name.
     pub domains: FastMap<String, EnvoyLevel>,
@@ -223,8 +232,10 @@ impl Limits {
         let limitador =
             crate::limitador::build(&config.limitador, stores, source, &mut envoy_limits)?;
         let rls_in_memory = envoy_limits.iter().all(|l| l.backend.local().is_some());
+        let names = limits.iter().map(|l| Box::from(&*l.name)).collect();
         Ok(Limits {
             limits,
+            names,
             by_name,
             domains,
             envoy_limits,
@@ -235,10 +246,17 @@ impl Limits {
         })
     }
 
-    /// The native limit called `name`.
+    /// The native limit called `name`: a scan of the names when there are
+    /// few (most configs: it compares lengths first, then the bytes of the
+    /// names of that length), a hash lookup otherwise.
     #[inline]
     pub fn get(&self, name: &str) -> Option<&Arc<Limit>> {
-        self.by_name.get(name).map(|&i| &self.limits[i])
+        let i = if self.names.len() <= SCAN_NAMES {
+            self.names.iter().position(|n| **n == *name)?
+        } else {
+            *self.by_name.get(name)?
+        };
+        Some(&self.limits[i])
     }
 
     /// (scope, spec, bounds) of every limit: what a reload must keep.
@@ -409,6 +427,33 @@ mod tests {
         ) {
             (Backend::Local(x), Backend::Local(y)) => assert!(Arc::ptr_eq(x, y)),
             _ => panic!("local scope"),
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// Both ways of finding a limit (the scan of a few names, the hash
+        /// map past [`SCAN_NAMES`]) find every configured name, at its
+        /// place, and nothing else: not a prefix, not an extension.
+        #[test]
+        fn every_configured_name_and_only_those_are_found(
+            names in proptest::collection::btree_set("[a-d]{1,4}", 1..2 * SCAN_NAMES),
+            probe in "[a-d]{0,5}",
+        ) {
+            let mut yaml = String::from("limits:\n");
+            for n in &names {
+                yaml.push_str(&format!("  - name: {n}\n    quota: 10/s\n"));
+            }
+            let cfg = config::parse(&yaml, "<test>").unwrap();
+            let l = Limits::build(&cfg, &Stores::new(), "<test>").unwrap();
+            for n in &names {
+                proptest::prop_assert_eq!(&*l.get(n).unwrap().name, n.as_str());
+            }
+            proptest::prop_assert_eq!(l.get(&probe).is_some(), names.contains(&probe));
+            if let Some(found) = l.get(&probe) {
+                proptest::prop_assert_eq!(&*found.name, probe.as_str());
+            }
         }
     }
 }

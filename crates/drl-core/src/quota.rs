@@ -53,6 +53,9 @@ pub struct Quota {
     /// divide by `T` on every request, and a hardware divide costs more than
     /// the rest of a decision.
     per_interval: strength_reduce::StrengthReducedU64,
+    /// `x / window` likewise: the window algorithms find a time's window on
+    /// every request.
+    per_window: strength_reduce::StrengthReducedU64,
 }
 
 impl PartialEq for Quota {
@@ -96,6 +99,7 @@ impl Quota {
             burst,
             interval,
             per_interval: strength_reduce::StrengthReducedU64::new(interval),
+            per_window: strength_reduce::StrengthReducedU64::new(window),
         })
     }
 
@@ -128,6 +132,13 @@ impl Quota {
     #[inline]
     pub fn permits_in(&self, ns: Nanos) -> u64 {
         ns / self.per_interval
+    }
+
+    /// `floor(t / window)`: the index of the window holding time `t`
+    /// (windows aligned to time 0).
+    #[inline]
+    pub fn window_index(&self, t: Nanos) -> u64 {
+        t / self.per_window
     }
 
     /// `burst * T`: the time a full bucket takes to refill from empty.

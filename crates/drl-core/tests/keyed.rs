@@ -17,12 +17,17 @@ fn big() -> KeyedConfig {
     }
 }
 
-fn single_threaded(m: &MultiLimiter, trace: &[(u64, u32, u64)]) -> Vec<Decision> {
+/// The decisions of `trace` on one thread, and each key's states after it.
+fn single_threaded(
+    m: &MultiLimiter,
+    trace: &[(u64, u32, u64)],
+) -> (Vec<Decision>, HashMap<u32, Vec<drl_core::State>>) {
     let mut states: HashMap<u32, Vec<drl_core::State>> = HashMap::new();
-    trace
+    let decisions = trace
         .iter()
         .map(|&(t, k, c)| m.decide(states.entry(k).or_insert_with(|| m.new_states()), t, c))
-        .collect()
+        .collect();
+    (decisions, states)
 }
 
 proptest! {
@@ -30,7 +35,8 @@ proptest! {
 
     /// Threads share the table (shards, inserts, cells, mutexes); each key's
     /// arrivals are handled in trace order by one thread. Every decision
-    /// equals the single-threaded one.
+    /// equals the single-threaded one, and every key held ends in the
+    /// single-threaded states (the cells' packed words included).
     #[test]
     fn concurrent_equals_single_threaded(
         alg in prop::sample::select(Algorithm::ALL.to_vec()),
@@ -44,7 +50,7 @@ proptest! {
         let m = MultiLimiter::uniform(alg, &quotas);
         let mut t = 0;
         let trace: Vec<(u64, u32, u64)> = steps.into_iter().map(|(dt, k, c)| { t += dt; (t, k, c) }).collect();
-        let expected = single_threaded(&m, &trace);
+        let (expected, states) = single_threaded(&m, &trace);
 
         let keyed = Arc::new(KeyedLimiter::<u32>::new(m.clone(), big()));
         let threads = 4;
@@ -68,6 +74,11 @@ proptest! {
         });
         let got: Vec<Decision> = got.into_iter().map(Option::unwrap).collect();
         prop_assert_eq!(got, expected);
+        for (k, s) in &states {
+            if let Some(held) = keyed.snapshot(k) {
+                prop_assert_eq!(&held, s, "key {}", k);
+            }
+        }
     }
 }
 
@@ -187,7 +198,7 @@ fn entries_are_compact_and_the_slot_kind_follows_the_algorithm() {
         (Algorithm::Gcra, true),
         (Algorithm::TokenBucket, true),
         (Algorithm::LeakyBucket, true),
-        (Algorithm::FixedWindow, false),
+        (Algorithm::FixedWindow, true),
         (Algorithm::SlidingWindow, false),
         (Algorithm::LeakyQueue, false),
     ] {

@@ -45,13 +45,25 @@ impl Word128 for ModelWord {
     }
 }
 
-/// Three deciders, burst 2, same instant: exactly two admitted in every
-/// interleaving, and the word ends holding exactly two consumptions.
+/// Three deciders, burst 2 (a fixed window's limit 2), same instant:
+/// exactly two admitted in every interleaving, and the word ends holding
+/// exactly two consumptions.
 #[test]
 fn exactly_burst_admitted_under_every_interleaving() {
-    for kind in [CellKind::TokenBucket, CellKind::LeakyBucket, CellKind::Gcra] {
+    for kind in [
+        CellKind::TokenBucket,
+        CellKind::LeakyBucket,
+        CellKind::Gcra,
+        CellKind::FixedWindow,
+    ] {
         model(move || {
-            let q = Quota::with_burst(1, 10, 2).unwrap();
+            // Burst 2 for the bucket family; the fixed window admits its
+            // limit (2) per window of 10 ns, and 100 is a window's start.
+            let q = if kind == CellKind::FixedWindow {
+                Quota::new(2, 10).unwrap()
+            } else {
+                Quota::with_burst(1, 10, 2).unwrap()
+            };
             let word = Arc::new(ModelWord::new(kind.fresh(&q)));
             let handles: Vec<_> = (0..3)
                 .map(|_| {

@@ -91,6 +91,38 @@ proptest! {
         }
     }
 
+    /// The fixed window's one-pass `step` (the lock-free cell's) is
+    /// `check` then `commit`: the same decision, and the state `commit`
+    /// leaves after an admission with a cost (none otherwise), from any
+    /// state the algorithm writes, at times up to the end of `u64` and
+    /// windows up to a day.
+    #[test]
+    fn fixed_window_step_is_check_then_commit(
+        limit in 1u64..=20,
+        window in prop_oneof![1u64..=120, 1u64..=drl_core::time::DAY],
+        last in prop_oneof![0u64..5_000, any::<u64>()],
+        count in 0u64..=25,
+        ahead in prop_oneof![0u64..300, any::<u64>()],
+        back in 0u64..300,
+        cost in 0u64..=22,
+    ) {
+        use drl_core::algo::fixed_window::{self, State};
+        let q = Quota::new(limit, window).unwrap();
+        let s = State { last, index: last / window, count: count.min(limit) };
+        for now in [last.saturating_add(ahead), last.saturating_sub(back)] {
+            let (d, next) = fixed_window::step(&q, &s, now, cost);
+            prop_assert_eq!(d, fixed_window::check(&q, &s, now, cost));
+            let mut committed = s;
+            if d.allowed {
+                fixed_window::commit(&q, &mut committed, now, cost);
+            }
+            prop_assert_eq!(next, (d.allowed && cost > 0).then_some(committed));
+            if let Some(n) = next {
+                prop_assert_eq!(n.index, n.last / window);
+            }
+        }
+    }
+
     /// Fixed window: at most `limit` per aligned window.
     #[test]
     fn fixed_window_bound(q in quota(), tr in forward_trace(14)) {

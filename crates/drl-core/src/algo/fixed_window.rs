@@ -21,30 +21,39 @@ pub struct State {
 }
 
 fn count_at(quota: &Quota, s: &State, now: Nanos) -> u64 {
-    if now / quota.window() == s.index {
+    if quota.window_index(now) == s.index {
         s.count
     } else {
         0
     }
 }
 
-/// `window_end - now`, at most `window`.
-fn to_end(quota: &Quota, now: Nanos) -> Nanos {
-    quota.window() - now % quota.window()
-}
-
 /// What a request of `cost` at `now` would get. Pure.
 pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
+    step(quota, s, now, cost).0
+}
+
+/// Decides a request of `cost` at `now`: the decision, and the state to
+/// store if it changes (an admission with `cost > 0`), in one pass. Pure;
+/// the state is [`commit`]'s after an admission (a property test pins it).
+#[inline]
+pub fn step(quota: &Quota, s: &State, now: Nanos, cost: u64) -> (Decision, Option<State>) {
     let now = now.max(s.last);
+    let index = quota.window_index(now);
+    let count = if index == s.index { s.count } else { 0 };
     let limit = quota.limit();
-    let count = count_at(quota, s, now);
-    let reset = |count: u64| if count > 0 { to_end(quota, now) } else { 0 };
+    // `window_end - now`, at most `window`.
+    let to_end = quota.window() - (now - index * quota.window());
+    let reset = |count: u64| if count > 0 { to_end } else { 0 };
     if cost > limit {
-        return impossible(quota, limit.saturating_sub(count), reset(count));
+        return (
+            impossible(quota, limit.saturating_sub(count), reset(count)),
+            None,
+        );
     }
     if cost <= limit.saturating_sub(count) {
         let after = count + cost;
-        Decision {
+        let d = Decision {
             allowed: true,
             remaining: limit - after,
             limit,
@@ -52,17 +61,24 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
             reset_after: reset(after),
             delay: 0,
             reason: None,
-        }
+        };
+        let next = (cost > 0).then_some(State {
+            last: now,
+            index,
+            count: after,
+        });
+        (d, next)
     } else {
-        Decision {
+        let d = Decision {
             allowed: false,
             remaining: limit.saturating_sub(count),
             limit,
-            retry_after: Some(to_end(quota, now)),
+            retry_after: Some(to_end),
             reset_after: reset(count),
             delay: 0,
             reason: Some(DenyReason::OverLimit),
-        }
+        };
+        (d, None)
     }
 }
 
@@ -73,7 +89,7 @@ pub fn commit(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
     }
     let now = now.max(s.last);
     s.count = count_at(quota, s, now) + cost;
-    s.index = now / quota.window();
+    s.index = quota.window_index(now);
     s.last = now;
 }
 

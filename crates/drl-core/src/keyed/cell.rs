@@ -2,15 +2,18 @@
 //! into one 128-bit atomic, updated by a single compare-exchange
 //! (`CMPXCHG16B` on x86-64, `CASP` on aarch64; see `portable-atomic`).
 //!
-//! Used by the keyed limiter for single-quota token bucket, leaky meter and
-//! GCRA, whose states are exactly two `u64`s. (The unkeyed
+//! Used by the keyed limiter for single-quota token bucket, leaky meter,
+//! GCRA and fixed window, whose states are exactly two `u64`s (the fixed
+//! window's third, the index of its count's window, is always `last`'s
+//! window: [`crate::algo::fixed_window::commit`] sets both from one time,
+//! so the cell keeps `last` and the count and derives the index). (The unkeyed
 //! [`super::AtomicLimiter`] uses the one-word cell of [`super::tat`]
 //! instead, under the rule of docs/semantics.md, "The direct limiter".)
 //!
 //! Both words must move together: `last` drives the clock clamp, so a
 //! split update could let a late request see a new `x` with an old `last`.
 
-use crate::algo::{gcra, leaky_bucket, token_bucket};
+use crate::algo::{fixed_window, gcra, leaky_bucket, token_bucket};
 use crate::decision::Decision;
 use crate::limiter::State;
 use crate::quota::Quota;
@@ -54,6 +57,8 @@ pub enum CellKind {
     LeakyBucket,
     /// GCRA: `x` is `tat - last`.
     Gcra,
+    /// Fixed window: `x` is the count of `last`'s window.
+    FixedWindow,
 }
 
 fn pack(last: Nanos, x: u64) -> u128 {
@@ -64,12 +69,22 @@ fn unpack(w: u128) -> (Nanos, u64) {
     ((w >> 64) as u64, w as u64)
 }
 
+/// The fixed window state of a cell's `last` and count.
+#[inline]
+fn window_state(quota: &Quota, last: Nanos, count: u64) -> fixed_window::State {
+    fixed_window::State {
+        last,
+        index: quota.window_index(last),
+        count,
+    }
+}
+
 impl CellKind {
     /// The packed fresh state.
     pub fn fresh(self, quota: &Quota) -> u128 {
         match self {
             CellKind::TokenBucket => pack(0, quota.capacity_ns()),
-            CellKind::LeakyBucket | CellKind::Gcra => 0,
+            CellKind::LeakyBucket | CellKind::Gcra | CellKind::FixedWindow => 0,
         }
     }
 
@@ -92,26 +107,38 @@ impl CellKind {
                 let (d, n) = gcra::step(quota, &gcra::State { last, ahead: x }, now, cost);
                 (d, n.map(|n| pack(n.last, n.ahead)))
             }
+            CellKind::FixedWindow => {
+                let (d, n) = fixed_window::step(quota, &window_state(quota, last, x), now, cost);
+                (d, n.map(|n| pack(n.last, n.count)))
+            }
         }
     }
 
-    /// The word holding `state`; `None` for a state of another algorithm.
-    pub fn pack_state(self, state: &State) -> Option<u128> {
+    /// The word holding `state` under `quota`; `None` for a state of
+    /// another algorithm, or a fixed window whose count is not of `last`'s
+    /// window (no state the algorithm writes).
+    pub fn pack_state(self, quota: &Quota, state: &State) -> Option<u128> {
         match (self, state) {
             (CellKind::TokenBucket, State::TokenBucket(s)) => Some(pack(s.last, s.credit)),
             (CellKind::LeakyBucket, State::LeakyBucket(s)) => Some(pack(s.last, s.level)),
             (CellKind::Gcra, State::Gcra(s)) => Some(pack(s.last, s.ahead)),
+            (CellKind::FixedWindow, State::FixedWindow(s))
+                if s.index == quota.window_index(s.last) =>
+            {
+                Some(pack(s.last, s.count))
+            }
             _ => None,
         }
     }
 
-    /// The state a word holds.
-    pub fn unpack_state(self, w: u128) -> State {
+    /// The state a word holds under `quota`.
+    pub fn unpack_state(self, quota: &Quota, w: u128) -> State {
         let (last, x) = unpack(w);
         match self {
             CellKind::TokenBucket => State::TokenBucket(token_bucket::State { last, credit: x }),
             CellKind::LeakyBucket => State::LeakyBucket(leaky_bucket::State { last, level: x }),
             CellKind::Gcra => State::Gcra(gcra::State { last, ahead: x }),
+            CellKind::FixedWindow => State::FixedWindow(window_state(quota, last, x)),
         }
     }
 
@@ -126,6 +153,9 @@ impl CellKind {
                 leaky_bucket::is_fresh(quota, &leaky_bucket::State { last, level: x }, now)
             }
             CellKind::Gcra => gcra::is_fresh(quota, &gcra::State { last, ahead: x }, now),
+            CellKind::FixedWindow => {
+                fixed_window::is_fresh(quota, &window_state(quota, last, x), now)
+            }
         }
     }
 

@@ -4,7 +4,7 @@
 //! Keys are spread over shards, each a `RwLock<HashTable>`; one hash of the
 //! key picks the shard (high bits) and the bucket. A decision on a known key
 //! takes the shard's read lock only; single-quota token bucket,
-//! leaky meter and GCRA then decide lock-free on a 128-bit cell
+//! leaky meter, GCRA and fixed window then decide lock-free on a 128-bit cell
 //! ([`cell`]); other algorithms and multi-quota limits take a per-key mutex.
 //! A limiter's table holds one kind of slot only, so an entry of a `u64` key
 //! and a cell is 32 bytes, of a `String` key and a cell 48 bytes
@@ -137,7 +137,8 @@ pub struct KeyedStats {
 
 /// The table, by slot kind.
 enum Tables<K> {
-    /// Lock-free cells (single-quota token bucket, leaky meter, GCRA).
+    /// Lock-free cells (single-quota token bucket, leaky meter, GCRA,
+    /// fixed window).
     Cell(CellCtx, Table<K, CellSlot>),
     /// Per-key mutexes (everything else; decided by the `MultiLimiter`).
     Locked(Table<K, LockedSlot>),
@@ -186,6 +187,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes> KeyedLimiter<K> {
                 Algorithm::TokenBucket => Some(CellKind::TokenBucket),
                 Algorithm::LeakyBucket => Some(CellKind::LeakyBucket),
                 Algorithm::Gcra => Some(CellKind::Gcra),
+                Algorithm::FixedWindow => Some(CellKind::FixedWindow),
                 _ => None,
             }
             .map(|kind| CellCtx {

@@ -1,7 +1,7 @@
 //! What a [`super::KeyedLimiter`] table entry holds besides its key: a
 //! lock-free [`CellSlot`] (one 128-bit word) for single-quota token bucket,
-//! leaky meter and GCRA, or a [`LockedSlot`] (a mutex over the states) for
-//! everything else.
+//! leaky meter, GCRA and fixed window, or a [`LockedSlot`] (a mutex over
+//! the states) for everything else.
 //!
 //! A table holds one kind of slot only, chosen when the limiter is built, so
 //! the entry is exactly as large as its slot needs (a `u64` key and a cell
@@ -72,7 +72,7 @@ impl Slot for CellSlot {
     }
 
     fn states(&self, ctx: &CellCtx) -> Vec<State> {
-        vec![ctx.kind.unpack_state(Word128::load(&self.0))]
+        vec![ctx.kind.unpack_state(&ctx.quota, Word128::load(&self.0))]
     }
 }
 

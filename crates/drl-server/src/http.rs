@@ -255,8 +255,12 @@ pub async fn check_answer(
     let mut out = String::with_capacity(16 + reqs.len() * 100);
     out.push_str("{\"results\":[");
     let mut first = true;
+    // Decided at `started` (when the transport had the request), in
+    // wall-clock time (crate::wall): no clock reading of its own; the
+    // decisions' end reading also ends the request's latency.
+    let at = crate::wall::unix_nanos(started);
     let decided = engine
-        .check_each(limits, &reqs, engine.now(), |d| {
+        .check_each(limits, &reqs, at, |d| {
             if !first {
                 out.push(',');
             }
@@ -264,11 +268,14 @@ pub async fn check_answer(
             write_decision(&mut out, &d);
         })
         .await;
-    if let Err(e) = decided {
-        return check_error_answer(Api::HttpCheck, &e);
-    }
+    let end = match decided {
+        Ok(end) => end,
+        Err(e) => return check_error_answer(Api::HttpCheck, &e),
+    };
     out.push_str("]}");
-    engine.api_metrics.observe(Api::HttpCheck, started);
+    engine
+        .api_metrics
+        .observe_ns(Api::HttpCheck, end.saturating_sub(at));
     Answer {
         status: StatusCode::OK,
         content_type: "application/json",

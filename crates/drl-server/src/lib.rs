@@ -46,6 +46,7 @@ pub mod server;
 pub mod sharded;
 pub mod status;
 pub mod tls;
+pub mod wall;
 
 pub use config::{Config, ConfigError};
 pub use engine::Engine;

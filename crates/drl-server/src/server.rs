@@ -85,6 +85,16 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     }
     // The status page's once-a-second history.
     crate::status::spawn_sampler(engine.clone());
+    // Calls decided at their read's stamp convert it to wall-clock time
+    // (crate::wall): follow a step of the system clock within a second.
+    tokio::spawn(async {
+        let mut t = tokio::time::interval(Duration::from_secs(1));
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            t.tick().await;
+            crate::wall::refresh();
+        }
+    });
     // The file watcher is in place before the listeners are announced: a
     // change made by whoever waits for the announcement is never missed.
     spawn_reloaders(

@@ -464,6 +464,56 @@ async fn a_body_that_never_ends_meets_the_request_deadline() {
     assert_eq!(f.grpc_status(), Some("4"), "{f:?}");
 }
 
+/// A call answered at once is decided at the stamp of the read that
+/// completed it, converted to wall-clock time (`drl_server::wall`): a
+/// one-second fixed window's reset lands on a whole second of the system
+/// clock, at a request time between the client's readings before and after
+/// the call. (A decision on any other time scale, or a wrong offset, would
+/// put the window's end at a random phase.) The `h2` engine, which reads
+/// the clock itself, is held to the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_calls_are_decided_at_wall_clock_time() {
+    let p = start(Opts::default()).await;
+    let wall = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    };
+    const SECOND: u64 = 1_000_000_000;
+    // Timing slack: a millisecond either side.
+    const SLACK: u64 = 1_000_000;
+    for (name, addr) in [("fast", p.fast), ("h2", p.h2)] {
+        let ch = tonic::transport::Endpoint::new(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut client = RateLimitServiceClient::new(ch);
+        for i in 0..5 {
+            let value = format!("{name}-{i}");
+            let before = wall();
+            let r = client
+                .should_rate_limit(rls_req("d", &[&[("tight", &value)]], 1))
+                .await
+                .unwrap()
+                .into_inner();
+            let after = wall();
+            let d = r.statuses[0].duration_until_reset.unwrap();
+            let reset = d.seconds as u64 * SECOND + d.nanos as u64;
+            assert!(reset > 0 && reset <= SECOND, "{name}: reset {reset}");
+            // The request's time t is in [before, after] and t + reset is
+            // the end of t's window, a whole second.
+            let end = (before - SLACK + reset).div_ceil(SECOND) * SECOND;
+            assert!(
+                end <= after + SLACK + reset,
+                "{name}: window end {end} - reset {reset} = {} is not in [{before}, {after}]",
+                end - reset
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tonic_clients_see_the_same_answers() {
     let p = start(Opts::default()).await;

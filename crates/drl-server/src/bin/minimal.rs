@@ -284,7 +284,12 @@ impl drl_server::h2fast::Service for MinimalDirect {
         direct::Unary::route(self, path)
     }
 
-    fn call_now(&self, method: DirectMethod, msg: &Bytes) -> Option<Result<Bytes, Status>> {
+    fn call_now(
+        &self,
+        method: DirectMethod,
+        msg: &Bytes,
+        _read_at: std::time::Instant,
+    ) -> Option<Result<Bytes, Status>> {
         Some(answer(method, msg))
     }
 

@@ -13,7 +13,7 @@
 //! `INTERNAL` with prost's error, as tonic-prost answers.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -165,10 +165,17 @@ impl h2fast::Service for HotPath {
         <Self as Unary>::timed_out(self, method)
     }
 
-    fn call_now(&self, method: Method, msg: &Bytes) -> Option<Result<Bytes, Status>> {
+    fn call_now(
+        &self,
+        method: Method,
+        msg: &Bytes,
+        read_at: Instant,
+    ) -> Option<Result<Bytes, Status>> {
+        // Decided at the read's stamp: no clock reading of its own.
+        let at = crate::wall::unix_nanos(read_at);
         match method {
-            Method::Check if msg.len() < SPAWN_AT => answer_check_now(&self.engine, msg),
-            Method::Rls if msg.len() < SPAWN_AT => answer_rls_now(&self.engine, msg),
+            Method::Check if msg.len() < SPAWN_AT => answer_check_now(&self.engine, msg, at),
+            Method::Rls if msg.len() < SPAWN_AT => answer_rls_now(&self.engine, msg, at),
             _ => None,
         }
     }
@@ -237,12 +244,14 @@ pub async fn answer(engine: &Engine, method: Method, msg: Bytes) -> Result<Bytes
     let bad = |e: prost::DecodeError| Status::internal(e.to_string());
     match method {
         Method::Rls => {
-            if let Some(resp) = answer_rls_now(engine, &msg) {
+            let started = engine.now();
+            if let Some(resp) = answer_rls_now(engine, &msg, started) {
                 return resp;
             }
             let req = RateLimitRequest::decode(msg).map_err(bad)?;
             let view = RequestView::of(&req);
-            super::rls::should_rate_limit_on(engine, &engine.limits(), &view, |a| a.encode()).await
+            let limits = engine.limits();
+            super::rls::should_rate_limit_on(engine, &limits, &view, started, |a| a.encode()).await
         }
         Method::Check => {
             // The usual call (a message prost would read the same, on
@@ -250,7 +259,7 @@ pub async fn answer(engine: &Engine, method: Method, msg: Bytes) -> Result<Bytes
             // without an await: the batch stays out of this future, whose
             // size every call's allocation pays. Anything else through
             // prost and the store's future, as before.
-            if let Some(resp) = answer_check_now(engine, &msg) {
+            if let Some(resp) = answer_check_now(engine, &msg, engine.now()) {
                 return resp;
             }
             let req = CheckRequest::decode(msg).map_err(bad)?;
@@ -260,12 +269,12 @@ pub async fn answer(engine: &Engine, method: Method, msg: Bytes) -> Result<Bytes
     }
 }
 
-/// A `Check` call answered synchronously by [`wire`], or `None` when the
-/// message or a limit needs the general path.
-fn answer_check_now(engine: &Engine, msg: &[u8]) -> Option<Result<Bytes, Status>> {
+/// A `Check` call that arrived at `started` answered synchronously by
+/// [`wire`], or `None` when the message or a limit needs the general path.
+fn answer_check_now(engine: &Engine, msg: &[u8], started: u64) -> Option<Result<Bytes, Status>> {
     let reqs = wire::decode_check(msg)?;
     let mut results = wire::Results::new();
-    let decided = super::native::decide_now(engine, &reqs, |r| results.push(*r))?;
+    let decided = super::native::decide_now(engine, &reqs, started, |r| results.push(*r))?;
     Some(decided.map(|()| wire::encode_response(&results)))
 }
 
@@ -278,7 +287,7 @@ fn answer_check_now(engine: &Engine, msg: &[u8]) -> Option<Result<Bytes, Status>
 /// on), nothing in [`super::rls::should_rate_limit_on`] waits: each of its
 /// awaits is on a decision made in memory, ready at once. So one poll, on
 /// this stack, finishes it, and the call's future is never boxed.
-fn answer_rls_now(engine: &Engine, msg: &[u8]) -> Option<Result<Bytes, Status>> {
+fn answer_rls_now(engine: &Engine, msg: &[u8], started: u64) -> Option<Result<Bytes, Status>> {
     let limits = engine.limits();
     if !limits.rls_in_memory {
         return None;
@@ -294,7 +303,7 @@ fn answer_rls_now(engine: &Engine, msg: &[u8]) -> Option<Result<Bytes, Status>> 
             RequestView::of(&decoded)
         }
     };
-    let call = super::rls::should_rate_limit_on(engine, &limits, &view, |a| a.encode());
+    let call = super::rls::should_rate_limit_on(engine, &limits, &view, started, |a| a.encode());
     let Some(framed) = futures::FutureExt::now_or_never(call) else {
         // Unreachable while the above holds (a test pins it); answered as
         // a failure rather than dropped silently if it ever breaks.

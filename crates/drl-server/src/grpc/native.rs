@@ -91,14 +91,15 @@ pub async fn decide(
     counted(engine, started, end)
 }
 
-/// [`decide`] without a future, when every check's limit is in memory
+/// [`decide`] without a future, for a call that arrived at `started`
+/// (its decisions' `now`), when every check's limit is in memory
 /// ([`Engine::check_now`]); `None`, nothing decided, otherwise.
 pub fn decide_now(
     engine: &Engine,
     reqs: &[engine::CheckRequest<'_>],
+    started: u64,
     mut emit: impl FnMut(&ResultFields),
 ) -> Option<Result<(), Status>> {
-    let started = engine.now();
     let limits = engine.limits();
     let end = engine.check_now(&limits, reqs, started, |d| emit(&ResultFields::of(&d)))?;
     Some(counted(engine, started, end))

@@ -35,6 +35,7 @@ use crate::envoy_override::{OverrideError, state_key};
 use crate::headers::ceil_secs;
 use crate::limits::{EnvoyRule, Limits, RuleKind, match_descriptor};
 use crate::metrics::{Api, rejected};
+use drl_core::time::Nanos;
 
 /// The `envoy.service.ratelimit.v3.RateLimitService`.
 #[derive(Debug, Clone)]
@@ -114,9 +115,14 @@ pub async fn should_rate_limit(
     engine: &Engine,
     req: RateLimitRequest,
 ) -> Result<RateLimitResponse, Status> {
-    should_rate_limit_on(engine, &engine.limits(), &RequestView::of(&req), |a| {
-        a.message()
-    })
+    let started = engine.now();
+    should_rate_limit_on(
+        engine,
+        &engine.limits(),
+        &RequestView::of(&req),
+        started,
+        |a| a.message(),
+    )
     .await
 }
 
@@ -129,11 +135,13 @@ pub async fn should_rate_limit_on<R>(
     engine: &Engine,
     limits: &Limits,
     req: &RequestView<'_>,
+    started: Nanos,
     render: impl FnOnce(&Answer<'_>) -> R,
 ) -> Result<R, Status> {
-    // One clock reading serves as the request's start, the decisions'
-    // `now` and the overrides' clock; one more at the end.
-    let started = engine.now();
+    // `started` (the caller's clock reading, or the stamp of the read
+    // that completed the request) serves as the request's start, the
+    // decisions' `now` and the overrides' clock; one more reading at the
+    // end.
     if req.domain.is_empty() {
         rejected(Api::EnvoyRls, "empty_domain");
         return Err(Status::invalid_argument(
@@ -528,7 +536,8 @@ mod tests {
             assert!(limits.rls_in_memory);
             // Three times: allowed, then over the limit, then denied.
             for _ in 0..3 {
-                let call = should_rate_limit_on(engine, &limits, req, |a| a.message());
+                let call =
+                    should_rate_limit_on(engine, &limits, req, engine.now(), |a| a.message());
                 assert!(call.now_or_never().is_some(), "{req:?}");
             }
         }

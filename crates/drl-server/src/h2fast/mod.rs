@@ -28,7 +28,7 @@ pub mod huffman;
 pub mod serve;
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tonic::Status;
@@ -71,8 +71,16 @@ pub trait Service: Send + Sync {
     /// sends it to [`call`](Self::call). A call answered here costs no
     /// allocation of its future (the driver boxes every call it polls);
     /// it is answered exactly as a `call` ready at its first poll.
-    fn call_now(&self, method: Self::Method, msg: &Bytes) -> Option<Result<Bytes, Status>> {
-        let _ = (method, msg);
+    /// `read_at` is when the read that completed the call was made (the
+    /// connection's stamp of that read: a service may take it as the
+    /// call's time instead of reading the clock again).
+    fn call_now(
+        &self,
+        method: Self::Method,
+        msg: &Bytes,
+        read_at: Instant,
+    ) -> Option<Result<Bytes, Status>> {
+        let _ = (method, msg, read_at);
         None
     }
 

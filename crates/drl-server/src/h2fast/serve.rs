@@ -76,18 +76,16 @@ where
                             eof = true;
                         } else {
                             end += n;
-                            let used = conn.receive(
-                                &rbuf[start..end],
-                                svc,
-                                Instant::now(),
-                                &track,
-                                &mut jobs,
-                            );
+                            // The read's stamp: its streams' start, and
+                            // the time of the calls it completes.
+                            let read_at = Instant::now();
+                            let used =
+                                conn.receive(&rbuf[start..end], svc, read_at, &track, &mut jobs);
                             start += used;
                             for (job, guard) in jobs.drain(..) {
                                 // Calls the service answers without a
                                 // future cost no allocation.
-                                let job = match answer_now(svc, job) {
+                                let job = match answer_now(svc, job, read_at) {
                                     Ok((id, reply)) => {
                                         conn.respond(id, reply);
                                         drop(guard);
@@ -113,8 +111,12 @@ where
                     Poll::Pending => {}
                 }
             }
-            // Answers of calls that are done.
-            while let Poll::Ready(Some((id, reply, guard))) = running.poll_next_unpin(cx) {
+            // Answers of calls that are done (an empty set is not polled:
+            // it has nothing to wake this task for, and a poll registers
+            // the waker anew).
+            while !running.is_empty()
+                && let Poll::Ready(Some((id, reply, guard))) = running.poll_next_unpin(cx)
+            {
                 conn.respond(id, reply);
                 drop(guard);
                 progress = true;
@@ -178,16 +180,21 @@ where
     Ok(())
 }
 
-/// A call the service answers at once ([`Service::call_now`]): its
-/// stream and reply; any other job back.
-fn answer_now<S: Service>(svc: &S, job: Job<S::Method>) -> Result<(u32, Reply), Job<S::Method>> {
+/// A call the service answers at once ([`Service::call_now`], given the
+/// stamp of the read that completed it): its stream and reply; any other
+/// job back.
+fn answer_now<S: Service>(
+    svc: &S,
+    job: Job<S::Method>,
+    read_at: Instant,
+) -> Result<(u32, Reply), Job<S::Method>> {
     if let Job::Call {
         stream,
         method,
         msg,
         ..
     } = &job
-        && let Some(r) = svc.call_now(*method, msg)
+        && let Some(r) = svc.call_now(*method, msg, read_at)
     {
         return Ok((*stream, reply_of(r)));
     }

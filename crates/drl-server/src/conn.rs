@@ -694,27 +694,32 @@ where
     async fn run(self, tcp: TcpStream) {
         match self.tls.clone() {
             None => self.drive(tcp, false).await,
-            Some(acceptor) => {
-                let hs =
-                    tokio::time::timeout(self.limits.header_read_timeout, acceptor.accept(tcp));
-                let stream = tokio::select! {
-                    r = hs => r,
-                    () = self.state.close.notified() => return,
-                };
-                match stream {
-                    Ok(Ok(s)) => {
-                        let h2 = s.get_ref().1.alpn_protocol() == Some(b"h2");
-                        // Boxed: a TLS stream would double the size of
-                        // every plain connection's future (see `drive`).
-                        Box::pin(self.drive(s, h2)).await
-                    }
-                    Ok(Err(e)) => {
-                        self.registry.count("tls_failed");
-                        tracing::debug!(listener = self.registry.listener, error = %e, "TLS handshake failed");
-                    }
-                    Err(_) => self.registry.count("header_timeout"),
-                }
+            // Boxed, handshake and all: the handshake's future (a rustls
+            // connection inside it) and a TLS stream would otherwise make
+            // every plain connection's future, and the stack frame of its
+            // every poll, several kilobytes larger (see `drive`).
+            Some(acceptor) => Box::pin(self.run_tls(acceptor, tcp)).await,
+        }
+    }
+
+    /// [`run`](Self::run) over TLS: the handshake (bounded by the header
+    /// timeout, abandoned on eviction), then the connection.
+    async fn run_tls(self, acceptor: tokio_rustls::TlsAcceptor, tcp: TcpStream) {
+        let hs = tokio::time::timeout(self.limits.header_read_timeout, acceptor.accept(tcp));
+        let stream = tokio::select! {
+            r = hs => r,
+            () = self.state.close.notified() => return,
+        };
+        match stream {
+            Ok(Ok(s)) => {
+                let h2 = s.get_ref().1.alpn_protocol() == Some(b"h2");
+                self.drive(s, h2).await
             }
+            Ok(Err(e)) => {
+                self.registry.count("tls_failed");
+                tracing::debug!(listener = self.registry.listener, error = %e, "TLS handshake failed");
+            }
+            Err(_) => self.registry.count("header_timeout"),
         }
     }
 

@@ -51,12 +51,15 @@ where
     let mut running = FuturesUnordered::new();
     let mut timer: Option<(Instant, Pin<Box<tokio::time::Sleep>>)> = None;
     poll_fn(|cx| {
+        // The close signal once per poll of the task, not once per turn of
+        // the loop below: whoever asks for the close wakes this task, so a
+        // poll always follows the request.
+        if !closing && close.as_mut().poll(cx).is_ready() {
+            closing = true;
+            conn.go_away();
+        }
         loop {
             let mut progress = false;
-            if !closing && close.as_mut().poll(cx).is_ready() {
-                closing = true;
-                conn.go_away();
-            }
             // Read and handle what came.
             if !eof && !conn.is_dead() && conn.out.len() - written < MAX_OUT {
                 if start == end {

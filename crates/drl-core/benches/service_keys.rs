@@ -13,6 +13,8 @@
 #![allow(clippy::disallowed_methods)]
 #![allow(missing_docs)] // criterion_group! generates an undocumented fn
 
+mod common;
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -71,10 +73,7 @@ fn service_keys(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(3))
-        .sample_size(30);
+    config = common::config();
     targets = service_keys
 }
 criterion_main!(benches);

@@ -22,16 +22,17 @@
 //!
 //! - **Pool** when the loop spent at least [`HIGH`] of the wall time
 //!   polling, in [`POOL_WINDOWS`] windows of [`WINDOW`] in a row (a loop
-//!   that is hardly ever idle cannot take more), *and* the machine has CPU
-//!   to spare for more threads over that busy streak ([`room`]): a core
-//!   idle, or threads already waiting for a CPU. When every core is busy
-//!   and nobody waits, a second worker would only take CPU from whatever
-//!   else runs there while every request costs more, so the loop keeps
-//!   its connections (on two cores shared with a load generator it then
-//!   served 1.12-1.19x the throughput of a server that decides nothing,
-//!   where pooled connections served 0.92-0.96x: BENCHMARKS.md, session
-//!   20). Each connection leaves the loop at its next poll and is spawned
-//!   as a task.
+//!   that is hardly ever idle cannot take more), *and* the machine had CPU
+//!   to spare for more threads over a busy streak of at least
+//!   `room::ROOM_SPAN` (200 ms): a core idle, or threads already waiting
+//!   for a CPU. When every core is busy and nobody waits, a second worker
+//!   would only take CPU from whatever else runs there while every
+//!   request costs more, so the loop keeps its connections (on two cores
+//!   shared with a load generator it then served 1.12-1.19x the
+//!   throughput of a server that decides nothing, where pooled
+//!   connections served 0.92-0.96x: BENCHMARKS.md, session 20). Each
+//!   connection leaves the loop at its next poll and is spawned as a
+//!   task.
 //! - **Gather** when the whole process used less than [`LOW`] cores of CPU
 //!   time in [`GATHER_WINDOWS`] windows in a row: one loop has room for
 //!   the whole load again. Each pooled connection hands itself back to the

@@ -14,10 +14,13 @@
 //! shared with the load generator, the loop served 1.12-1.19x the pooled
 //! throughput of a server that decides nothing, pooled drl 0.92-0.96).
 //!
-//! Two readings of Linux's, taken at the ends of the loop's busy windows:
+//! Two readings of Linux's, taken at the ends of the loop's busy windows
+//! and judged over a busy streak of [`ROOM_SPAN`] at least (a moment of
+//! either, a kernel thread's wakeup, a client's pause, must not move the
+//! connections for the rest of the load):
 //!
 //! - idle CPU time, `/proc/stat` (idle + iowait over all CPUs, in clock
-//!   ticks: coarse, so judged over [`IDLE_SPAN`] at least);
+//!   ticks of 10 ms);
 //! - CPU pressure, `/proc/pressure/cpu` (`some`: the time at least one
 //!   runnable task waited for a CPU, in microseconds).
 
@@ -29,9 +32,10 @@ pub const POOL_IDLE: f64 = 0.5;
 /// The share of a busy streak some task waited for a CPU that means the
 /// loop competes for CPU (more threads take a fairer share).
 pub const POOL_PRESSURE: f64 = 0.2;
-/// The shortest streak idle time is judged over (`/proc/stat` counts in
-/// ticks of 10 ms: over 100 ms, two CPUs read within about 0.2 cores).
-pub const IDLE_SPAN: Duration = Duration::from_millis(100);
+/// The shortest busy streak the machine's room is judged over
+/// (`/proc/stat` counts in ticks of 10 ms: over 200 ms, two CPUs read
+/// within about 0.1 cores).
+pub const ROOM_SPAN: Duration = Duration::from_millis(200);
 
 /// What the machine has to spare for more threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,13 +103,16 @@ pub fn judge(idle: Option<Option<f64>>, pressure: Option<Option<f64>>, span: Dur
     if idle.is_none() && pressure.is_none() {
         return Spare::Unknown;
     }
-    if pressure.flatten().is_some_and(|p| p >= POOL_PRESSURE) {
-        return Spare::Yes;
+    if span < ROOM_SPAN {
+        return Spare::No;
     }
-    if span >= IDLE_SPAN && idle.flatten().is_some_and(|i| i >= POOL_IDLE) {
-        return Spare::Yes;
+    let waiting = pressure.flatten().is_some_and(|p| p >= POOL_PRESSURE);
+    let idle_core = idle.flatten().is_some_and(|i| i >= POOL_IDLE);
+    if waiting || idle_core {
+        Spare::Yes
+    } else {
+        Spare::No
     }
-    Spare::No
 }
 
 /// Reads the first line of `path` into `buf` (the files read here are
@@ -185,14 +192,19 @@ mod tests {
     }
 
     #[test]
-    fn pressure_or_a_long_enough_idle_streak_means_room() {
-        let long = IDLE_SPAN;
-        let short = Duration::from_millis(20);
+    fn pressure_or_an_idle_core_over_a_long_enough_streak_means_room() {
+        let long = ROOM_SPAN;
+        let short = ROOM_SPAN - Duration::from_millis(20);
         // Nobody waits, no core idle: stay, however long.
         assert_eq!(judge(Some(Some(0.1)), Some(Some(0.01)), long), Spare::No);
-        // Waiting threads: at once.
-        assert_eq!(judge(Some(Some(0.0)), Some(Some(0.5)), short), Spare::Yes);
-        // An idle core: only over a span long enough to read it.
+        assert_eq!(
+            judge(Some(Some(0.1)), Some(Some(0.01)), 10 * long),
+            Spare::No
+        );
+        // Waiting threads, or an idle core: over a streak long enough
+        // that a moment of either does not count.
+        assert_eq!(judge(Some(Some(0.0)), Some(Some(0.5)), short), Spare::No);
+        assert_eq!(judge(Some(Some(0.0)), Some(Some(0.5)), long), Spare::Yes);
         assert_eq!(judge(Some(Some(1.0)), Some(Some(0.0)), short), Spare::No);
         assert_eq!(judge(Some(Some(1.0)), Some(Some(0.0)), long), Spare::Yes);
         // One reading missing: judged on the other.
@@ -209,10 +221,13 @@ mod tests {
         let t = Instant::now();
         let a = Mark::of(t, Some(100.0), Some(10.0));
         // 200 ms later: 0.2 s idle (1 core), 0.01 s waited (5 %).
-        let b = Mark::of(t + Duration::from_millis(200), Some(100.2), Some(10.01));
+        let b = Mark::of(t + ROOM_SPAN, Some(100.2), Some(10.01));
+        assert_eq!(b.since(&a), Spare::Yes);
+        // Nothing idle, 0.1 s waited (50 %).
+        let b = Mark::of(t + ROOM_SPAN, Some(100.0), Some(10.1));
         assert_eq!(b.since(&a), Spare::Yes);
         // Nothing idle, nobody waiting.
-        let c = Mark::of(t + Duration::from_millis(200), Some(100.0), Some(10.0));
+        let c = Mark::of(t + ROOM_SPAN, Some(100.0), Some(10.0));
         assert_eq!(c.since(&a), Spare::No);
         // The same instant: no span.
         assert_eq!(a.since(&a), Spare::No);

@@ -23,9 +23,10 @@
 //! - **Pool** when the loop spent at least [`HIGH`] of the wall time
 //!   polling, in [`POOL_WINDOWS`] windows of [`WINDOW`] in a row (a loop
 //!   that is hardly ever idle cannot take more), *and* the machine had CPU
-//!   to spare for more threads over a busy streak of at least
-//!   `room::ROOM_SPAN` (200 ms): a core idle, or threads already waiting
-//!   for a CPU. When every core is busy and nobody waits, a second worker
+//!   to spare for more threads over the loop's current stretch of load
+//!   (windows at least [`WARM`] busy in a row), judged once that stretch
+//!   is `room::ROOM_SPAN` (200 ms) long: a core idle, or threads already
+//!   waiting for a CPU. When every core is busy and nobody waits, a second worker
 //!   would only take CPU from whatever else runs there while every
 //!   request costs more, so the loop keeps its connections (on two cores
 //!   shared with a load generator it then served 1.12-1.19x the
@@ -81,6 +82,9 @@ pub const POOL_WINDOWS: u32 = 2;
 /// windows in a row: gather (where there is no process CPU clock, the
 /// loop's own polling share stands in).
 pub const LOW: f64 = 0.6;
+/// A window at least this busy continues the stretch of load over which
+/// the machine's room for more threads is judged; a quieter one ends it.
+pub const WARM: f64 = 0.5;
 /// Windows in a row under [`LOW`] before gathering.
 pub const GATHER_WINDOWS: u32 = 5;
 
@@ -325,7 +329,8 @@ struct Runs {
 /// The policy (see the module docs), at the end of a window: `pooled`,
 /// the loop's polling share `load` of that window, the process's CPU use
 /// over it in cores (`cpu`, if known) and what the machine had to spare
-/// over the loop's busy streak (`spare`); `runs` counts windows in a row.
+/// over the loop's stretch of load (`spare`); `runs` counts windows in a
+/// row.
 fn decide(pooled: bool, load: f64, cpu: Option<f64>, spare: Spare, runs: &mut Runs) -> Switch {
     if pooled {
         runs.high = 0;
@@ -359,7 +364,8 @@ struct Loop {
     cpu_start: Option<u64>,
     runs: Runs,
     /// The machine's counters at the end of the first window of the
-    /// loop's current busy streak (none while it is not busy, or pooled).
+    /// loop's current stretch of load (windows at least [`WARM`] busy in
+    /// a row; none outside one, or while pooled).
     streak: Option<Mark>,
     /// While pooled: the end of the window (the loop has nothing else to
     /// wake it then).
@@ -394,10 +400,9 @@ impl Loop {
         self.window_start = now;
         self.busy = Duration::ZERO;
         let pooled = self.inner.pooled.load(Ordering::Relaxed);
-        // The machine's room for more threads, read only over busy
-        // streaks of the loop (two small files at the end of each of
-        // their windows).
-        let spare = if !pooled && load >= HIGH {
+        // The machine's room for more threads, read only over stretches
+        // of load (two small files at the end of each of their windows).
+        let spare = if !pooled && load >= WARM {
             let mark = Mark::now();
             let first = *self.streak.get_or_insert(mark);
             mark.since(&first)

@@ -14,10 +14,10 @@
 //! shared with the load generator, the loop served 1.12-1.19x the pooled
 //! throughput of a server that decides nothing, pooled drl 0.92-0.96).
 //!
-//! Two readings of Linux's, taken at the ends of the loop's busy windows
-//! and judged over a busy streak of [`ROOM_SPAN`] at least (a moment of
-//! either, a kernel thread's wakeup, a client's pause, must not move the
-//! connections for the rest of the load):
+//! Two readings of Linux's, taken at the ends of the loop's windows while
+//! it is loaded and judged over a stretch of load of [`ROOM_SPAN`] at least
+//! (a moment of either, a kernel thread's wakeup, a client's pause, must
+//! not move the connections for the rest of the load):
 //!
 //! - idle CPU time, `/proc/stat` (idle + iowait over all CPUs, in clock
 //!   ticks of 10 ms);
@@ -27,12 +27,12 @@
 use std::io::Read as _;
 use std::time::{Duration, Instant};
 
-/// Idle CPU, in cores, over a busy streak that means a core to spare.
+/// Idle CPU, in cores, over a stretch of load that means a core to spare.
 pub const POOL_IDLE: f64 = 0.5;
-/// The share of a busy streak some task waited for a CPU that means the
-/// loop competes for CPU (more threads take a fairer share).
+/// The share of a stretch of load some task waited for a CPU that means
+/// the loop competes for CPU (more threads take a fairer share).
 pub const POOL_PRESSURE: f64 = 0.2;
-/// The shortest busy streak the machine's room is judged over
+/// The shortest stretch of load the machine's room is judged over
 /// (`/proc/stat` counts in ticks of 10 ms: over 200 ms, two CPUs read
 /// within about 0.1 cores).
 pub const ROOM_SPAN: Duration = Duration::from_millis(200);

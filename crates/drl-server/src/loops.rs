@@ -25,7 +25,7 @@
 //!   that is hardly ever idle cannot take more), *and* the machine had CPU
 //!   to spare for more threads over the loop's current stretch of load
 //!   (windows at least [`WARM`] busy in a row), judged once that stretch
-//!   is `room::ROOM_SPAN` (200 ms) long: a core idle, or threads already
+//!   is `room::ROOM_SPAN` (200 ms) long: half a core idle, or threads already
 //!   waiting for a CPU. When every core is busy and nobody waits, a second worker
 //!   would only take CPU from whatever else runs there while every
 //!   request costs more, so the loop keeps its connections (on two cores

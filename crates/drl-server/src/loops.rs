@@ -21,19 +21,19 @@
 //! listener switches between the two:
 //!
 //! - **Pool** when the loop spent at least [`HIGH`] of the wall time
-//!   polling, in [`POOL_WINDOWS`] windows of [`WINDOW`] in a row (a loop
-//!   that is hardly ever idle cannot take more), *and* the machine had CPU
-//!   to spare for more threads over the loop's current stretch of load
-//!   (windows at least [`WARM`] busy in a row), judged once that stretch
-//!   is `room::ROOM_SPAN` (200 ms) long: half a core idle, or threads already
-//!   waiting for a CPU. When every core is busy and nobody waits, a second worker
-//!   would only take CPU from whatever else runs there while every
-//!   request costs more, so the loop keeps its connections (on two cores
-//!   shared with a load generator it then served 1.12-1.19x the
-//!   throughput of a server that decides nothing, where pooled
-//!   connections served 0.92-0.96x: BENCHMARKS.md, session 20). Each
-//!   connection leaves the loop at its next poll and is spawned as a
-//!   task.
+//!   polling, in [`POOL_WINDOWS`] windows of [`WINDOW`] in a row (a
+//!   loop that is hardly ever idle cannot take more), *and* the machine
+//!   had CPU to spare for more threads over the loop's current stretch
+//!   of load (windows at least [`WARM`] busy in a row), judged once
+//!   that stretch is `room::ROOM_SPAN` (200 ms) long: half a core idle,
+//!   or threads already waiting for a CPU. When every core is busy and
+//!   nobody waits, a second worker would only take CPU from whatever
+//!   else runs there while every request costs more, so the loop keeps
+//!   its connections (on two cores shared with a load generator it then
+//!   served 1.12-1.19x the throughput of a server that decides nothing,
+//!   where pooled connections served 0.92-0.96x: BENCHMARKS.md, session
+//!   20). Each connection leaves the loop at its next poll and is
+//!   spawned as a task.
 //! - **Gather** when the whole process used less than [`LOW`] cores of CPU
 //!   time in [`GATHER_WINDOWS`] windows in a row: one loop has room for
 //!   the whole load again. Each pooled connection hands itself back to the
@@ -414,7 +414,6 @@ impl Loop {
         match decide(pooled, load, cpu, spare, &mut self.runs) {
             Switch::Stay => {}
             Switch::Pool => {
-                self.streak = None;
                 tracing::debug!(load, ?cpu, ?spare, "connections pooled");
                 self.inner.pooled.store(true, Ordering::Relaxed);
                 self.inner.set_gauge(true);

@@ -154,9 +154,12 @@ pub fn parse_idle_ticks(line: &str) -> Option<u64> {
     if f.next()? != "cpu" {
         return None;
     }
-    let v: Vec<u64> = f.take(5).map(|x| x.parse().ok()).collect::<Option<_>>()?;
     // user nice system idle iowait
-    Some(v.get(3)? + v.get(4)?)
+    let mut v = [0u64; 5];
+    for slot in &mut v {
+        *slot = f.next()?.parse().ok()?;
+    }
+    Some(v[3] + v[4])
 }
 
 /// The `total=` (microseconds) of `/proc/pressure/cpu`'s `some` line.

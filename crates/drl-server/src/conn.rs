@@ -1,8 +1,6 @@
 //! Connection hygiene: the accept loop of both listeners (HTTP/1.1 and
-//! HTTP/2 through hyper-util, with HTTP/1.1 checks first on the fast path
-//! ([`crate::http1`]); for gRPC HTTP/2 on the hand-written server
-//! ([`crate::h2fast`]) or on the `h2` crate directly
-//! ([`crate::grpc::direct`]); plain or TLS), with every connection bounded.
+//! HTTP/2 through hyper-util; gRPC on the `h2` crate directly,
+//! [`crate::grpc::direct`]; plain or TLS), with every connection bounded.
 //!
 //! - **Cap** (`server.max_connections`, per listener): at the cap, a new
 //!   connection closes the connection that has been idle longest (no
@@ -18,9 +16,9 @@
 //! - **Streams** (`server.max_concurrent_streams`): HTTP/2 streams per
 //!   connection.
 //!
-//! The connections run on the listener's connection loop
-//! ([`crate::loops`]): polled by one task below the peak, as tasks of their
-//! own at the peak.
+//! Each connection is a tokio task of its own, under tokio's cooperative
+//! budget like any other task: one busy connection cannot starve the
+//! listener or the other connections.
 //!
 //! Counted in `drl_connections_total{listener, event}` (`accepted`,
 //! `refused`, `evicted_idle`, `idle_timeout`, `header_timeout`,
@@ -91,7 +89,7 @@ struct ConnState {
     evicting: AtomicBool,
     /// hyper answered a request before reading it whole (413, 408): what
     /// the client still sends is read out before the socket closes
-    /// ([`crate::http1::linger`]), or the client sees a reset instead of
+    /// ([`crate::linger`]), or the client sees a reset instead of
     /// the answer.
     linger: AtomicBool,
 }
@@ -370,7 +368,7 @@ where
     if state.linger.load(Ordering::Relaxed)
         && let Ok(mut io) = back.await
     {
-        crate::http1::linger::linger(&mut io).await;
+        crate::linger::linger(&mut io).await;
     }
 }
 
@@ -487,35 +485,6 @@ fn hyper_builder(limits: ConnLimits, http2_only: bool) -> auto::Builder<TokioExe
     builder
 }
 
-/// Serves HTTP on `listener` as [`serve`] does, with `POST /v1/check` on
-/// the HTTP/1.1 fast path ([`crate::http1`]): `fast` answers the checks it
-/// takes, and at the first request it does not take the connection goes to
-/// hyper serving `service` for the rest of its life.
-pub async fn serve_http_fast<S, B>(
-    listener: TcpListener,
-    tls: TlsSlot,
-    service: S,
-    fast: Arc<crate::http1::DrlCheck>,
-    limits: ConnLimits,
-    registry: Arc<Registry>,
-    stop: watch::Receiver<bool>,
-) -> std::io::Result<()>
-where
-    S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + Sync + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let proto = Proto::Fast {
-        builder: Arc::new(hyper_builder(limits, false)),
-        service,
-        fast,
-    };
-    accept_loop(listener, tls, proto, limits, registry, stop).await
-}
-
 /// Serves gRPC on `listener` as [`serve`] does, on the direct h2
 /// transport: `hot` answers the hot-path methods and hands the rest to
 /// tonic's routes.
@@ -536,24 +505,6 @@ pub async fn serve_grpc_direct(
     accept_loop(listener, tls, proto, limits, registry, stop).await
 }
 
-/// Serves gRPC on `listener` as [`serve`] does, on the hand-written
-/// HTTP/2 server ([`crate::h2fast`]): `hot` answers the hot-path methods
-/// and hands the rest to tonic's routes, whole.
-pub async fn serve_grpc_fast(
-    listener: TcpListener,
-    tls: TlsSlot,
-    hot: Arc<crate::grpc::hot::HotPath>,
-    limits: ConnLimits,
-    registry: Arc<Registry>,
-    stop: watch::Receiver<bool>,
-) -> std::io::Result<()> {
-    let proto: Proto<crate::guard::GrpcGuard> = Proto::H2Fast {
-        settings: crate::h2fast::Settings::new(Some(limits.max_concurrent_streams)),
-        hot,
-    };
-    accept_loop(listener, tls, proto, limits, registry, stop).await
-}
-
 /// How a listener speaks on its connections.
 enum Proto<S> {
     /// hyper-util serving a tower service.
@@ -565,17 +516,6 @@ enum Proto<S> {
     Direct {
         builder: Arc<h2::server::Builder>,
         hot: Arc<crate::grpc::hot::HotPath>,
-    },
-    /// gRPC on the hand-written HTTP/2 server.
-    H2Fast {
-        settings: crate::h2fast::Settings,
-        hot: Arc<crate::grpc::hot::HotPath>,
-    },
-    /// HTTP/1.1 checks on the fast path, the rest through hyper-util.
-    Fast {
-        builder: Arc<auto::Builder<TokioExecutor>>,
-        service: S,
-        fast: Arc<crate::http1::DrlCheck>,
     },
 }
 
@@ -589,19 +529,6 @@ impl<S: Clone> Clone for Proto<S> {
             Proto::Direct { builder, hot } => Proto::Direct {
                 builder: builder.clone(),
                 hot: hot.clone(),
-            },
-            Proto::H2Fast { settings, hot } => Proto::H2Fast {
-                settings: *settings,
-                hot: hot.clone(),
-            },
-            Proto::Fast {
-                builder,
-                service,
-                fast,
-            } => Proto::Fast {
-                builder: builder.clone(),
-                service: service.clone(),
-                fast: fast.clone(),
             },
         }
     }
@@ -623,7 +550,9 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let conns = crate::loops::Loops::for_runtime(registry.listener);
+    // Each connection is a task of its own (tokio's cooperative budget
+    // applies to it); the set is only for the drain at shutdown.
+    let mut conns = tokio::task::JoinSet::new();
     let mut last_accept_error = None::<Instant>;
     loop {
         let (tcp, _peer) = tokio::select! {
@@ -643,6 +572,8 @@ where
                 }
             },
             () = stopping(&mut stop) => break,
+            // Reap ended connections (their results are nothing).
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
         };
         if !registry.admit(limits.max_connections) {
             registry.count("refused");
@@ -666,7 +597,7 @@ where
         });
     }
     drop(listener);
-    conns.drained().await;
+    while conns.join_next().await.is_some() {}
     Ok(())
 }
 
@@ -693,11 +624,10 @@ where
 {
     async fn run(self, tcp: TcpStream) {
         match self.tls.clone() {
-            None => self.drive(tcp, false).await,
+            None => self.drive(tcp).await,
             // Boxed, handshake and all: the handshake's future (a rustls
             // connection inside it) and a TLS stream would otherwise make
-            // every plain connection's future, and the stack frame of its
-            // every poll, several kilobytes larger (see `drive`).
+            // every plain connection's future larger.
             Some(acceptor) => Box::pin(self.run_tls(acceptor, tcp)).await,
         }
     }
@@ -711,10 +641,7 @@ where
             () = self.state.close.notified() => return,
         };
         match stream {
-            Ok(Ok(s)) => {
-                let h2 = s.get_ref().1.alpn_protocol() == Some(b"h2");
-                self.drive(s, h2).await
-            }
+            Ok(Ok(s)) => self.drive(s).await,
             Ok(Err(e)) => {
                 self.registry.count("tls_failed");
                 tracing::debug!(listener = self.registry.listener, error = %e, "TLS handshake failed");
@@ -723,17 +650,10 @@ where
         }
     }
 
-    /// Serves `io`; `alpn_h2`: TLS chose HTTP/2.
-    ///
-    /// A connection's future is as large as its largest arm, and every
-    /// poll touches the states of its nested futures, spread over that
-    /// size: a cache miss each when the task last ran on the other core.
-    /// So the large, colder arms (hyper's connections, the `h2` crate's,
-    /// a TLS stream) are boxed, and the hot ones (the hand-written HTTP/2
-    /// and HTTP/1.1 paths) stay inline: 16 KB became 3 KB, and the native
-    /// `Check` moved from 0.89-0.92 to 0.95-1.03 of the minimal server in
-    /// the same interleaved runs (BENCHMARKS.md, session 18).
-    async fn drive<I>(self, io: I, alpn_h2: bool)
+    /// Serves `io` under [`supervise`]. hyper's and the `h2` crate's
+    /// connection futures are large: they are boxed, so that the task's
+    /// own future stays small.
+    async fn drive<I>(self, io: I)
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
@@ -746,7 +666,6 @@ where
             ..
         } = self;
         match proto {
-            // Boxed (see `drive`): hyper's connection future is large.
             Proto::Hyper { builder, service } => {
                 Box::pin(async move {
                     let (svc, io, back) = hyper_parts(service, &state, &registry, io);
@@ -783,55 +702,6 @@ where
                     stop,
                 )
                 .await;
-            }
-            Proto::H2Fast { settings, hot } => {
-                let signal = crate::grpc::direct::CloseSignal::default();
-                let track = || Inflight::begin(&*state, &registry);
-                let fut =
-                    crate::h2fast::serve_connection(io, settings, &*hot, track, signal.wait());
-                tokio::pin!(fut);
-                let shutdown = |_: Pin<&mut _>| signal.close();
-                supervise(fut, shutdown, limits, registry.clone(), state.clone(), stop).await;
-            }
-            Proto::Fast {
-                builder,
-                service,
-                fast,
-            } => {
-                let signal = crate::grpc::direct::CloseSignal::default();
-                let track = || Inflight::begin(&*state, &registry);
-                let fut = async {
-                    use crate::http1::serve::{Outcome, serve_connection};
-                    let io = if alpn_h2 {
-                        crate::http1::rewind::Rewind::new(io, bytes::Bytes::new())
-                    } else {
-                        match serve_connection(io, &*fast, track, &signal).await {
-                            Outcome::Done => return,
-                            Outcome::Handoff(io) => io,
-                        }
-                    };
-                    // hyper, for what the fast path hands over: boxed, as
-                    // its connection future is large.
-                    Box::pin(async {
-                        let (svc, io, back) = hyper_parts(service, &state, &registry, io);
-                        {
-                            let conn = builder.serve_connection(io, svc);
-                            tokio::pin!(conn);
-                            tokio::select! {
-                                _ = conn.as_mut() => {}
-                                () = signal.wait() => {
-                                    conn.as_mut().graceful_shutdown();
-                                    let _ = conn.await;
-                                }
-                            }
-                        }
-                        linger_if_asked(&state, back).await;
-                    })
-                    .await;
-                };
-                tokio::pin!(fut);
-                let shutdown = |_: Pin<&mut _>| signal.close();
-                supervise(fut, shutdown, limits, registry.clone(), state.clone(), stop).await;
             }
         }
     }

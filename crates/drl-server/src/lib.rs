@@ -10,9 +10,8 @@
 //!   every API.
 //! - [`envoy_override`]: Envoy RLS per-descriptor limit overrides.
 //! - [`http`]: `POST /v1/check`, forward-auth, health, metrics (axum).
-//! - [`http1`]: `POST /v1/check` on HTTP/1.1 without hyper (the hot path),
-//!   the rest handed to [`http`].
-//! - [`grpc`]: the native batched API and Envoy RLS v3 (tonic).
+//! - [`grpc`]: the native batched API and Envoy RLS v3, on the `h2` crate
+//!   (the two hot methods) and tonic (the rest).
 //! - [`listeners`]: the HTTP and gRPC listeners, moved on reload.
 //! - [`conn`]: the accept loop: connection cap, idle and header-read
 //!   timeouts, HTTP/1.1 and HTTP/2, plain or TLS.
@@ -31,14 +30,12 @@ pub mod engine;
 pub mod envoy_override;
 pub mod grpc;
 pub mod guard;
-pub mod h2fast;
 pub mod headers;
 pub mod http;
-pub mod http1;
 pub mod limitador;
 pub mod limits;
+pub mod linger;
 pub mod listeners;
-pub mod loops;
 pub mod metrics;
 pub mod race;
 pub mod scope;

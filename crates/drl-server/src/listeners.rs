@@ -286,30 +286,12 @@ impl Listeners {
                     engine: self.engine.clone(),
                     metrics: self.metrics.clone(),
                 });
-                let fast = (s.http_engine == crate::config::HttpEngine::Fast).then(|| {
-                    Arc::new(crate::http1::DrlCheck::new(
-                        self.engine.clone(),
-                        auth.clone(),
-                    ))
-                });
                 let svc = HttpGuard { router, auth };
                 let rx = rx.clone();
                 Box::pin(async move {
-                    match fast {
-                        // `POST /v1/check` on HTTP/1.1 without hyper, the
-                        // rest through the router (http1).
-                        Some(fast) => {
-                            crate::conn::serve_http_fast(
-                                listener, tls, svc, fast, limits, registry, rx,
-                            )
-                            .await
-                        }
-                        None => {
-                            crate::conn::serve(listener, tls, svc, limits, false, registry, rx)
-                                .await
-                        }
-                    }
-                    .context("HTTP server failed")
+                    crate::conn::serve(listener, tls, svc, limits, false, registry, rx)
+                        .await
+                        .context("HTTP server failed")
                 })
             }
             Kind::Grpc => {
@@ -327,25 +309,18 @@ impl Listeners {
                     auth,
                     timeout: Duration::from_millis(s.request_timeout_ms),
                 };
-                // The hot-path methods on the hand-written HTTP/2 server
-                // (or h2 directly, `grpc_engine: h2`); the rest through
-                // tonic's routes behind the same guard (grpc::hot).
+                // The hot-path methods on the h2 crate directly; the rest
+                // through tonic's routes behind the same guard (grpc::hot).
                 let hot = Arc::new(crate::grpc::hot::HotPath::new(
                     self.engine.clone(),
                     svc,
                     s.max_body_bytes,
                 ));
-                let fast = s.grpc_engine == crate::config::GrpcEngine::Fast;
                 let rx = rx.clone();
                 Box::pin(async move {
-                    if fast {
-                        // The hand-written HTTP/2 server (h2fast).
-                        crate::conn::serve_grpc_fast(listener, tls, hot, limits, registry, rx).await
-                    } else {
-                        crate::conn::serve_grpc_direct(listener, tls, hot, limits, registry, rx)
-                            .await
-                    }
-                    .context("gRPC server failed")
+                    crate::conn::serve_grpc_direct(listener, tls, hot, limits, registry, rx)
+                        .await
+                        .context("gRPC server failed")
                 })
             }
         };

@@ -21,14 +21,9 @@
 //! hyper-util), in the plainest accept loop: the baseline of the TLS rows.
 //!
 //! `--grpc-engine h2` serves the same gRPC answers on the `h2` crate
-//! directly (`drl_server::grpc::direct`) instead of tonic: the same work on
-//! two transports, for `scripts/server-instructions` (issue 17);
-//! `--grpc-engine fast` on drl's hand-written HTTP/2 server
-//! (`drl_server::h2fast`, `drl serve`'s default), the floor of
-//! `scripts/bench-peers`' RLS rows.
-//! `--http-engine fast` likewise answers `POST /v1/check` on drl's
-//! hand-written HTTP/1.1 path (`drl_server::http1`), anything else through
-//! hyper as before; the default stays `hyper` (the benchmarks' floor).
+//! directly (`drl_server::grpc::direct`, the transport of `drl serve`'s
+//! gRPC listener) instead of tonic: the floor of `scripts/bench-peers`'
+//! gRPC rows.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -43,8 +38,6 @@ use drl_server::grpc::pb::rate_limiter_server::{RateLimiter, RateLimiterServer};
 use drl_server::grpc::pb::{CheckItem, CheckRequest, CheckResponse, CheckResult};
 use drl_server::grpc::{direct, frame};
 use drl_server::http::Answer;
-use drl_server::http1::Handler;
-use drl_server::http1::serve::{Outcome, serve_connection};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
@@ -104,74 +97,6 @@ fn check_answer(body: &[u8]) -> Answer {
         status: StatusCode::OK,
         content_type: "application/json",
         body: out,
-    }
-}
-
-/// The same check on the HTTP/1.1 fast path.
-struct FastMinimal;
-
-impl Handler for FastMinimal {
-    type Req = ();
-
-    fn begin(&self) {}
-
-    fn max_body(_: &()) -> usize {
-        // axum's default body limit.
-        2 << 20
-    }
-
-    fn timeout(_: &()) -> std::time::Duration {
-        std::time::Duration::ZERO
-    }
-
-    fn too_large(&self, _: &()) -> Answer {
-        Answer {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            content_type: "text/plain; charset=utf-8",
-            body: "length limit exceeded".into(),
-        }
-    }
-
-    fn timed_out(&self, _: &()) -> Answer {
-        Answer {
-            status: StatusCode::REQUEST_TIMEOUT,
-            content_type: "text/plain; charset=utf-8",
-            body: String::new(),
-        }
-    }
-
-    async fn check(&self, _: &(), body: &[u8], _: std::time::Instant) -> Answer {
-        check_answer(body)
-    }
-}
-
-/// One HTTP connection with the fast path first, then hyper serving `app`.
-async fn serve_fast<I>(
-    io: I,
-    builder: &hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
-    app: Router,
-) where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let signal = direct::CloseSignal::default();
-    if let Outcome::Handoff(io) = serve_connection(io, &FastMinimal, || (), &signal).await {
-        let svc = hyper_util::service::TowerToHyperService::new(app);
-        let _ = builder
-            .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
-            .await;
-    }
-}
-
-/// The plain HTTP accept loop of `--http-engine fast`.
-async fn serve_http_fast(listener: tokio::net::TcpListener, app: Router) -> anyhow::Result<()> {
-    let builder = std::sync::Arc::new(hyper_util::server::conn::auto::Builder::new(
-        hyper_util::rt::TokioExecutor::new(),
-    ));
-    loop {
-        let (tcp, _) = listener.accept().await?;
-        let _ = tcp.set_nodelay(true);
-        let (builder, app) = (builder.clone(), app.clone());
-        tokio::spawn(async move { serve_fast(tcp, &builder, app).await });
     }
 }
 
@@ -277,46 +202,6 @@ impl direct::Unary for MinimalDirect {
     }
 }
 
-impl drl_server::h2fast::Service for MinimalDirect {
-    type Method = DirectMethod;
-
-    fn route(&self, path: &str) -> Option<DirectMethod> {
-        direct::Unary::route(self, path)
-    }
-
-    fn call_now(
-        &self,
-        method: DirectMethod,
-        msg: &Bytes,
-        _read_at: std::time::Instant,
-    ) -> Option<Result<Bytes, Status>> {
-        Some(answer(method, msg))
-    }
-
-    async fn call(&self, method: DirectMethod, msg: Bytes) -> Result<Bytes, Status> {
-        answer(method, &msg)
-    }
-}
-
-/// The hand-written HTTP/2 accept loop.
-async fn serve_h2fast(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
-    let settings = drl_server::h2fast::Settings::new(None);
-    loop {
-        let (tcp, _) = listener.accept().await?;
-        let _ = tcp.set_nodelay(true);
-        tokio::spawn(async move {
-            let _ = drl_server::h2fast::serve_connection(
-                tcp,
-                settings,
-                &MinimalDirect,
-                || (),
-                std::future::pending(),
-            )
-            .await;
-        });
-    }
-}
-
 /// The transport of the gRPC listener (`--grpc-engine`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GrpcEngine {
@@ -324,8 +209,6 @@ enum GrpcEngine {
     Tonic,
     /// The h2 crate directly (`drl_server::grpc::direct`).
     H2,
-    /// drl's hand-written HTTP/2 server (`drl_server::h2fast`).
-    Fast,
 }
 
 /// Decodes a request of `method` and answers it, deciding nothing.
@@ -439,7 +322,6 @@ fn main() -> anyhow::Result<()> {
     let mut tls_cert = None;
     let mut tls_key = None;
     let mut grpc_engine = GrpcEngine::Tonic;
-    let mut fast_http = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -472,13 +354,7 @@ fn main() -> anyhow::Result<()> {
             "--grpc-engine" => match it.next().map(String::as_str) {
                 Some("tonic") => grpc_engine = GrpcEngine::Tonic,
                 Some("h2") => grpc_engine = GrpcEngine::H2,
-                Some("fast") => grpc_engine = GrpcEngine::Fast,
-                other => anyhow::bail!("--grpc-engine tonic|h2|fast (got {other:?})"),
-            },
-            "--http-engine" => match it.next().map(String::as_str) {
-                Some("hyper") => fast_http = false,
-                Some("fast") => fast_http = true,
-                other => anyhow::bail!("--http-engine hyper|fast (got {other:?})"),
+                other => anyhow::bail!("--grpc-engine tonic|h2 (got {other:?})"),
             },
             "--threads" => {
                 threads = Some(
@@ -488,7 +364,7 @@ fn main() -> anyhow::Result<()> {
                 )
             }
             other => anyhow::bail!(
-                "usage: drl-minimal-server [--http ADDR] [--grpc ADDR] [--threads N] [--grpc-engine tonic|h2|fast] [--http-engine hyper|fast] [--tls-cert FILE --tls-key FILE] | encode-grpc N [LIMIT [FIRST]] | encode-rls DOMAIN K=V[,K=V...] (got {other:?})"
+                "usage: drl-minimal-server [--http ADDR] [--grpc ADDR] [--threads N] [--grpc-engine tonic|h2] [--tls-cert FILE --tls-key FILE] | encode-grpc N [LIMIT [FIRST]] | encode-rls DOMAIN K=V[,K=V...] (got {other:?})"
             ),
         }
     }
@@ -526,28 +402,17 @@ fn main() -> anyhow::Result<()> {
             let routes = tonic::service::Routes::new(RateLimiterServer::new(Minimal))
                 .add_service(RateLimitServiceServer::new(MinimalRls))
                 .prepare();
-            let h = serve_tls(http_l, tls(&[b"h2", b"http/1.1"])?, app, false, fast_http);
-            let g = serve_tls(grpc_l, tls(&[b"h2"])?, routes, true, false);
+            let h = serve_tls(http_l, tls(&[b"h2", b"http/1.1"])?, app, false);
+            let g = serve_tls(grpc_l, tls(&[b"h2"])?, routes, true);
             tokio::select! {
                 r = g => r?,
                 r = h => r?,
             }
             return anyhow::Ok(());
         }
-        let h = async move {
-            if fast_http {
-                serve_http_fast(http_l, app).await
-            } else {
-                Ok(axum::serve(http_l, app).await?)
-            }
-        };
-        if grpc_engine != GrpcEngine::Tonic {
-            let g = async {
-                match grpc_engine {
-                    GrpcEngine::H2 => serve_direct(grpc_l).await,
-                    _ => serve_h2fast(grpc_l).await,
-                }
-            };
+        let h = async move { anyhow::Ok(axum::serve(http_l, app).await?) };
+        if grpc_engine == GrpcEngine::H2 {
+            let g = serve_direct(grpc_l);
             tokio::select! {
                 r = g => r?,
                 r = h => r?,
@@ -568,14 +433,12 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// The plainest TLS accept loop: handshake, then hyper-util's auto
-/// HTTP/1.1 + HTTP/2 (HTTP/2 only for gRPC); `fast`: the HTTP/1.1 fast
-/// path first (unless ALPN chose h2).
+/// HTTP/1.1 + HTTP/2 (HTTP/2 only for gRPC).
 async fn serve_tls<S, B>(
     listener: tokio::net::TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
     service: S,
     http2_only: bool,
-    fast: bool,
 ) -> anyhow::Result<()>
 where
     S: tower::Service<
@@ -604,18 +467,6 @@ where
             let Ok(tls) = acceptor.accept(tcp).await else {
                 return;
             };
-            if fast && tls.get_ref().1.alpn_protocol() != Some(b"h2") {
-                let signal = direct::CloseSignal::default();
-                if let Outcome::Handoff(io) =
-                    serve_connection(tls, &FastMinimal, || (), &signal).await
-                {
-                    let svc = hyper_util::service::TowerToHyperService::new(service);
-                    let _ = builder
-                        .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
-                        .await;
-                }
-                return;
-            }
             let svc = hyper_util::service::TowerToHyperService::new(service);
             let _ = builder
                 .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)

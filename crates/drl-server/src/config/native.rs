@@ -279,35 +279,56 @@ pub struct ServerConfig {
     /// Let a reload triggered by a file change remove limits or domains
     /// (default false: such a reload is refused; SIGHUP may always remove).
     pub allow_limit_removal: bool,
-    /// How the HTTP listener serves HTTP/1.1 (default `fast`); read when
-    /// the listener starts (a reload that moves it applies a change).
+    /// How the HTTP listener serves HTTP/1.1 and HTTP/2: `hyper`, the only
+    /// engine (the key stays so that existing files keep loading).
     pub http_engine: HttpEngine,
-    /// How the gRPC listener serves HTTP/2 (default `fast`); read when the
-    /// listener starts (a reload that moves it applies a change).
+    /// How the gRPC listener serves HTTP/2: `h2`, the only engine (the
+    /// key stays so that existing files keep loading).
     pub grpc_engine: GrpcEngine,
 }
 
+/// Why an engine other than the libraries is refused.
+const ENGINE_REMOVED: &str = "the hand-written engine `fast` was removed: it lacked the abuse \
+     limits of the h2 crate and hyper (docs/security.md); remove the key or set";
+
 /// How the gRPC listener serves HTTP/2 (`server.grpc_engine`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
+#[serde(try_from = "String")]
 pub enum GrpcEngine {
-    /// The hand-written HTTP/2 server ([`crate::h2fast`]).
-    #[default]
-    Fast,
     /// The `h2` crate ([`crate::grpc::direct`]).
+    #[default]
     H2,
 }
 
-/// How the HTTP listener serves HTTP/1.1 (`server.http_engine`).
+impl TryFrom<String> for GrpcEngine {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "h2" => Ok(Self::H2),
+            "fast" => Err(format!("{ENGINE_REMOVED} `grpc_engine: h2`")),
+            other => Err(format!("unknown grpc_engine `{other}`, expected `h2`")),
+        }
+    }
+}
+
+/// How the HTTP listener serves HTTP (`server.http_engine`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
+#[serde(try_from = "String")]
 pub enum HttpEngine {
-    /// `POST /v1/check` on the hand-written HTTP/1.1 path
-    /// ([`crate::http1`]), everything else through hyper.
-    #[default]
-    Fast,
     /// Every request through hyper and axum.
+    #[default]
     Hyper,
+}
+
+impl TryFrom<String> for HttpEngine {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "hyper" => Ok(Self::Hyper),
+            "fast" => Err(format!("{ENGINE_REMOVED} `http_engine: hyper`")),
+            other => Err(format!("unknown http_engine `{other}`, expected `hyper`")),
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -326,8 +347,8 @@ impl Default for ServerConfig {
             max_key_bytes: DEFAULT_MAX_KEY_BYTES,
             reload_settle_ms: 500,
             allow_limit_removal: false,
-            http_engine: HttpEngine::Fast,
-            grpc_engine: GrpcEngine::Fast,
+            http_engine: HttpEngine::Hyper,
+            grpc_engine: GrpcEngine::H2,
         }
     }
 }

@@ -1,5 +1,4 @@
-//! The gRPC listener's hot path, on the hand-written HTTP/2 server
-//! ([`crate::h2fast`], the default) or on the `h2` crate directly
+//! The gRPC listener's hot path, on the `h2` crate directly
 //! ([`super::direct`]): Envoy RLS v3 `ShouldRateLimit` and the native
 //! `drl.v1.RateLimiter/Check` are answered here, by the same functions
 //! tonic's services call ([`super::rls::should_rate_limit`],
@@ -13,7 +12,7 @@
 //! `INTERNAL` with prost's error, as tonic-prost answers.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -31,7 +30,6 @@ use super::wire;
 use crate::auth::{Auth, Class};
 use crate::engine::Engine;
 use crate::guard::GrpcGuard;
-use crate::h2fast;
 use crate::metrics::{Api, rejected};
 
 /// The path of the native `Check`.
@@ -137,58 +135,6 @@ impl Unary for HotPath {
         let req = req.map(RecvBody::new);
         let Ok(resp) = tower::Service::call(&mut svc, req).await;
         direct::send_http(respond, resp).await;
-    }
-}
-
-/// The same service on the hand-written HTTP/2 server
-/// ([`crate::h2fast`]).
-impl h2fast::Service for HotPath {
-    type Method = Method;
-
-    fn route(&self, path: &str) -> Option<Method> {
-        <Self as Unary>::route(self, path)
-    }
-
-    fn max_message(&self) -> usize {
-        self.max_message
-    }
-
-    fn admit(&self, _method: Method, authorization: Option<&[u8]>) -> Result<(), Status> {
-        self.admit_token(authorization)
-    }
-
-    fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    fn timed_out(&self, method: Method) -> Status {
-        <Self as Unary>::timed_out(self, method)
-    }
-
-    fn call_now(
-        &self,
-        method: Method,
-        msg: &Bytes,
-        read_at: Instant,
-    ) -> Option<Result<Bytes, Status>> {
-        // Decided at the read's stamp: no clock reading of its own.
-        let at = crate::wall::unix_nanos(read_at);
-        match method {
-            Method::Check if msg.len() < SPAWN_AT => answer_check_now(&self.engine, msg, at),
-            Method::Rls if msg.len() < SPAWN_AT => answer_rls_now(&self.engine, msg, at),
-            _ => None,
-        }
-    }
-
-    async fn call(&self, method: Method, msg: Bytes) -> Result<Bytes, Status> {
-        self.decide(method, msg).await
-    }
-
-    async fn fallback(&self, req: Request<Bytes>) -> h2fast::Whole {
-        let mut svc = self.fallback.clone();
-        let req = req.map(http_body_util::Full::new);
-        let Ok(resp) = tower::Service::call(&mut svc, req).await;
-        h2fast::Whole::collect(resp).await
     }
 }
 

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod gossip;
+pub mod h2raw;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

@@ -290,6 +290,12 @@ fn spawn_reloaders(
     Ok(())
 }
 
+/// Watches the config file's directory and signals `tx` on a change to
+/// the file: an event naming it (an edit, a replacing rename), or any
+/// event after which the file resolves to another target (a symlink
+/// swapped further up, as the kubelet updates a ConfigMap volume: it
+/// renames a new `..data` link over the old one and never touches the
+/// file's own name).
 fn watch_file(
     path: &Path,
     tx: tokio::sync::mpsc::Sender<&'static str>,
@@ -301,16 +307,26 @@ fn watch_file(
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
     let name = abs.file_name().map(|n| n.to_os_string());
+    let target = std::sync::Mutex::new(std::fs::canonicalize(&abs).ok());
     let mut w = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
         let Ok(ev) = ev else { return };
         if matches!(ev.kind, EventKind::Access(_)) {
             return;
         }
-        if ev
+        let named = ev
             .paths
             .iter()
-            .any(|p| p.file_name().map(|n| n.to_os_string()) == name)
-        {
+            .any(|p| p.file_name().map(|n| n.to_os_string()) == name);
+        let now = std::fs::canonicalize(&abs).ok();
+        let moved = {
+            let mut last = target.lock().unwrap_or_else(|e| e.into_inner());
+            let moved = now.is_some() && *last != now;
+            if now.is_some() {
+                *last = now;
+            }
+            moved
+        };
+        if named || moved {
             let _ = tx.try_send(FILE_CHANGE);
         }
     })

@@ -171,3 +171,35 @@ fn sigterm_drains_in_flight_requests() {
     assert!(exit.success(), "{exit:?}");
     drl.wait_log("drl serve stopped");
 }
+
+/// A Kubernetes ConfigMap volume: the config is `drl.yaml -> ..data/drl.yaml`
+/// and `..data -> ..<timestamp>`; the kubelet writes a new timestamped
+/// directory, points `..data_tmp` at it and renames that over `..data`.
+/// No event names `drl.yaml`; the reload happens all the same.
+#[test]
+fn a_configmap_style_symlink_swap_reloads() {
+    use std::os::unix::fs::symlink;
+    let drl = Drl::start(V1);
+    let dir = drl.config.parent().unwrap().to_path_buf();
+    let step1 = format!("{V1}  - name: step1\n    algorithm: gcra\n    quota: 10/s\n");
+    std::fs::create_dir(dir.join("..2026_01")).unwrap();
+    std::fs::write(dir.join("..2026_01/drl.yaml"), &step1).unwrap();
+    symlink("..2026_01", dir.join("..data")).unwrap();
+    // The file itself becomes the link (a rename naming it: reloaded as any edit).
+    symlink("..data/drl.yaml", dir.join("drl.yaml.link")).unwrap();
+    std::fs::rename(dir.join("drl.yaml.link"), &drl.config).unwrap();
+    wait_for("the first reload", || remaining(&drl, "step1", 1).0 == 200);
+    assert_eq!(remaining(&drl, "added", 1).0, 404);
+
+    // The kubelet's update.
+    std::fs::create_dir(dir.join("..2026_02")).unwrap();
+    // V2 keeps `step1`: a file-change reload may not remove limits.
+    let step2 = format!("{V2}  - name: step1\n    algorithm: gcra\n    quota: 10/s\n");
+    std::fs::write(dir.join("..2026_02/drl.yaml"), step2).unwrap();
+    symlink("..2026_02", dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    std::fs::remove_dir_all(dir.join("..2026_01")).unwrap();
+    wait_for("the swap to be applied", || {
+        remaining(&drl, "added", 1).0 == 200
+    });
+}

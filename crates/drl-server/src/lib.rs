@@ -17,7 +17,8 @@
 //!   timeouts, HTTP/1.1 and HTTP/2, plain or TLS.
 //! - [`tls`]: listener certificates (rustls), reloaded when they change.
 //! - [`auth`]: optional bearer tokens; [`guard`]: the services behind them.
-//! - [`server`]: signals, hot reload, graceful drain.
+//! - [`server`]: signals, hot reload, graceful drain; [`preflight`]: the
+//!   checks of a config before anything binds (also `drl config check`).
 //! - [`status`]: the status page at `/` and `GET /v1/status` (per-limit
 //!   history, latency, top keys; gossip, Orbit and Redis state).
 
@@ -37,6 +38,7 @@ pub mod limits;
 pub mod linger;
 pub mod listeners;
 pub mod metrics;
+pub mod preflight;
 pub mod race;
 pub mod scope;
 pub mod server;

@@ -37,6 +37,13 @@ pub fn load(opts: &ServeOptions) -> Result<Config, config::ConfigError> {
 /// requests (for up to `server.shutdown_grace_ms`).
 pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let cfg = load(&opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // The checks `drl config check` makes, refused or warned alike.
+    let warnings =
+        crate::preflight::check(&cfg, opts.config.as_deref(), std::time::SystemTime::now())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
     let metrics = crate::metrics::install();
     let stores = crate::scope::Stores::new();
     if let Some(r) = &cfg.redis {

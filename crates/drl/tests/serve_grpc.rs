@@ -251,3 +251,42 @@ async fn envoy_rls_decides_with_statuses_and_headers() {
     );
     assert!(!text.contains("10.0.0.1"));
 }
+
+/// A request message that does not decode is the client's fault:
+/// `INVALID_ARGUMENT` (3) with prost's error, on both hot methods.
+#[tokio::test]
+async fn undecodable_messages_are_invalid_argument() {
+    let drl = Drl::start(
+        "limits:\n  - name: api\n    quota: 10/s\nenvoy:\n  - domain: d\n    descriptors:\n      - key: k\n        rate_limit: {unit: second, requests_per_unit: 10}\n",
+    );
+    let tcp = tokio::net::TcpStream::connect(drl.grpc).await.unwrap();
+    let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    for path in [
+        "/drl.v1.RateLimiter/Check",
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+    ] {
+        let req = http::Request::post(format!("http://{}{path}", drl.grpc))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (resp, mut send) = client.send_request(req, false).unwrap();
+        // Field 1, length-delimited, 100 bytes announced, 1 sent.
+        let msg = [0x0a, 100, 0];
+        let mut framed = vec![0, 0, 0, 0, msg.len() as u8];
+        framed.extend_from_slice(&msg);
+        send.send_data(bytes::Bytes::from(framed), true).unwrap();
+        let resp = resp.await.unwrap();
+        let (head, mut body) = resp.into_parts();
+        let status = match head.headers.get("grpc-status") {
+            Some(s) => s.to_str().unwrap().to_string(),
+            None => {
+                while body.data().await.is_some() {}
+                let t = body.trailers().await.unwrap().expect("trailers");
+                t.get("grpc-status").unwrap().to_str().unwrap().to_string()
+            }
+        };
+        assert_eq!(status, "3", "{path}: {head:?}");
+    }
+}

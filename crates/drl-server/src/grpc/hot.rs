@@ -9,7 +9,8 @@
 //!
 //! Errors are tonic's to the byte: the same statuses and messages, sent by
 //! [`tonic::Status::into_http`]; a request message that does not decode is
-//! `INTERNAL` with prost's error, as tonic-prost answers.
+//! `INVALID_ARGUMENT` with prost's error (the client's fault, not the
+//! server's: tonic-prost would answer `INTERNAL`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -187,7 +188,7 @@ impl<T> Drop for AbortOnDrop<T> {
 /// One hot-path call: `msg` (a request message without its prefix)
 /// decoded, decided by `engine`, and the response framed.
 pub async fn answer(engine: &Engine, method: Method, msg: Bytes) -> Result<Bytes, Status> {
-    let bad = |e: prost::DecodeError| Status::internal(e.to_string());
+    let bad = |e: prost::DecodeError| Status::invalid_argument(e.to_string());
     match method {
         Method::Rls => {
             let started = engine.now();
@@ -244,7 +245,7 @@ fn answer_rls_now(engine: &Engine, msg: &[u8], started: u64) -> Option<Result<By
         None => {
             decoded = match RateLimitRequest::decode(msg) {
                 Ok(req) => req,
-                Err(e) => return Some(Err(Status::internal(e.to_string()))),
+                Err(e) => return Some(Err(Status::invalid_argument(e.to_string()))),
             };
             RequestView::of(&decoded)
         }

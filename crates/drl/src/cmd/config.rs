@@ -13,8 +13,11 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 enum Sub {
     /// Check a config file (drl's, envoyproxy/ratelimit's or a limitador
-    /// limits file); errors name the line and column. Exit status 1 if it
-    /// is invalid.
+    /// limits file) as `drl serve` checks it at start: the file, its
+    /// limits, TLS files, token files and cluster keys. Errors name the
+    /// line and column; warnings (secrets readable by every user,
+    /// certificates expired or expiring within 14 days) go to stderr.
+    /// Exit status 1 if `drl serve` would refuse it.
     Check {
         /// The file.
         file: PathBuf,
@@ -26,8 +29,12 @@ enum Sub {
 /// Runs `drl config`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
-        Sub::Check { file } => match drl_server::config::load_file(&file) {
-            Ok(cfg) => {
+        Sub::Check { file } => match drl_server::preflight::check_file(&file) {
+            Ok(checked) => {
+                for w in &checked.warnings {
+                    eprintln!("warning: {w}");
+                }
+                let cfg = checked.config;
                 println!(
                     "{}: ok ({} limits, {} envoy domains, {} limitador limits)",
                     file.display(),

@@ -20,9 +20,8 @@ pub struct Args {
     /// Do not reload when the config file changes (SIGHUP still reloads).
     #[arg(long)]
     pub no_watch: bool,
-    /// Worker threads (default: one per core). Below the peak one thread
-    /// serves each listener's connections and the rest sleep; at the peak
-    /// all share them (docs/server.md, "Runtime threads").
+    /// Worker threads (default: one per core); every connection is a task
+    /// the threads share (docs/server.md, "Runtime threads").
     #[arg(long)]
     pub threads: Option<usize>,
     /// Log as JSON lines (default: human-readable). Filter with RUST_LOG.

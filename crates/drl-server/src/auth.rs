@@ -1,9 +1,12 @@
 //! Who may ask: optional bearer tokens.
 //!
 //! `auth.tokens_file` guards every API (`/v1/check`, forward-auth, gRPC
-//! native and Envoy RLS, and any status endpoint); `auth.metrics_tokens_file`
+//! native and Envoy RLS, and the status page); `auth.metrics_tokens_file`
 //! guards `/metrics` separately (a Prometheus scraper gets its own token
-//! and cannot spend quota). `/healthz` and `/readyz` stay open for probes.
+//! and cannot spend quota). Without `metrics_tokens_file`, `/metrics`
+//! takes the API tokens when there are some (what a service guards, its
+//! metrics do not give away: limit names, rates, peers), unless
+//! `auth.metrics_open: true`. `/healthz` and `/readyz` stay open for probes.
 //! Without a file the corresponding routes are open, which is the default
 //! and fine on loopback; `drl serve` warns at startup when it listens
 //! beyond loopback without tokens or TLS.
@@ -40,9 +43,12 @@ pub struct AuthConfig {
     /// Tokens accepted by the APIs (HTTP checks, forward-auth, gRPC).
     #[serde(default)]
     pub tokens_file: Option<PathBuf>,
-    /// Tokens accepted by `/metrics`.
+    /// Tokens accepted by `/metrics` (unset: those of `tokens_file`).
     #[serde(default)]
     pub metrics_tokens_file: Option<PathBuf>,
+    /// Leave `/metrics` open when only `tokens_file` is set (default false).
+    #[serde(default)]
+    pub metrics_open: bool,
 }
 
 /// A set of accepted tokens (their digests only).
@@ -239,10 +245,13 @@ impl PreparedAuth {
 pub fn prepare(cfg: &AuthConfig) -> Result<PreparedAuth, String> {
     let load =
         |p: &Option<PathBuf>, field| p.as_deref().map(|p| Tokens::load(p, field)).transpose();
-    Ok(PreparedAuth(Sets {
-        api: load(&cfg.tokens_file, "tokens_file")?,
-        metrics: load(&cfg.metrics_tokens_file, "metrics_tokens_file")?,
-    }))
+    let api = load(&cfg.tokens_file, "tokens_file")?;
+    let metrics = match &cfg.metrics_tokens_file {
+        Some(_) => load(&cfg.metrics_tokens_file, "metrics_tokens_file")?,
+        None if cfg.metrics_open => None,
+        None => api.clone(),
+    };
+    Ok(PreparedAuth(Sets { api, metrics }))
 }
 
 /// The token in an `Authorization: Bearer` header value, if any.
@@ -385,7 +394,7 @@ mod tests {
             a.check(Class::Api, &headers(&format!("bearer  {A} ")), "http"),
             Ok(())
         );
-        // Probes stay open; /metrics has its own (unset: open) set.
+        // Probes stay open; /metrics has its own set (none here).
         assert_eq!(a.check(Class::Open, &HeaderMap::new(), "http"), Ok(()));
         assert_eq!(a.check(Class::Metrics, &HeaderMap::new(), "http"), Ok(()));
         // Rotation: a new set replaces the old one.
@@ -409,6 +418,42 @@ mod tests {
             a.check(Class::Metrics, &headers(&format!("Bearer {A}")), "http"),
             Ok(())
         );
+    }
+
+    #[test]
+    fn metrics_take_the_api_tokens_unless_they_have_their_own_or_are_opened() {
+        let dir = std::env::temp_dir().join(format!("drl-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (api, scrape) = (dir.join("api"), dir.join("scrape"));
+        std::fs::write(&api, A).unwrap();
+        std::fs::write(&scrape, B).unwrap();
+        let with = |metrics_tokens_file: Option<PathBuf>, metrics_open| {
+            let a = Auth::default();
+            a.set(
+                prepare(&AuthConfig {
+                    tokens_file: Some(api.clone()),
+                    metrics_tokens_file,
+                    metrics_open,
+                })
+                .unwrap(),
+            );
+            let m = |h: &HeaderMap| a.check(Class::Metrics, h, "http");
+            (
+                m(&HeaderMap::new()),
+                m(&headers(&format!("Bearer {A}"))),
+                m(&headers(&format!("Bearer {B}"))),
+            )
+        };
+        assert_eq!(
+            with(None, false),
+            (Err(Denied::Missing), Ok(()), Err(Denied::Invalid))
+        );
+        assert_eq!(with(None, true), (Ok(()), Ok(()), Ok(())));
+        assert_eq!(
+            with(Some(scrape.clone()), false),
+            (Err(Denied::Missing), Err(Denied::Invalid), Ok(()))
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -28,6 +28,7 @@ use serde_json::Value;
 /// be null).
 const FIELDS: &[(&str, &str)] = &[
     ("version", "number"),
+    ("keys", "string"),
     ("node", "object"),
     ("node.version", "string"),
     ("node.now_ms", "number"),
@@ -191,7 +192,9 @@ fn status_json_has_every_documented_field_and_the_page_the_same_numbers() {
     std::fs::write(&key, "status-test-cluster-key-32-bytes\n").unwrap();
     let (gossip_udp, orbit_udp) = (free_udp_port(), free_udp_port());
     let yaml = format!(
-        r#"limits:
+        r#"status:
+  keys: show
+limits:
   - name: api
     quota: 5/s
   - name: quiet
@@ -512,4 +515,48 @@ fn chromium_renders_live_numbers_from_a_gossip_cluster_under_load() {
         eprintln!("saved {}", docs.display());
     }
     assert!(t.elapsed() < DEADLINE * 2);
+}
+
+/// `status.keys`: hashed by default (never the key itself), hidden on
+/// request, shown only when asked; the document says which.
+#[test]
+fn client_keys_are_hashed_by_default_and_can_be_hidden() {
+    let secret = "api-key-0123456789-very-secret";
+    let shown_as = |mode: &str| -> (String, Vec<String>) {
+        let yaml = format!("{mode}limits:\n  - name: api\n    quota: 1000/s\n");
+        let d = Drl::start(&yaml);
+        for _ in 0..20 {
+            let (s, _, _) = common::post_json(
+                &d.url("/v1/check"),
+                &format!(r#"{{"requests":[{{"limit":"api","key":"{secret}"}}]}}"#),
+            );
+            assert_eq!(s, 200);
+        }
+        let (_, body) = http_get(&d.url("/v1/status")).unwrap();
+        let (_, page) = http_get(&d.url("/")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let keys = v["limits"][0]["top_keys"]["by_demand"]["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["key"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            body.contains(secret) || page.contains(secret),
+            mode.contains("show"),
+            "{mode}: {body}"
+        );
+        (v["keys"].as_str().unwrap().to_string(), keys)
+    };
+    let (mode, keys) = shown_as("");
+    assert_eq!(mode, "hash");
+    assert_eq!(keys.len(), 1);
+    assert!(
+        keys[0].starts_with("sha256:") && keys[0].len() == 23,
+        "{keys:?}"
+    );
+    let (mode, keys) = shown_as("status:\n  keys: hide\n");
+    assert_eq!((mode.as_str(), keys.len()), ("hide", 0));
+    let (mode, keys) = shown_as("status:\n  keys: show\n");
+    assert_eq!((mode.as_str(), keys), ("show", vec![secret.to_string()]));
 }

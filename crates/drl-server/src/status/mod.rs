@@ -2,7 +2,8 @@
 //! JSON, `GET /v1/status` (field names in `docs/server.md`).
 //!
 //! - [`StatusConfig`]: the `status:` section (`status.enabled`, default
-//!   true; off, both routes answer 404 and nothing below is recorded).
+//!   true; off, both routes answer 404 and nothing below is recorded;
+//!   `status.keys`, how client keys are shown: hashed by default).
 //! - [`LimitStatus`]: per native limit, the decision latency
 //!   ([`latency`]) and the top keys by demand and by denials
 //!   ([`topkeys`], fixed memory, off per limit with `top_keys: false`),
@@ -31,7 +32,7 @@ pub mod topkeys;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -49,11 +50,63 @@ pub struct StatusConfig {
     /// Serve the status page at `/` and `GET /v1/status`, and record what
     /// they show (latency and top keys per limit). Default true.
     pub enabled: bool,
+    /// How client keys (API keys, user ids) appear on the page and in
+    /// `/v1/status`. Default `hash`.
+    pub keys: KeyDisplay,
 }
 
 impl Default for StatusConfig {
     fn default() -> Self {
-        Self { enabled: true }
+        Self {
+            enabled: true,
+            keys: KeyDisplay::Hash,
+        }
+    }
+}
+
+/// How the status page shows client keys (`status.keys`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyDisplay {
+    /// As they are.
+    Show,
+    /// As `sha256:` and the first 16 hex digits of the key's SHA-256 (an
+    /// operator finds a known key by hashing it; the page never shows it).
+    #[default]
+    Hash,
+    /// Not at all: every key list is empty (counts and totals stay).
+    Hide,
+}
+
+impl KeyDisplay {
+    /// `key` as this mode shows it (`None`: hidden).
+    pub fn show(self, key: &str) -> Option<String> {
+        use sha2::Digest as _;
+        match self {
+            KeyDisplay::Show => Some(key.to_string()),
+            KeyDisplay::Hash => {
+                let d = sha2::Sha256::digest(key.as_bytes());
+                let mut out = String::with_capacity(23);
+                out.push_str("sha256:");
+                for b in &d[..8] {
+                    out.push_str(&format!("{b:02x}"));
+                }
+                Some(out)
+            }
+            KeyDisplay::Hide => None,
+        }
+    }
+
+    fn code(self) -> u8 {
+        self as u8
+    }
+
+    fn from_code(c: u8) -> Self {
+        match c {
+            0 => KeyDisplay::Show,
+            2 => KeyDisplay::Hide,
+            _ => KeyDisplay::Hash,
+        }
     }
 }
 
@@ -141,6 +194,7 @@ struct HubState {
 #[derive(Debug)]
 pub struct StatusHub {
     enabled: AtomicBool,
+    keys: AtomicU8,
     started: Instant,
     started_unix_ms: u64,
     state: Mutex<HubState>,
@@ -157,6 +211,7 @@ impl StatusHub {
     pub fn new(cfg: &StatusConfig) -> Self {
         Self {
             enabled: AtomicBool::new(cfg.enabled),
+            keys: AtomicU8::new(cfg.keys.code()),
             started: Instant::now(),
             started_unix_ms: unix_ms(),
             state: Mutex::default(),
@@ -166,6 +221,12 @@ impl StatusHub {
     /// Applies a (re)loaded `status:` section.
     pub fn configure(&self, cfg: &StatusConfig) {
         self.enabled.store(cfg.enabled, Ordering::Relaxed);
+        self.keys.store(cfg.keys.code(), Ordering::Relaxed);
+    }
+
+    /// How keys are shown now (`status.keys`).
+    pub fn keys(&self) -> KeyDisplay {
+        KeyDisplay::from_code(self.keys.load(Ordering::Relaxed))
     }
 
     /// True if the page and `/v1/status` are served.

@@ -29,6 +29,8 @@ pub struct Status {
     pub orbit: Option<OrbitInfo>,
     /// The Redis connection, with `redis:`.
     pub redis: Option<RedisInfo>,
+    /// How client keys appear below (`status.keys`: `show`, `hash`, `hide`).
+    pub keys: super::KeyDisplay,
 }
 
 /// The process.
@@ -431,7 +433,12 @@ pub fn build(engine: &Engine) -> Status {
             max_in_flight: s.max_in_flight,
         }
     });
+    let keys = hub.keys();
+    for l in &mut out {
+        shown(l, keys);
+    }
     Status {
+        keys,
         version: 1,
         node: NodeInfo {
             version: env!("CARGO_PKG_VERSION"),
@@ -444,5 +451,41 @@ pub fn build(engine: &Engine) -> Status {
         gossip,
         orbit,
         redis,
+    }
+}
+
+/// Rewrites every client key of `l` as `mode` shows it (hidden: dropped).
+fn shown(l: &mut LimitInfo, mode: super::KeyDisplay) {
+    if mode == super::KeyDisplay::Show {
+        return;
+    }
+    if let Some(t) = &mut l.top_keys {
+        for r in [&mut t.by_demand, &mut t.by_denials] {
+            r.keys = std::mem::take(&mut r.keys)
+                .into_iter()
+                .filter_map(|mut k| {
+                    k.key = mode.show(&k.key)?;
+                    Some(k)
+                })
+                .collect();
+        }
+    }
+    if let Some(g) = &mut l.gossip_keys {
+        *g = std::mem::take(g)
+            .into_iter()
+            .filter_map(|mut k| {
+                k.key = mode.show(&k.key)?;
+                Some(k)
+            })
+            .collect();
+    }
+    if let Some(o) = &mut l.orbit_keys {
+        *o = std::mem::take(o)
+            .into_iter()
+            .filter_map(|mut k| {
+                k.key = mode.show(&k.key)?;
+                Some(k)
+            })
+            .collect();
     }
 }

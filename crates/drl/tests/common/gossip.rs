@@ -274,6 +274,8 @@ impl Cluster {
                     r#"listen:
   http: 127.0.0.1:0
   grpc: null
+status:
+  keys: show
 limits:
   - name: global
     quota: {LIMIT}/s

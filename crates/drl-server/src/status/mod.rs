@@ -111,19 +111,22 @@ impl KeyDisplay {
 }
 
 /// What the status page records for one native limit on the decision
-/// path.
+/// path. Its histogram and sketches are made at the limit's first
+/// decision: a limit that is configured but never used costs a few words
+/// (10,000 idle limits must not hold the sketches of 10,000 busy ones).
 #[derive(Debug, Default)]
 pub struct LimitStatus {
-    latency: Latency,
-    top: Option<TopKeys>,
+    latency: OnceLock<Latency>,
+    /// `None`: `top_keys: false`.
+    top: Option<OnceLock<TopKeys>>,
 }
 
 impl LimitStatus {
     /// Recording for a limit, with or without top keys.
     pub fn new(top_keys: bool) -> Self {
         Self {
-            latency: Latency::new(),
-            top: top_keys.then(TopKeys::new),
+            latency: OnceLock::new(),
+            top: top_keys.then(OnceLock::new),
         }
     }
 
@@ -132,24 +135,37 @@ impl LimitStatus {
     #[inline]
     pub fn observe(&self, key: &str, cost: u64, allowed: bool) {
         if let Some(t) = &self.top {
-            t.observe(key, cost, allowed);
+            t.get_or_init(TopKeys::new).observe(key, cost, allowed);
         }
     }
 
     /// Records one decision's latency.
     #[inline]
     pub fn record_latency(&self, ns: u64) {
-        self.latency.record(ns);
+        self.latency.get_or_init(Latency::new).record(ns);
     }
 
-    /// The latency histogram.
-    pub fn latency(&self) -> &Latency {
-        &self.latency
+    /// Counts per latency bucket so far (all zero before any decision).
+    pub fn latency_snapshot(&self) -> [u64; latency::BUCKETS] {
+        self.latency
+            .get()
+            .map_or([0; latency::BUCKETS], Latency::snapshot)
     }
 
-    /// The top-keys sketches, unless `top_keys: false`.
+    /// The top-keys sketches, once the limit has recorded a decision
+    /// (never with `top_keys: false`).
     pub fn top_keys(&self) -> Option<&TopKeys> {
-        self.top.as_ref()
+        self.top.as_ref()?.get()
+    }
+
+    /// The `n` heaviest keys by demand and by denials (empty before any
+    /// decision), unless `top_keys: false`.
+    pub fn top_report(&self, n: usize) -> Option<(topkeys::Ranking, topkeys::Ranking)> {
+        let top = self.top.as_ref()?;
+        Some(match top.get() {
+            Some(t) => t.report(n),
+            None => (topkeys::Ranking::empty(), topkeys::Ranking::empty()),
+        })
     }
 }
 
@@ -262,10 +278,15 @@ impl StatusHub {
             .iter()
             .chain(limits.envoy_limits.iter())
             .collect();
-        st.series
-            .retain(|name, _| all.iter().any(|l| &*l.name == name.as_str()));
+        let names: std::collections::HashSet<&str> = all.iter().map(|l| &*l.name).collect();
+        st.series.retain(|name, _| names.contains(name.as_str()));
         for l in &all {
             let (a, d, _) = l.metrics.totals();
+            // A limit that never decided has no history yet (and costs
+            // nothing here): its series starts at its first decision.
+            if (a, d) == (0, 0) && !st.series.contains_key(&*l.name) {
+                continue;
+            }
             let s = st.series.entry(l.name.to_string()).or_default();
             let decided = s.sample((a, d));
             if let (Some(n), Some(t)) = (decided, l.metrics.status().and_then(|s| s.top_keys())) {
@@ -274,7 +295,7 @@ impl StatusHub {
             if let Some(ls) = l.metrics.status()
                 && (ticks - 1) % LATENCY_EVERY == 0
             {
-                s.snapshot_latency(ls.latency().snapshot());
+                s.snapshot_latency(ls.latency_snapshot());
             }
         }
         if ticks % GENERATION_S == 0 {

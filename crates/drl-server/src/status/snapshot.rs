@@ -262,7 +262,7 @@ fn ranking(r: Ranking) -> RankingInfo {
 
 fn latency_info(l: &Limit, series: Option<&Series>) -> Option<LatencyInfo> {
     let s = l.metrics.status()?;
-    let now = s.latency().snapshot();
+    let now = s.latency_snapshot();
     let recent = match series {
         Some(x) => x.recent_latency(&now),
         None => now,
@@ -288,11 +288,7 @@ pub fn build(engine: &Engine) -> Status {
     for (l, kind) in native.chain(envoy) {
         let series = hub.series(&l.name);
         let (a, d, _) = l.metrics.totals();
-        let top = l
-            .metrics
-            .status()
-            .and_then(|s| s.top_keys())
-            .map(|t| t.report(TOP_N));
+        let top = l.metrics.status().and_then(|s| s.top_report(TOP_N));
         let demand_keys: Vec<String> = top
             .as_ref()
             .map(|(d, _)| d.keys.iter().map(|k| k.key.clone()).collect())

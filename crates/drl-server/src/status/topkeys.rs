@@ -136,6 +136,18 @@ pub struct Ranking {
     pub sample_1_in: u32,
 }
 
+impl Ranking {
+    /// Nothing seen.
+    pub fn empty() -> Self {
+        Self {
+            keys: Vec::new(),
+            total: 0,
+            bound: 0,
+            sample_1_in: 1,
+        }
+    }
+}
+
 impl TopKeys {
     /// Empty sketches, one shard per core (at most 8).
     pub fn new() -> Self {

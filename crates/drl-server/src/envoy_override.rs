@@ -13,7 +13,9 @@
 //! separately. Overrides outlive reloads (a domain that is gone drops its
 //! overrides); at most [`MAX_OVERRIDE_LIMITS`] distinct overrides are held
 //! (the values come from Envoy's route config, so there are few), each
-//! holding at most [`OVERRIDE_MAX_KEYS`] keys (and the default bytes per key).
+//! holding at most [`OVERRIDE_MAX_KEYS`] keys (and the default bytes per
+//! key): all of them together at most [`OVERRIDE_BYTES`], whatever a
+//! client sends.
 //!
 //! **Bounded, never stuck.** A request's overrides are all validated before
 //! any is made, so a refused request leaves nothing behind. When the table
@@ -71,11 +73,21 @@ impl Held {
 type DomainRules = FastMap<(Unit, u32), Held>;
 
 /// The most distinct (domain, unit, requests_per_unit) overrides held.
-pub const MAX_OVERRIDE_LIMITS: usize = 1024;
+pub const MAX_OVERRIDE_LIMITS: usize = 128;
 
-/// The most keys one override holds (with the default bytes per key: at
-/// most 2 MiB of keys and state per override, 2 GiB for all of them).
-pub const OVERRIDE_MAX_KEYS: usize = 16_384;
+/// The most bytes of keys and state all overrides hold together (the
+/// manifests give the whole process 512 MiB).
+pub const OVERRIDE_BYTES: usize = 64 << 20;
+
+/// The most keys one override holds: its share of [`OVERRIDE_BYTES`] at
+/// the default bytes per key (4,096 keys, 512 KiB).
+pub const OVERRIDE_MAX_KEYS: usize =
+    OVERRIDE_BYTES / MAX_OVERRIDE_LIMITS / crate::config::DEFAULT_BYTES_PER_KEY;
+
+const _: () = assert!(
+    MAX_OVERRIDE_LIMITS * OVERRIDE_MAX_KEYS * crate::config::DEFAULT_BYTES_PER_KEY
+        <= OVERRIDE_BYTES
+);
 
 /// An override unused for this long may be evicted to make room for a new
 /// one when the table is full (1 s).
@@ -463,5 +475,43 @@ mod tests {
         let ab = k.clone();
         state_key(&mut k, [("a", "1"), ("c", "2")]);
         assert_ne!(ab, k);
+    }
+
+    /// However many distinct overrides and keys a client sends, the rules
+    /// held never exceed [`MAX_OVERRIDE_LIMITS`], each bounded to its
+    /// share of [`OVERRIDE_BYTES`].
+    #[test]
+    fn overrides_are_bounded_in_count_and_bytes() {
+        let o = Overrides::new();
+        let mut held = Vec::new();
+        for rpu in 1..=MAX_OVERRIDE_LIMITS as u32 {
+            held.extend(o.rules("d", &[(0, rpu, 1)], 0).unwrap());
+        }
+        // All in use now: one more is refused, nothing is added.
+        assert_eq!(
+            o.rules("d", &[(0, 10_000, 1)], 0).unwrap_err(),
+            OverrideError::TooMany { index: 0 }
+        );
+        assert_eq!(o.len(), MAX_OVERRIDE_LIMITS);
+        let mut bytes = 0;
+        for r in &held {
+            let RuleKind::Limited(l) = &r.kind else {
+                continue;
+            };
+            assert!(l.bounds.max_keys <= OVERRIDE_MAX_KEYS);
+            bytes += l.bounds.max_bytes;
+        }
+        assert!(bytes <= OVERRIDE_BYTES, "{bytes}");
+        // Fill one override far past its keys: its table stays bounded.
+        let RuleKind::Limited(l) = &held[0].kind else {
+            panic!("a limited rule")
+        };
+        let Backend::Local(k) = &l.backend else {
+            panic!("in memory")
+        };
+        for i in 0..3 * OVERRIDE_MAX_KEYS {
+            let _ = k.decide(format!("key-{i:08}").as_str(), 0, 1);
+        }
+        assert!(k.len() <= OVERRIDE_MAX_KEYS, "{}", k.len());
     }
 }

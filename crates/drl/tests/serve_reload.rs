@@ -162,8 +162,15 @@ fn sigterm_drains_in_flight_requests() {
     // ...but the in-flight request completes.
     s.write_all(b).unwrap();
     let raw = read_one(&mut s);
-    let (status, _, resp) = parse_response(&raw).expect("a response");
+    let (status, headers, resp) = parse_response(&raw).expect("a response");
     assert_eq!(status, 200, "{resp}");
+    // An answer sent while draining tells a keep-alive client not to send
+    // another request on this connection (that one would be lost).
+    assert_eq!(
+        common::header(&headers, "connection"),
+        Some("close"),
+        "{headers:?}"
+    );
     let v: serde_json::Value = serde_json::from_str(&resp).unwrap();
     assert_eq!(v["results"][0]["allowed"], true);
     assert_eq!(v["results"][0]["remaining"], 1);

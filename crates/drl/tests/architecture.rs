@@ -95,6 +95,15 @@ const RULES: &[Rule] = &[
         krate: "drl-relay",
         forbidden: &["drl-server", "drl-sim", "drl-redis-module", "drl"],
     },
+    // The bench wing ships in nothing.
+    Rule {
+        krate: "drl",
+        forbidden: &["drl-bench"],
+    },
+    Rule {
+        krate: "drl-server",
+        forbidden: &["drl-bench", "drl"],
+    },
 ];
 
 /// One package of a dependency graph.

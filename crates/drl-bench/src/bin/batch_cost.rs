@@ -25,7 +25,7 @@ use drl_server::http::{AppState, router};
 use prost::Message;
 use tower::ServiceExt;
 
-const CONFIG: &str = include_str!("../../../scripts/bench-server.d/bench.yaml");
+const CONFIG: &str = include_str!("../../../../scripts/bench-server.d/bench.yaml");
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();

@@ -1,22 +1,21 @@
 //! drl-core: the seven local rate-limiting algorithms of the contract in
 //! `docs/semantics.md`, multi-limit decisions, and a concurrent keyed
-//! limiter with bounded memory; also the wire format of the Redis module's
-//! `DRL.DECIDE` ([`decide_spec`]), shared by its encoder and its parser.
-//! Pure and synchronous: time is always passed in as `u64` nanoseconds;
-//! nothing here reads a clock or does I/O.
+//! limiter with bounded memory. Pure and synchronous: time is always
+//! passed in as `u64` nanoseconds; the decisions read no clock and do no
+//! I/O ([`time`] holds the clocks callers read, through rustix's safe
+//! calls). No unsafe code.
+
+#![forbid(unsafe_code)]
 
 pub mod algo;
 pub mod algorithm;
 pub mod config_error;
-pub mod decide_spec;
 pub mod decision;
 pub mod keyed;
 pub mod limiter;
 pub mod multi;
 pub mod quota;
-pub mod state_text;
 pub mod time;
-pub mod topk;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use config_error::ConfigError;

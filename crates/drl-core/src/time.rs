@@ -53,25 +53,20 @@ impl Clock for SystemClock {
 #[cfg(unix)]
 #[inline]
 fn wall_nanos() -> Nanos {
-    read_clock(libc::CLOCK_REALTIME).map_or(0, |(s, n)| s.saturating_mul(SECOND).saturating_add(n))
+    read_clock(ClockId::Realtime).map_or(0, |(s, n)| s.saturating_mul(SECOND).saturating_add(n))
 }
 
-/// `clock_gettime(id)` as whole seconds and nanoseconds; `None` if the
-/// call fails or the reading is before zero. The one unsafe clock read of
-/// this module.
+#[cfg(unix)]
+use rustix::time::ClockId;
+
+/// `clock_gettime(id)` (through rustix's safe call) as whole seconds and
+/// nanoseconds; `None` if the reading is before zero.
 #[cfg(unix)]
 #[inline]
-#[allow(unsafe_code)]
-fn read_clock(id: libc::clockid_t) -> Option<(u64, u64)> {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `t` is a valid, writable timespec; the call writes `t` and
-    // nothing else (an unknown `id` makes it fail, which is handled).
-    let rc = unsafe { libc::clock_gettime(id, &mut t) };
-    match (rc, u64::try_from(t.tv_sec), u64::try_from(t.tv_nsec)) {
-        (0, Ok(s), Ok(n)) => Some((s, n)),
+fn read_clock(id: ClockId) -> Option<(u64, u64)> {
+    let t = rustix::time::clock_gettime(id);
+    match (u64::try_from(t.tv_sec), u64::try_from(t.tv_nsec)) {
+        (Ok(s), Ok(n)) => Some((s, n)),
         _ => None,
     }
 }
@@ -93,7 +88,7 @@ fn wall_nanos() -> Nanos {
 #[cfg(any(target_os = "linux", target_os = "android"))]
 #[inline]
 pub fn coarse_wall_seconds() -> u64 {
-    read_clock(libc::CLOCK_REALTIME_COARSE).map_or_else(|| wall_nanos() / SECOND, |(s, _)| s)
+    read_clock(ClockId::RealtimeCoarse).map_or_else(|| wall_nanos() / SECOND, |(s, _)| s)
 }
 
 /// Whole seconds since the epoch (no coarse clock on this platform).
@@ -112,8 +107,8 @@ pub fn coarse_wall_seconds() -> u64 {
 #[cfg(any(target_os = "linux", target_os = "android"))]
 #[inline]
 pub fn coarse_monotonic_nanos() -> Nanos {
-    read_clock(libc::CLOCK_MONOTONIC_COARSE)
-        .or_else(|| read_clock(libc::CLOCK_MONOTONIC))
+    read_clock(ClockId::MonotonicCoarse)
+        .or_else(|| read_clock(ClockId::Monotonic))
         .map_or(0, |(s, n)| s.saturating_mul(SECOND).saturating_add(n))
 }
 
@@ -121,7 +116,7 @@ pub fn coarse_monotonic_nanos() -> Nanos {
 #[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
 #[inline]
 pub fn coarse_monotonic_nanos() -> Nanos {
-    read_clock(libc::CLOCK_MONOTONIC).map_or(0, |(s, n)| s.saturating_mul(SECOND).saturating_add(n))
+    read_clock(ClockId::Monotonic).map_or(0, |(s, n)| s.saturating_mul(SECOND).saturating_add(n))
 }
 
 /// Time since the first reading (no `clock_gettime` on this platform).
@@ -140,16 +135,9 @@ pub fn coarse_monotonic_nanos() -> Nanos {
 pub fn coarse_resolution() -> std::time::Duration {
     static RES: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
     *RES.get_or_init(|| {
-        let mut t = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `t` is a valid, writable timespec; the call writes `t`
-        // and nothing else.
-        #[allow(unsafe_code)]
-        let rc = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut t) };
-        match (rc, u64::try_from(t.tv_sec), u32::try_from(t.tv_nsec)) {
-            (0, Ok(s), Ok(n)) => std::time::Duration::new(s, n),
+        let t = rustix::time::clock_getres(ClockId::MonotonicCoarse);
+        match (u64::try_from(t.tv_sec), u32::try_from(t.tv_nsec)) {
+            (Ok(s), Ok(n)) if (s, n) != (0, 0) => std::time::Duration::new(s, n),
             // Unknown: the coarsest tick Linux has (HZ = 100).
             _ => std::time::Duration::from_millis(10),
         }
@@ -168,8 +156,7 @@ pub fn coarse_resolution() -> std::time::Duration {
 /// process's load every few milliseconds, not per request.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn process_cpu_nanos() -> Option<u64> {
-    read_clock(libc::CLOCK_PROCESS_CPUTIME_ID)
-        .map(|(s, n)| s.saturating_mul(SECOND).saturating_add(n))
+    read_clock(ClockId::ProcessCPUTime).map(|(s, n)| s.saturating_mul(SECOND).saturating_add(n))
 }
 
 /// No process CPU clock on this platform.
@@ -233,7 +220,7 @@ mod tests {
     #[test]
     fn the_coarse_monotonic_clock_never_leads_the_precise_one_and_lags_by_ticks() {
         let precise = || {
-            read_clock(libc::CLOCK_MONOTONIC)
+            read_clock(ClockId::Monotonic)
                 .map(|(s, n)| s * SECOND + n)
                 .expect("a monotonic clock")
         };

@@ -7,8 +7,8 @@
 
 use std::collections::HashMap;
 
-use drl_core::state_text::{self, push_u64};
 use drl_core::{Limiter, Nanos, State};
+use drl_redis_wire::state_text::{self, push_u64};
 
 use crate::spec::{Clock, Parsed};
 

@@ -17,5 +17,5 @@ pub mod decide;
 mod ffi;
 pub mod spec;
 
-/// The protocol version `DRL.VERSION` returns (`drl_core::decide_spec::VERSION`).
-pub const PROTOCOL_VERSION: i64 = drl_core::decide_spec::VERSION as i64;
+/// The protocol version `DRL.VERSION` returns (`drl_redis_wire::decide_spec::VERSION`).
+pub const PROTOCOL_VERSION: i64 = drl_redis_wire::decide_spec::VERSION as i64;

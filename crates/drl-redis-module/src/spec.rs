@@ -1,5 +1,5 @@
 //! The `spec` argument of `DRL.DECIDE` (protocol v1): the one definition
-//! in `drl_core::decide_spec`, re-exported here. drl-store's `module`
+//! in `drl_redis_wire::decide_spec`, re-exported here. drl-store's `module`
 //! engine encodes with the same code, so the two sides cannot drift apart
 //! (the algorithm codes are explicit there and pinned by a test).
 //!
@@ -7,15 +7,15 @@
 //! word 0  MAGIC (magic + version)
 //! word 1  expiry grace, ms
 //! then per decision: clock (0 caller, 1 server), now (ns), algorithm
-//!   (drl_core::decide_spec::algorithm_code), cost, nq (>= 1),
+//!   (drl_redis_wire::decide_spec::algorithm_code), cost, nq (>= 1),
 //!   then nq x (limit, window ns, burst)
 //! ```
 
-pub use drl_core::decide_spec::{
+pub use drl_redis_wire::decide_spec::{
     Clock, Head, MAGIC, Parsed, Spec, VERSION, algorithm_code, algorithm_of_code, encode, parse,
     parse_into, write_header, write_record,
 };
 
-/// One decision of a spec (drl-core's [`drl_core::decide_spec::Request`],
+/// One decision of a spec (drl-core's [`drl_redis_wire::decide_spec::Request`],
 /// under the name this crate's callers use).
-pub use drl_core::decide_spec::Request as Decision;
+pub use drl_redis_wire::decide_spec::Request as Decision;

@@ -16,9 +16,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use common::trace::{self, Trace};
 use common::{Redis, items};
-use drl_core::state_text;
 use drl_core::{Limiter, MultiLimiter};
 use drl_redis_module::spec::{Clock, Decision};
+use drl_redis_wire::state_text;
 use proptest::prelude::*;
 
 const GRACE_MS: u64 = 600_000;

@@ -95,6 +95,20 @@ const RULES: &[Rule] = &[
         krate: "drl-relay",
         forbidden: &["drl-server", "drl-sim", "drl-redis-module", "drl"],
     },
+    Rule {
+        krate: "drl-redis-wire",
+        forbidden: &[
+            "drl-cluster",
+            "drl-store",
+            "drl-node",
+            "drl-server",
+            "drl-sim",
+            "drl-redis-module",
+            "drl",
+            // Formats only: no runtime.
+            "tokio",
+        ],
+    },
     // The bench wing ships in nothing.
     Rule {
         krate: "drl",

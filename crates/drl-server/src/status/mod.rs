@@ -28,6 +28,7 @@ pub mod page;
 pub mod routes;
 pub mod sampling;
 pub mod snapshot;
+pub mod space_saving;
 pub mod topkeys;
 
 use std::collections::BTreeMap;

@@ -9,7 +9,7 @@
 //! the report covers the last one to two generations.
 //!
 //! The report merges every shard and both generations
-//! ([`drl_core::topk::merge`]): each key's true weight lies in
+//! ([`super::space_saving::merge`]): each key's true weight lies in
 //! `[count - error, count]`, every error is at most the reported `bound`,
 //! which is at most `total / CAPACITY`, and any key heavier than `bound`
 //! is reported. Keys longer than [`KEY_BYTES`] are kept as a prefix and a
@@ -33,7 +33,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Instant;
 
-use drl_core::topk::{HeavyKey, SpaceSaving, merge};
+use super::space_saving::{HeavyKey, SpaceSaving, merge};
 use parking_lot::Mutex;
 
 use super::sampling::{self, sample_1_in};

@@ -4,7 +4,7 @@
 //!
 //! One batch is one `DRL.DECIDE key_1 ... key_K spec` call: the keys are
 //! the same as the scripts' (every decision's keys in order), `spec` is one
-//! binary string in the format of [`drl_core::decide_spec`] (protocol v1),
+//! binary string in the format of [`drl_redis_wire::decide_spec`] (protocol v1),
 //! the one definition the module parses with: the magic, the expiry grace
 //! in ms, then per decision `clock`, `now`, `algorithm`, `cost`, `nq` and
 //! `nq` x (`limit`, `window`, `burst`).
@@ -18,7 +18,7 @@
 //! decision (on a cluster: on every primary, at connect).
 
 use drl_core::Nanos;
-use drl_core::decide_spec::{self, Clock};
+use drl_redis_wire::decide_spec::{self, Clock};
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{Cmd, RedisError, Value};
 
@@ -143,8 +143,8 @@ pub(crate) fn build_call<'a>(grace_ms: u64, parts: impl Iterator<Item = (usize, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use drl_core::decide_spec::MAGIC;
     use drl_core::{Algorithm, Quota};
+    use drl_redis_wire::decide_spec::MAGIC;
 
     fn words(b: &[u8]) -> Vec<u64> {
         b.chunks(8)
@@ -172,7 +172,7 @@ mod tests {
     }
 
     /// What the engine sends, the module's parser (the same
-    /// `drl_core::decide_spec`) reads back as the same requests.
+    /// `drl_redis_wire::decide_spec`) reads back as the same requests.
     #[test]
     fn records_parse_back_with_the_shared_definition() {
         let spec = LimitSpec::new(

@@ -197,9 +197,9 @@ fn text(v: &Value) -> Result<&[u8], StoreError> {
 }
 
 /// Parses a stored state string (empty: fresh) into drl-core's state (the
-/// text form is `drl_core::state_text`, shared with the native module).
+/// text form is `drl_redis_wire::state_text`, shared with the native module).
 pub(crate) fn parse_state(limiter: &Limiter, raw: &[u8]) -> Result<State, StoreError> {
-    drl_core::state_text::parse(limiter, raw).map_err(bad)
+    drl_redis_wire::state_text::parse(limiter, raw).map_err(bad)
 }
 
 /// What one script call answered for one decision.
@@ -235,7 +235,7 @@ pub(crate) fn decode(limiter: &MultiLimiter, items: &[Value]) -> Result<Answer, 
         other => return Err(bad(format!("verdict {other:?}"))),
     };
     let raw_now = text(&items[1])?;
-    let now = drl_core::state_text::parse_u64(raw_now)
+    let now = drl_redis_wire::state_text::parse_u64(raw_now)
         .ok_or_else(|| bad(format!("now {:?}", String::from_utf8_lossy(raw_now))))?;
     let states = limiter
         .parts()

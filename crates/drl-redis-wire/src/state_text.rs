@@ -21,10 +21,10 @@
 
 use std::collections::VecDeque;
 
-use crate::algo;
-use crate::algorithm::Algorithm;
-use crate::limiter::{Limiter, State};
-use crate::time::Nanos;
+use drl_core::Algorithm;
+use drl_core::Nanos;
+use drl_core::algo;
+use drl_core::{Limiter, State};
 
 /// Why a stored state text does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -220,7 +220,7 @@ pub fn parse(limiter: &Limiter, raw: &[u8]) -> Result<State, StateTextError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quota::Quota;
+    use drl_core::Quota;
 
     fn limiter(a: Algorithm) -> Limiter {
         Limiter::new(a, Quota::with_burst(10, 1_000, 4).unwrap())

@@ -19,9 +19,9 @@
 //! Decision `d` uses the next `nq_d` keys of the call, in order; all keys
 //! are used and the spec is consumed exactly. Pure: no I/O, no Redis.
 
-use crate::algorithm::Algorithm;
-use crate::quota::Quota;
-use crate::time::Nanos;
+use drl_core::Algorithm;
+use drl_core::Nanos;
+use drl_core::Quota;
 
 /// The protocol version: `DRL.VERSION` answers it, and [`MAGIC`] carries it.
 pub const VERSION: u64 = 1;

@@ -1,10 +1,10 @@
-//! Round trip of the stored state text (`drl_core::state_text`): every
+//! Round trip of the stored state text (`drl_redis_wire::state_text`): every
 //! state of every algorithm formats to text that parses back to itself, and
 //! the text is canonical (single spaces, plain decimals).
 
 use drl_core::algo;
-use drl_core::state_text::{format, parse, to_text};
 use drl_core::{Algorithm, Limiter, Quota, State};
+use drl_redis_wire::state_text::{format, parse, to_text};
 use proptest::prelude::*;
 
 fn state(a: Algorithm, f: [u64; 4], log: Vec<(u64, u64)>) -> State {

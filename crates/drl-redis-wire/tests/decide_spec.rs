@@ -1,9 +1,9 @@
-//! `DRL.DECIDE`'s wire format (`drl_core::decide_spec`): whatever is
+//! `DRL.DECIDE`'s wire format (`drl_redis_wire::decide_spec`): whatever is
 //! encoded parses back to the same requests, and whatever parses encodes
 //! back to the same bytes.
 
-use drl_core::decide_spec::{self, Clock, Request, algorithm_code, algorithm_of_code};
 use drl_core::{Algorithm, Quota};
+use drl_redis_wire::decide_spec::{self, Clock, Request, algorithm_code, algorithm_of_code};
 use proptest::prelude::*;
 
 fn quota() -> impl Strategy<Value = Quota> {

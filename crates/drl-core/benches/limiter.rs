@@ -1,4 +1,4 @@
-//! drl vs governor, in the same run (BENCHMARKS.md).
+//! drl vs governor, in the same run (docs/performance.md, "drl-core vs governor").
 //!
 //! Both libraries get time from a shared atomic counter advanced by 1 us per
 //! decision (governor through its `FakeRelativeClock`, drl by passing `now`),

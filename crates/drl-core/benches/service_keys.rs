@@ -1,5 +1,5 @@
-//! The keyed limiter in the service's benchmark shape (BENCHMARKS.md,
-//! "Against limitador"): 16 `String` keys taken in turn, one limit far
+//! The keyed limiter in the service's benchmark shape (docs/performance.md,
+//! "drl-core vs governor"): 16 `String` keys taken in turn, one limit far
 //! above the load, on one thread and on two (the service's two runtime
 //! workers), where a key's shard and entry move between the cores.
 //!

@@ -16,7 +16,7 @@
 //! Invariant (proptests below): whenever [`common`] returns items,
 //! serde_json reads the same items from the same text. For a one-item
 //! body the literal match costs about 270 instructions, the scanner about
-//! 740, serde_json about 2,100 (callgrind, BENCHMARKS.md, issue 17).
+//! 740, serde_json about 2,100 (callgrind; docs/performance.md, "The service").
 
 use std::borrow::Cow;
 

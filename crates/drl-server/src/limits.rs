@@ -157,7 +157,7 @@ where
 
 /// Up to this many native limits, [`Limits::get`] scans their names
 /// instead of hashing: a hash and a probe cost about 90 instructions per
-/// check (callgrind, BENCHMARKS.md session 19), a scan of a few names far
+/// check (callgrind; docs/performance.md, "The service"), a scan of a few names far
 /// fewer.
 pub const SCAN_NAMES: usize = 8;
 

@@ -1,8 +1,8 @@
 //! Utilization of the Orbit ring on a healthy network: with total demand at
 //! twice the cap, admitted >= 90% of the cap in every window, with the demand
 //! on one node and with the demand spread evenly; and the curve against
-//! `rollover_ratio` (printed with `--nocapture`, copied into
-//! `BENCHMARKS.md`).
+//! `rollover_ratio` (printed with `--nocapture`; summarized in
+//! `docs/performance.md`, "Orbit").
 //!
 //! `cargo test -p drl-sim --test orbit_utilization -- --nocapture`
 

@@ -3,7 +3,7 @@
 //! recording every decision (`s = 1`) and sampled 1 in `s`, against the
 //! bare loop, interleaved rounds on one thread. Compare with a
 //! decision's own cost (`scripts/status-cost` prints decisions per
-//! CPU-second). Results: BENCHMARKS.md ("Status page (issue 19)").
+//! CPU-second). Results: docs/performance.md ("Status page").
 //!
 //! ```sh
 //! CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \

@@ -6,7 +6,7 @@
 //! **Why.** A sketch update takes a lock, hashes the key, probes the index
 //! and, with many keys, evicts the smallest counter and moves it in the
 //! heap: 0.1-0.5 µs, about the cost of the decision itself (measured in
-//! BENCHMARKS.md, "Status page": 25-30 % of the decisions/s with every
+//! docs/performance.md, "Status page": 25-30 % of the decisions/s with every
 //! decision recorded). Sampled, the sketch costs at most
 //! `SAMPLES_PER_S * 0.5 µs` = 5 ms of CPU per second per busy limit (0.5 %
 //! of one core) however many decisions the limit takes; a skipped decision

@@ -128,7 +128,7 @@ pub struct RedisConfig {
     /// calls keep Redis busy on their own, and
     /// [`RedisConfig::DEFAULT_IN_FLIGHT_MODULE`] with the module, whose
     /// calls are short enough that 2 in flight left Redis half idle
-    /// (BENCHMARKS.md, "Redis scope").
+    /// (docs/performance.md, "`scope: redis`").
     pub batch_in_flight: Option<usize>,
 }
 

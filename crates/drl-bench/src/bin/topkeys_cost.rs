@@ -7,7 +7,7 @@
 //!
 //! ```sh
 //! CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
-//!   cargo run --release -p drl-server --example topkeys_cost [rounds]
+//!   cargo run --release -p drl-bench --bin topkeys_cost [rounds]
 //! ```
 
 use std::hint::black_box;

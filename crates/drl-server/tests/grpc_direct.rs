@@ -162,7 +162,9 @@ async fn call(addr: SocketAddr, path: &str, body: &[u8], open: bool) -> Answer {
         .body(())
         .unwrap();
     let (resp, mut send) = client.send_request(req, false).unwrap();
-    send.send_data(Bytes::copy_from_slice(body), !open).unwrap();
+    // The server may answer (and close the stream) before the body is
+    // sent, as it does for an unknown path: then the body goes nowhere.
+    let _ = send.send_data(Bytes::copy_from_slice(body), !open);
     let resp = tokio::time::timeout(Duration::from_secs(10), resp)
         .await
         .expect("an answer within 10 s")
@@ -212,10 +214,23 @@ fn rls(domain: &str, descs: &[&[(&str, &str)]], hits: u32) -> Vec<u8> {
     .encode_to_vec()
 }
 
-/// Asks both stacks; they must agree; returns the answer.
+/// Asks both stacks; they must agree; returns the answer. One deliberate
+/// difference: a message that does not decode is `INVALID_ARGUMENT` (3)
+/// on the direct stack, where tonic-prost answers `INTERNAL` (13).
 async fn both(p: &Pair, path: &str, body: &[u8]) -> Answer {
-    let t = call(p.tonic, path, body, false).await;
+    let mut t = call(p.tonic, path, body, false).await;
     let d = call(p.direct, path, body, false).await;
+    let decode_error = t
+        .headers
+        .iter()
+        .any(|(k, v)| k == "grpc-message" && v.starts_with("failed%20to%20decode"));
+    if decode_error {
+        for (k, v) in &mut t.headers {
+            if k == "grpc-status" && v == "13" {
+                *v = "3".into();
+            }
+        }
+    }
     assert_eq!(d, t, "direct (left) and tonic (right) differ for {body:?}");
     d
 }
@@ -244,7 +259,8 @@ async fn malformed_frames_answer_as_tonic_does() {
         ("invalid flag", &bad_flag, "13"),
         ("over the max message size", &over, "11"),
         ("truncated body", truncated, "13"),
-        ("not protobuf", &garbage, "13"),
+        // The client's fault: INVALID_ARGUMENT (tonic-prost: INTERNAL).
+        ("not protobuf", &garbage, "3"),
     ];
     for (what, body, code) in cases {
         let a = both(&p, RLS_PATH, body).await;
@@ -274,7 +290,8 @@ async fn unknown_paths_are_unimplemented_and_errors_keep_their_codes() {
     let cases: [(&str, Vec<u8>, &str); 4] = [
         (RLS_PATH, rls("", &[&[("a", "1")]], 1), "3"),
         (RLS_PATH, rls("d", &[], 1), "3"),
-        (RLS_PATH, rls("nope", &[&[("a", "1")]], 1), "5"),
+        // An unknown domain limits nothing (envoyproxy/ratelimit's answer).
+        (RLS_PATH, rls("nope", &[&[("a", "1")]], 1), "0"),
         (
             CHECK_PATH,
             CheckRequest {
@@ -303,7 +320,9 @@ async fn unknown_paths_are_unimplemented_and_errors_keep_their_codes() {
     for (path, msg, code) in cases.into_iter().chain([(CHECK_PATH, big, "5")]) {
         let a = both(&p, path, &framed(&msg)).await;
         assert_eq!(a.grpc_status(), Some(code), "{a:?}");
-        assert!(a.trailers.is_empty(), "an error is trailers-only: {a:?}");
+        if code != "0" {
+            assert!(a.trailers.is_empty(), "an error is trailers-only: {a:?}");
+        }
     }
 }
 

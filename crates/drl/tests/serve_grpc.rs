@@ -201,7 +201,12 @@ async fn envoy_rls_decides_with_statuses_and_headers() {
         .into_inner();
     assert_eq!(r.overall_code, Code::OverLimit as i32);
     assert_eq!(r.statuses[0].code, Code::OverLimit as i32);
-    assert!(r.statuses[0].duration_until_reset.as_ref().unwrap().seconds <= 3600);
+    // Whole seconds, as envoyproxy/ratelimit sends (`unit - now % unit`).
+    let reset = r.statuses[0].duration_until_reset.as_ref().unwrap();
+    assert!(
+        (1..=3600).contains(&reset.seconds) && reset.nanos == 0,
+        "{reset:?}"
+    );
     assert_eq!(r.statuses[1].code, Code::Ok as i32);
     assert!(r.statuses[1].current_limit.is_none());
     assert_eq!(r.statuses[2].code, Code::Ok as i32);
@@ -212,15 +217,32 @@ async fn envoy_rls_decides_with_statuses_and_headers() {
     let r = c.should_rate_limit(req).await.unwrap().into_inner();
     assert_eq!(r.overall_code, Code::Ok as i32);
     assert_eq!(r.statuses[0].limit_remaining, 0);
-    // Unknown domain: an error, never a silent OK.
-    let e = c
-        .should_rate_limit(RateLimitRequest {
-            domain: "nope".into(),
-            descriptors: vec![descriptor(&[("a", "b")])],
-            hits_addend: 0,
-        })
+    // Unknown domain: OK for every descriptor, with no limit, as
+    // envoyproxy/ratelimit answers (`server.envoy_unknown_domain: ok`).
+    let unknown = RateLimitRequest {
+        domain: "nope".into(),
+        descriptors: vec![descriptor(&[("a", "b")]), descriptor(&[("c", "d")])],
+        hits_addend: 0,
+    };
+    let r = c
+        .should_rate_limit(unknown.clone())
         .await
-        .unwrap_err();
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert_eq!(r.statuses.len(), 2);
+    for s in &r.statuses {
+        assert_eq!(s.code, Code::Ok as i32);
+        assert_eq!((s.current_limit.as_ref(), s.limit_remaining), (None, 0));
+    }
+    // One setting away: NOT_FOUND, naming the configured domains.
+    let strict = Drl::start(&format!(
+        "server:\n  envoy_unknown_domain: not_found\n{CONFIG}"
+    ));
+    let mut s = RateLimitServiceClient::connect(strict.grpc_url())
+        .await
+        .unwrap();
+    let e = s.should_rate_limit(unknown).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::NotFound);
     assert!(e.message().contains("edge"));
 
@@ -240,13 +262,13 @@ async fn envoy_rls_decides_with_statuses_and_headers() {
         ),
         Some(3.0),
     );
-    // Each answered call timed once (the unknown domain is an error).
+    // Each answered call timed once (the unknown domain's too).
     assert_eq!(
         metric(
             &text,
             r#"drl_request_duration_seconds_count{api="envoy_rls"}"#
         ),
-        Some(4.0),
+        Some(5.0),
         "{text}"
     );
     assert!(!text.contains("10.0.0.1"));

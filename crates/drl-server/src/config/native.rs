@@ -279,12 +279,29 @@ pub struct ServerConfig {
     /// Let a reload triggered by a file change remove limits or domains
     /// (default false: such a reload is refused; SIGHUP may always remove).
     pub allow_limit_removal: bool,
+    /// What Envoy RLS answers for a domain with no config: `ok` (the
+    /// default, as envoyproxy/ratelimit: every descriptor OK, no limit) or
+    /// `not_found` (gRPC `NOT_FOUND`; with Envoy's `failure_mode_deny:
+    /// true` that denies the route's traffic).
+    pub envoy_unknown_domain: UnknownDomain,
     /// How the HTTP listener serves HTTP/1.1 and HTTP/2: `hyper`, the only
     /// engine (the key stays so that existing files keep loading).
     pub http_engine: HttpEngine,
     /// How the gRPC listener serves HTTP/2: `h2`, the only engine (the
     /// key stays so that existing files keep loading).
     pub grpc_engine: GrpcEngine,
+}
+
+/// What Envoy RLS answers for an unknown domain
+/// (`server.envoy_unknown_domain`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownDomain {
+    /// OK for every descriptor, with no current limit (envoyproxy/ratelimit).
+    #[default]
+    Ok,
+    /// gRPC `NOT_FOUND`, naming the configured domains.
+    NotFound,
 }
 
 /// Why an engine other than the libraries is refused.
@@ -347,6 +364,7 @@ impl Default for ServerConfig {
             max_key_bytes: DEFAULT_MAX_KEY_BYTES,
             reload_settle_ms: 500,
             allow_limit_removal: false,
+            envoy_unknown_domain: UnknownDomain::Ok,
             http_engine: HttpEngine::Hyper,
             grpc_engine: GrpcEngine::H2,
         }

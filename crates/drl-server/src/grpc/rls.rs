@@ -30,6 +30,7 @@ use tonic::{Request, Response, Status};
 
 use super::rls_answer::{Answer, HeaderFields, LimitFields, StatusFields};
 use super::rls_request::{EntryView, INLINE_DESCRIPTORS, RequestView};
+use crate::config::UnknownDomain;
 use crate::engine::{self, Engine};
 use crate::envoy_override::{OverrideError, state_key};
 use crate::headers::ceil_secs;
@@ -94,6 +95,14 @@ fn header_fields(rule: &EnvoyRule, remaining: u64, reset: u64) -> HeaderFields {
         remaining,
         reset_secs: ceil_secs(reset),
     }
+}
+
+/// `ns` rounded up to whole seconds (still in nanoseconds): what
+/// envoyproxy/ratelimit sends as `duration_until_reset` (`unit - now %
+/// unit`, in seconds).
+fn whole_seconds(ns: u64) -> u64 {
+    ns.div_ceil(drl_core::time::SECOND)
+        .saturating_mul(drl_core::time::SECOND)
 }
 
 #[tonic::async_trait]
@@ -167,14 +176,37 @@ pub async fn should_rate_limit_on<R>(
         return Ok(render(&answer));
     }
     let Some(root) = limits.domains.get(req.domain) else {
-        rejected(Api::EnvoyRls, "unknown_domain");
-        let mut known: Vec<&str> = limits.domains.keys().map(String::as_str).collect();
-        known.sort_unstable();
-        return Err(Status::not_found(format!(
-            "unknown rate limit domain {:?}; configured domains: {}",
-            req.domain,
-            known.join(", ")
-        )));
+        if limits.server.envoy_unknown_domain == UnknownDomain::NotFound {
+            rejected(Api::EnvoyRls, "unknown_domain");
+            let mut known: Vec<&str> = limits.domains.keys().map(String::as_str).collect();
+            known.sort_unstable();
+            return Err(Status::not_found(format!(
+                "unknown rate limit domain {:?}; configured domains: {}",
+                req.domain,
+                known.join(", ")
+            )));
+        }
+        // As envoyproxy/ratelimit: no limit applies to a domain it has no
+        // config for; every descriptor is OK, without a current limit.
+        metrics::counter!("drl_envoy_unknown_domain_total").increment(1);
+        let statuses = req
+            .descriptors
+            .iter()
+            .map(|_| StatusFields {
+                code: Code::Ok as i32,
+                current_limit: None,
+                limit_remaining: 0,
+                duration_until_reset: None,
+            })
+            .collect();
+        engine
+            .api_metrics
+            .observe_ns(Api::EnvoyRls, engine.now().saturating_sub(started));
+        return Ok(render(&Answer {
+            overall_code: Code::Ok as i32,
+            statuses,
+            headers: None,
+        }));
     };
     let hits = if req.hits_addend == 0 {
         1
@@ -262,7 +294,7 @@ pub async fn should_rate_limit_on<R>(
             RuleKind::Block(m) => {
                 m.record(false);
                 let window = rule.unit.window();
-                let reset = window - now % window;
+                let reset = whole_seconds(window - now % window);
                 let code = if rule.shadow {
                     m.shadow_allowed();
                     Code::Ok
@@ -303,12 +335,12 @@ pub async fn should_rate_limit_on<R>(
                             return Err(Status::unavailable(e.to_string()));
                         }
                     };
-                    let reset = if dec.reset_after == 0 {
+                    let reset = whole_seconds(if dec.reset_after == 0 {
                         let window = rule.unit.window();
                         window - now % window
                     } else {
                         dec.reset_after
-                    };
+                    });
                     if tightest.is_none_or(|t| t.0 > dec.remaining) {
                         tightest = Some((dec.remaining, rule, reset));
                     }

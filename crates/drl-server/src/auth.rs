@@ -133,6 +133,17 @@ impl Class {
             _ => Class::Api,
         }
     }
+
+    /// The class of a gRPC method path: the health service is open to
+    /// probes (Kubernetes gRPC probes and Envoy health checks send no
+    /// token), every other method is an API.
+    pub fn of_grpc_path(path: &str) -> Self {
+        if path.starts_with("/grpc.health.v1.Health/") {
+            Class::Open
+        } else {
+            Class::Api
+        }
+    }
 }
 
 /// Why a request was denied.

@@ -79,7 +79,10 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        match self.auth.check(Class::Api, req.headers(), "grpc") {
+        match self
+            .auth
+            .check(Class::of_grpc_path(req.uri().path()), req.headers(), "grpc")
+        {
             Ok(()) => Either::inner(Deadline {
                 api: if req.uri().path().starts_with("/envoy.") {
                     crate::metrics::Api::EnvoyRls

@@ -125,6 +125,8 @@ pub struct Listeners {
     fd_cap: usize,
     /// Stops the certificate watchers (started with the first listener).
     watchers: Mutex<Option<watch::Sender<bool>>>,
+    /// What the gRPC health service (`grpc.health.v1.Health`) says.
+    health: tonic_health::server::HealthReporter,
 }
 
 impl std::fmt::Debug for Listeners {
@@ -157,6 +159,7 @@ impl Listeners {
             grpc_conns: Registry::new("grpc"),
             fd_cap: crate::conn::fd_cap(2),
             watchers: Mutex::new(None),
+            health: tonic_health::server::HealthReporter::new(),
         });
         (l, rx)
     }
@@ -303,6 +306,11 @@ impl Listeners {
                 .max_decoding_message_size(s.max_body_bytes);
                 let routes = tonic::service::Routes::new(native)
                     .add_service(rls)
+                    .add_service(tonic_health::pb::health_server::HealthServer::new(
+                        tonic_health::server::HealthService::from_health_reporter(
+                            self.health.clone(),
+                        ),
+                    ))
                     .prepare();
                 let svc = GrpcGuard {
                     routes,
@@ -423,6 +431,24 @@ impl Listeners {
     /// The bound address of the `kind` listener, if it runs.
     pub fn local(&self, kind: Kind) -> Option<SocketAddr> {
         self.state.lock().slot(kind).as_ref().map(|r| r.local)
+    }
+
+    /// Sets what the gRPC health service answers: for the server (`""`)
+    /// and both rate-limit services, `SERVING` or `NOT_SERVING` (draining).
+    pub async fn set_serving(&self, serving: bool) {
+        use tonic_health::ServingStatus;
+        let status = if serving {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        for name in [
+            "",
+            "drl.v1.RateLimiter",
+            "envoy.service.ratelimit.v3.RateLimitService",
+        ] {
+            self.health.set_service_status(name, status).await;
+        }
     }
 
     /// Stops every listener and waits (up to `grace`) for in-flight

@@ -78,6 +78,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         Listeners::new(engine.clone(), metrics.clone(), opts.http, opts.grpc);
     let pending = listeners.prepare(&cfg)?;
     listeners.commit(pending, cfg.server);
+    listeners.set_serving(true).await;
 
     // Metrics upkeep: drains histogram buckets even if nobody scrapes.
     {
@@ -120,6 +121,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         () = shutdown => {
             tracing::info!("shutdown requested: draining in-flight requests");
             engine.set_draining();
+            listeners.set_serving(false).await;
         }
         Some(e) = failed.recv() => {
             return Err(e.context("a listener stopped unexpectedly"));

@@ -312,3 +312,60 @@ async fn undecodable_messages_are_invalid_argument() {
         assert_eq!(status, "3", "{path}: {head:?}");
     }
 }
+
+/// The gRPC health service (`grpc.health.v1`) on the gRPC port, open to
+/// probes without a token even when the APIs need one: the server and
+/// both rate-limit services are SERVING; an unknown service is NOT_FOUND.
+#[tokio::test]
+async fn the_grpc_health_service_answers_probes_without_a_token() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "a-token-of-at-least-16-bytes\n").unwrap();
+    let drl = Drl::start(&format!(
+        "auth:\n  tokens_file: {}\n{CONFIG}",
+        tokens.display()
+    ));
+    let channel = tonic::transport::Endpoint::from_shared(drl.grpc_url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = HealthClient::new(channel);
+    for service in [
+        "",
+        "drl.v1.RateLimiter",
+        "envoy.service.ratelimit.v3.RateLimitService",
+    ] {
+        let r = h
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status, ServingStatus::Serving as i32, "{service:?}");
+    }
+    let e = h
+        .check(HealthCheckRequest {
+            service: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    // The APIs still need the token.
+    let mut c = RateLimitServiceClient::connect(drl.grpc_url())
+        .await
+        .unwrap();
+    let e = c
+        .should_rate_limit(RateLimitRequest {
+            domain: "edge".into(),
+            descriptors: vec![descriptor(&[("a", "b")])],
+            hits_addend: 1,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated);
+}

@@ -73,8 +73,9 @@ pub struct Answer<'a> {
     pub headers: Option<HeaderFields>,
 }
 
-/// `RateLimit-Limit: {rpu}, {rpu};w={window}` and the two others, as
-/// (name, value) pairs; the values are formatted in `bufs`.
+/// `RateLimit-Limit: {rpu}` (the requests per unit alone, as
+/// envoyproxy/ratelimit sends it) and the two others, as (name, value)
+/// pairs; the values are formatted in `bufs`.
 fn header_pairs<'b>(h: &HeaderFields, bufs: &'b mut HeaderBufs) -> [(&'static str, &'b str); 3] {
     let HeaderBufs {
         limit,
@@ -85,10 +86,6 @@ fn header_pairs<'b>(h: &HeaderFields, bufs: &'b mut HeaderBufs) -> [(&'static st
     let mut n = itoa::Buffer::new();
     let rpu = n.format(h.requests_per_unit);
     limit.push_str(rpu);
-    limit.push_str(", ");
-    limit.push_str(rpu);
-    limit.push_str(";w=");
-    limit.push_str(itoa::Buffer::new().format(h.window_secs));
     [
         ("RateLimit-Limit", limit.as_str()),
         ("RateLimit-Remaining", remaining.format(h.remaining)),

@@ -27,11 +27,14 @@
 
 pub mod cell;
 mod direct;
+mod envelope;
 mod slot;
+mod summary;
 mod table;
 pub mod tat;
 
 pub use direct::AtomicLimiter;
+pub use summary::SUMMARY_ROWS;
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -131,8 +134,13 @@ pub struct KeyedStats {
     /// Fresh states dropped (no effect on decisions).
     pub evicted_fresh: u64,
     /// Live states evicted because a bound (keys or bytes) was hit with
-    /// nothing fresh.
+    /// nothing fresh; each is folded into the summary.
     pub evicted_live: u64,
+    /// Requests on keys without an entry that the summary of evicted
+    /// states denied where a fresh state would have admitted: the key's own
+    /// evicted state holding it back (a right denial), or another key's
+    /// sharing its cells (a false one).
+    pub summary_denials: u64,
 }
 
 /// The table, by slot kind.
@@ -197,8 +205,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes> KeyedLimiter<K> {
             _ => None,
         };
         let tables = match cell {
-            Some(ctx) => Tables::Cell(ctx, Table::new(&config)),
-            None => Tables::Locked(Table::new(&config)),
+            Some(ctx) => Tables::Cell(ctx, Table::new(&config, limiter.parts())),
+            None => Tables::Locked(Table::new(&config, limiter.parts())),
         };
         Self {
             limiter,
@@ -266,8 +274,18 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes> KeyedLimiter<K> {
                 bytes,
                 evicted_fresh: t.evicted_fresh.load(Ordering::Relaxed),
                 evicted_live: t.evicted_live.load(Ordering::Relaxed),
+                summary_denials: t.summary_denials.load(Ordering::Relaxed),
             }
         })
+    }
+
+    /// Bytes the summary of evicted live states takes once a live state
+    /// has been evicted (0 before): [`SUMMARY_ROWS`] rows of
+    /// `max_keys / 2` cells (a power of two, at least 32), each 8 bytes per
+    /// lane (1 lane per quota for token bucket, leaky meter, GCRA and the
+    /// shaper, 2 for fixed window and sliding log, 3 for sliding window).
+    pub fn summary_bytes(&self) -> usize {
+        with_table!(self, |t, _ctx| t.summary.bytes())
     }
 
     /// A copy of `key`'s states (`None` if not held, i.e. fresh).

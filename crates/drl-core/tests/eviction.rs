@@ -71,3 +71,94 @@ fn a_flood_of_drained_keys_never_resets_a_drained_victim() {
         "victims reset (max_keys, algorithm, admissions): {reset:?}"
     );
 }
+
+/// Feeds `steps` (`dt` or a step back, key, cost) to a keyed limiter of
+/// `max_keys` keys over `shards` shards, and each request it admits to an
+/// exact limiter of its key that sees only those admitted requests: the
+/// exact limiter must admit every one. Returns how many the keyed limiter
+/// admitted, to check that the trace exercised something.
+fn replay_admitted(
+    m: &MultiLimiter,
+    max_keys: usize,
+    shards: usize,
+    sweep_interval: u64,
+    steps: &[(u64, u64, u32, u64)],
+) -> Result<u64, TestCaseError> {
+    let cfg = KeyedConfig {
+        max_keys,
+        shards,
+        sweep_interval,
+        ..KeyedConfig::default()
+    };
+    let keyed = KeyedLimiter::<u32>::new(m.clone(), cfg);
+    let mut exact: HashMap<u32, Vec<State>> = HashMap::new();
+    let mut t = 1_000;
+    let mut admitted = 0;
+    for &(dt, back, k, cost) in steps {
+        t += dt;
+        let now = t.saturating_sub(back);
+        if keyed.decide(&k, now, cost).allowed {
+            admitted += 1;
+            let states = exact.entry(k).or_insert_with(|| m.new_states());
+            let d = m.decide(states, now, cost);
+            prop_assert!(
+                d.allowed,
+                "key {} admitted cost {} at {} beyond the exact limiter: {:?}",
+                k,
+                cost,
+                now,
+                d
+            );
+        }
+    }
+    Ok(admitted)
+}
+
+/// The limiter of the property tests: `alg` over a short window (3 per
+/// 100 ns, burst 4) and, with `two`, a longer one (5 per 700 ns) too.
+fn limiter(alg: Algorithm, two: bool) -> MultiLimiter {
+    let mut q = vec![Quota::with_burst(3, 100, 4).unwrap()];
+    if two {
+        q.push(Quota::new(5, 700).unwrap());
+    }
+    MultiLimiter::uniform(alg, &q)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The invariant of docs/semantics.md, "Bounded memory in the keyed
+    /// limiter": whatever is evicted, every request the bounded table
+    /// admits for a key is admitted by an exact limiter fed only that
+    /// key's admitted requests. Arbitrary floods of keys and costs on a
+    /// clock moving forward, a table of 1-6 keys so that live state is
+    /// evicted constantly, all seven algorithms, one quota (lock-free
+    /// cells for four of them) or two (per-key mutexes).
+    #[test]
+    fn eviction_never_admits_beyond_the_exact_limiter(
+        alg in prop::sample::select(Algorithm::ALL.to_vec()),
+        two in any::<bool>(),
+        max_keys in 1usize..7,
+        shards in prop::sample::select(vec![1usize, 2]),
+        sweep_interval in 1u64..200,
+        steps in prop::collection::vec((0u64..40, 0u32..12, 0u64..6), 1..400),
+    ) {
+        let steps: Vec<_> = steps.into_iter().map(|(dt, k, c)| (dt, 0, k, c)).collect();
+        replay_admitted(&limiter(alg, two), max_keys, shards, sweep_interval, &steps)?;
+    }
+
+    /// The same with stamps that step back (up to 60 ns behind the latest,
+    /// as concurrent callers' stamps do): the clock mark of a state the
+    /// summary restores never lets an early stamp through.
+    #[test]
+    fn eviction_never_admits_beyond_the_exact_limiter_with_steps_back(
+        alg in prop::sample::select(Algorithm::ALL.to_vec()),
+        two in any::<bool>(),
+        max_keys in 1usize..7,
+        shards in prop::sample::select(vec![1usize, 2]),
+        sweep_interval in 1u64..200,
+        steps in prop::collection::vec((0u64..40, 0u64..60, 0u32..12, 0u64..6), 1..400),
+    ) {
+        replay_admitted(&limiter(alg, two), max_keys, shards, sweep_interval, &steps)?;
+    }
+}

@@ -232,7 +232,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
         let last = shard.last_sweep.load(Ordering::Relaxed);
         if now >= last.saturating_add(self.sweep_interval) || last == 0 {
             shard.last_sweep.store(now.max(1), Ordering::Relaxed);
-            let dropped = Self::drop_fresh(ctx, map, now);
+            let dropped = self.drop_fresh(ctx, map, now);
             self.evicted_fresh
                 .fetch_add(dropped as u64, Ordering::Relaxed);
         }
@@ -251,11 +251,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
             let gone = map.table.extract_if(|e| std::ptr::eq(e, at)).next();
             if let Some(gone) = gone {
                 map.bytes -= Self::bytes_of(&gone.key);
-                if reset > 0 {
-                    // Live: its key must not come back more generous.
-                    let hash = self.hasher.hash_one(&gone.key);
-                    self.summary.fold(hash, &gone.slot.states(ctx));
-                }
+                self.fold(ctx, &gone);
             }
             let counter = if reset == 0 {
                 &self.evicted_fresh
@@ -266,14 +262,26 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
         }
     }
 
-    /// Drops every fresh state of one shard; returns how many.
-    fn drop_fresh(ctx: &S::Ctx, map: &mut ShardMap<K, S>, now: Nanos) -> usize {
+    /// Folds an entry that leaves the table into the summary, so that its
+    /// key never comes back more generous. A live state must be folded; a
+    /// state fresh at the `now` that drops it is folded too, since a
+    /// request stamped before that `now` may still find it holding back
+    /// (its envelope never restricts a stamp at or after that `now`).
+    fn fold(&self, ctx: &S::Ctx, gone: &Entry<K, S>) {
+        let hash = self.hasher.hash_one(&gone.key);
+        self.summary.fold(hash, &gone.slot.states(ctx));
+    }
+
+    /// Drops every fresh state of one shard (folded into the summary);
+    /// returns how many.
+    fn drop_fresh(&self, ctx: &S::Ctx, map: &mut ShardMap<K, S>, now: Nanos) -> usize {
         let before = map.table.len();
         let mut freed = 0;
         map.table.retain(|e| {
             let fresh = e.slot.is_fresh(ctx, now);
             if fresh {
                 freed += Self::bytes_of(&e.key);
+                self.fold(ctx, e);
             }
             !fresh
         });
@@ -285,7 +293,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
     pub fn sweep(&self, ctx: &S::Ctx, now: Nanos) -> usize {
         let mut dropped = 0;
         for shard in self.shards.iter() {
-            dropped += Self::drop_fresh(ctx, &mut shard.map.write(), now);
+            dropped += self.drop_fresh(ctx, &mut shard.map.write(), now);
         }
         self.evicted_fresh
             .fetch_add(dropped as u64, Ordering::Relaxed);

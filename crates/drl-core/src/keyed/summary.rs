@@ -3,7 +3,7 @@
 //! than it left.
 //!
 //! A count-min-style array: [`SUMMARY_ROWS`] rows of cells, each cell
-//! holding one [`envelope`] per quota. Evicting a live state folds its
+//! holding one envelope ([`envelope`]) per quota. Evicting a state folds its
 //! envelope into one cell per row, chosen by the key's hash, by a lane-wise
 //! maximum (`fetch_max`, so folds from several shards commute). A key
 //! decided without an entry starts from the lane-wise minimum of its cells:
@@ -14,8 +14,10 @@
 //! admission. Lanes hold times and counts that age out (a `tat` in the
 //! past, a window that ended), so the summary needs no clearing.
 //!
-//! The cells are allocated at the first live eviction: a table that never
-//! evicts live state pays nothing.
+//! States dropped as fresh are folded too (a request stamped before the
+//! drop may find them still holding back), and the cells are allocated
+//! when a full shard first evicts or drops a state: a table that never
+//! fills pays nothing.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,7 +47,7 @@ pub(crate) struct Summary {
     /// `SUMMARY_ROWS << bits` cells of `width` lanes, allocated at the
     /// first fold.
     cells: OnceLock<Box<[AtomicU64]>>,
-    /// Live states folded so far.
+    /// States folded so far.
     folds: AtomicU64,
 }
 
@@ -86,7 +88,13 @@ impl Summary {
         (SUMMARY_ROWS << self.bits) * self.width * std::mem::size_of::<AtomicU64>()
     }
 
-    /// Live states folded so far (compared before and after a decision on
+    /// True once the cells exist (after the first fold that allocates).
+    #[inline]
+    pub fn is_allocated(&self) -> bool {
+        self.cells.get().is_some()
+    }
+
+    /// States folded so far (compared before and after a decision on
     /// an unknown key to see whether its cells may have changed).
     #[inline]
     pub fn folds(&self) -> u64 {
@@ -101,14 +109,22 @@ impl Summary {
         ((row << self.bits) + i) * self.width
     }
 
-    /// Folds the live states of an evicted key (one per part) into its
-    /// cells.
-    pub fn fold(&self, hash: u64, states: &[State]) {
-        let cells = self.cells.get_or_init(|| {
-            (0..(SUMMARY_ROWS << self.bits) * self.width)
-                .map(|_| AtomicU64::new(0))
-                .collect()
-        });
+    /// Folds the states of a key leaving the table (one per part) into its
+    /// cells; allocates them first if `allocate`, else folds only into
+    /// cells already allocated.
+    pub fn fold(&self, hash: u64, states: &[State], allocate: bool) {
+        let cells = if allocate {
+            self.cells.get_or_init(|| {
+                (0..(SUMMARY_ROWS << self.bits) * self.width)
+                    .map(|_| AtomicU64::new(0))
+                    .collect()
+            })
+        } else {
+            match self.cells.get() {
+                Some(cells) => cells,
+                None => return,
+            }
+        };
         for ((part, state), &off) in self.parts.iter().zip(states).zip(self.offsets.iter()) {
             let env = envelope::envelope(part, state);
             let n = envelope::lanes(part.algorithm());

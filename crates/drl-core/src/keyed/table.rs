@@ -232,7 +232,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
         let last = shard.last_sweep.load(Ordering::Relaxed);
         if now >= last.saturating_add(self.sweep_interval) || last == 0 {
             shard.last_sweep.store(now.max(1), Ordering::Relaxed);
-            let dropped = self.drop_fresh(ctx, map, now);
+            let dropped = self.drop_fresh(ctx, map, now, true);
             self.evicted_fresh
                 .fetch_add(dropped as u64, Ordering::Relaxed);
         }
@@ -251,7 +251,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
             let gone = map.table.extract_if(|e| std::ptr::eq(e, at)).next();
             if let Some(gone) = gone {
                 map.bytes -= Self::bytes_of(&gone.key);
-                self.fold(ctx, &gone);
+                self.fold(ctx, &gone, true);
             }
             let counter = if reset == 0 {
                 &self.evicted_fresh
@@ -267,21 +267,31 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
     /// state fresh at the `now` that drops it is folded too, since a
     /// request stamped before that `now` may still find it holding back
     /// (its envelope never restricts a stamp at or after that `now`).
-    fn fold(&self, ctx: &S::Ctx, gone: &Entry<K, S>) {
-        let hash = self.hasher.hash_one(&gone.key);
-        self.summary.fold(hash, &gone.slot.states(ctx));
+    /// With `allocate` false (a sweep while the table has room) it is
+    /// folded only if the summary's cells exist already.
+    fn fold(&self, ctx: &S::Ctx, gone: &Entry<K, S>, allocate: bool) {
+        if allocate || self.summary.is_allocated() {
+            let hash = self.hasher.hash_one(&gone.key);
+            self.summary.fold(hash, &gone.slot.states(ctx), allocate);
+        }
     }
 
-    /// Drops every fresh state of one shard (folded into the summary);
-    /// returns how many.
-    fn drop_fresh(&self, ctx: &S::Ctx, map: &mut ShardMap<K, S>, now: Nanos) -> usize {
+    /// Drops every fresh state of one shard (folded into the summary, see
+    /// [`Self::fold`]); returns how many.
+    fn drop_fresh(
+        &self,
+        ctx: &S::Ctx,
+        map: &mut ShardMap<K, S>,
+        now: Nanos,
+        allocate: bool,
+    ) -> usize {
         let before = map.table.len();
         let mut freed = 0;
         map.table.retain(|e| {
             let fresh = e.slot.is_fresh(ctx, now);
             if fresh {
                 freed += Self::bytes_of(&e.key);
-                self.fold(ctx, e);
+                self.fold(ctx, e, allocate);
             }
             !fresh
         });
@@ -293,7 +303,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
     pub fn sweep(&self, ctx: &S::Ctx, now: Nanos) -> usize {
         let mut dropped = 0;
         for shard in self.shards.iter() {
-            dropped += self.drop_fresh(ctx, &mut shard.map.write(), now);
+            dropped += self.drop_fresh(ctx, &mut shard.map.write(), now, false);
         }
         self.evicted_fresh
             .fetch_add(dropped as u64, Ordering::Relaxed);

@@ -16,14 +16,20 @@
 //! Each shard holds at most its share of both. When a new key does not fit
 //! its shard (too many keys, or too many bytes), the shard first drops
 //! every fresh state in the shard (at most once per `sweep_interval` of
-//! `now`), since a fresh state decides exactly as a missing one. If nothing
-//! fresh is left, it evicts, among a sample of [`EVICTION_SAMPLE`] entries,
-//! the one nearest to fresh (smallest `reset_after`), until the new key
-//! fits (a key larger than a shard's byte share is still held, alone; the
-//! service bounds key length before it gets here). That key then starts
-//! over from a fresh state: it may be admitted up to what its evicted state
-//! was still holding back. Such evictions are counted as `evicted_live` in
-//! [`KeyedStats`]; size `max_keys` so that it stays at zero.
+//! `now`). If nothing fresh is left, it evicts, among a sample of
+//! [`EVICTION_SAMPLE`] entries, the one nearest to fresh (smallest
+//! `reset_after`), until the new key fits (a key larger than a shard's
+//! byte share is still held, alone; the service bounds key length before
+//! it gets here); such evictions are counted as `evicted_live` in
+//! [`KeyedStats`].
+//!
+//! **Never fail open.** Every state that leaves the table is folded into a
+//! fixed-size summary (`summary`), and a key without an entry starts from
+//! the state the summary restores for it, never more generous than the
+//! state it lost: eviction can deny (`summary_denials`), never admit what
+//! the exact limiter would refuse. The bound, the summary's size and what
+//! it costs are in docs/semantics.md, "Bounded memory in the keyed
+//! limiter". Size `max_keys` so that `evicted_live` stays at zero.
 
 pub mod cell;
 mod direct;

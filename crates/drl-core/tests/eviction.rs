@@ -162,3 +162,44 @@ proptest! {
         replay_admitted(&limiter(alg, two), max_keys, shards, sweep_interval, &steps)?;
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The same bound with four threads sharing a table of 2-8 keys: each
+    /// key's requests are decided in trace order by one thread, while
+    /// other threads evict, fold and restore around it.
+    #[test]
+    fn concurrent_eviction_never_admits_beyond_the_exact_limiter(
+        alg in prop::sample::select(Algorithm::ALL.to_vec()),
+        two in any::<bool>(),
+        max_keys in 2usize..9,
+        steps in prop::collection::vec((0u64..30, 0u32..24, 0u64..5), 1..600),
+    ) {
+        let m = limiter(alg, two);
+        let cfg = KeyedConfig { max_keys, shards: 2, sweep_interval: 10, ..KeyedConfig::default() };
+        let keyed = KeyedLimiter::<u32>::new(m.clone(), cfg);
+        let mut t = 1_000;
+        let trace: Vec<(u64, u32, u64)> =
+            steps.into_iter().map(|(dt, k, c)| { t += dt; (t, k, c) }).collect();
+        let threads = 4;
+        let admitted: Vec<Vec<(u64, u32, u64)>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads).map(|i| {
+                let (keyed, trace) = (&keyed, &trace);
+                s.spawn(move || {
+                    trace.iter()
+                        .filter(|(_, k, _)| *k as usize % threads == i)
+                        .filter(|&&(t, k, c)| keyed.decide(&k, t, c).allowed)
+                        .copied()
+                        .collect()
+                })
+            }).collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut exact: HashMap<u32, Vec<State>> = HashMap::new();
+        for (t, k, c) in admitted.into_iter().flatten() {
+            let d = m.decide(exact.entry(k).or_insert_with(|| m.new_states()), t, c);
+            prop_assert!(d.allowed, "key {} cost {} at {}: {:?}", k, c, t, d);
+        }
+    }
+}

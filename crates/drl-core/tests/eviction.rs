@@ -203,3 +203,29 @@ proptest! {
         }
     }
 }
+
+/// A limiter whose keys were all evicted is not stateless while the
+/// summary still holds one back, and is once that state has aged out.
+#[test]
+fn a_limiter_is_stateless_only_once_the_summary_holds_nothing_back() {
+    let q = Quota::new(10, HOUR).unwrap();
+    for alg in Algorithm::ALL {
+        let cfg = KeyedConfig {
+            max_keys: 1,
+            shards: 1,
+            ..KeyedConfig::default()
+        };
+        let keyed = KeyedLimiter::<u64>::new(MultiLimiter::uniform(alg, &[q]), cfg);
+        let t0 = 1_000 * HOUR;
+        assert!(keyed.is_stateless(t0), "{alg}");
+        assert!(keyed.decide(&1, t0, drain_cost(alg, &q)).allowed);
+        assert!(keyed.decide(&2, t0 + 1, 1).allowed, "{alg}");
+        // Key 1 was evicted live; key 2 is held.
+        assert!(keyed.snapshot(&1).is_none());
+        keyed.sweep(t0 + 3 * HOUR);
+        assert!(keyed.is_empty(), "{alg}");
+        assert!(!keyed.is_stateless(t0 + 2), "{alg}");
+        assert!(!keyed.decide(&1, t0 + 2, 1).allowed, "{alg}");
+        assert!(keyed.is_stateless(t0 + 3 * HOUR), "{alg}");
+    }
+}

@@ -266,9 +266,19 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes> KeyedLimiter<K> {
         with_table!(self, |t, _ctx| t.len())
     }
 
-    /// True when no key is held.
+    /// True when no key is held. Evicted state may still hold keys back
+    /// through the summary: to know whether dropping the whole limiter
+    /// changes a decision, ask [`Self::is_stateless`].
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// True when dropping this limiter and starting a new one would change
+    /// no decision at `now` or later: no key is held and the summary of
+    /// evicted state holds nothing back. Reads the whole summary
+    /// ([`Self::summary_bytes`]); for periodic checks, not the hot path.
+    pub fn is_stateless(&self, now: Nanos) -> bool {
+        with_table!(self, |t, _ctx| t.len() == 0 && t.summary.is_fresh(now))
     }
 
     /// Counters.

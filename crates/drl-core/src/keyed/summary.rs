@@ -140,6 +140,28 @@ impl Summary {
         self.folds.fetch_add(1, Ordering::Release);
     }
 
+    /// True if every cell restores states that decide as fresh ones at
+    /// `now` (and so at any later time): the summary holds nothing back.
+    /// Reads every cell.
+    pub fn is_fresh(&self, now: Nanos) -> bool {
+        let Some(cells) = self.cells.get() else {
+            return true;
+        };
+        cells.chunks(self.width).all(|cell| {
+            self.parts
+                .iter()
+                .zip(self.offsets.iter())
+                .all(|(part, &off)| {
+                    let n = envelope::lanes(part.algorithm());
+                    let mut env = [0; MAX_LANES];
+                    for (lane, v) in env[..n].iter_mut().enumerate() {
+                        *v = cell[off + lane].load(Ordering::Relaxed);
+                    }
+                    envelope::fresh_at(part, &env, now)
+                })
+        })
+    }
+
     /// The states a key of `hash` without an entry starts from at `now`
     /// (one per part), or `None` if they decide as fresh ones.
     pub fn restore(&self, hash: u64, now: Nanos) -> Option<Vec<State>> {

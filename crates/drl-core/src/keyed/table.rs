@@ -75,7 +75,7 @@ pub(crate) struct Table<K, S> {
     /// Requests on keys without an entry that the summary's state denied
     /// and a fresh state would have admitted.
     pub summary_denials: AtomicU64,
-    /// The live states evicted, folded by key hash.
+    /// The states that left the table, folded by key hash.
     pub summary: Summary,
 }
 
@@ -190,7 +190,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
     }
 
     /// Decides a request on the state the summary restores for `hash` (a
-    /// fresh one if it holds nothing live for it); a denial that a fresh
+    /// fresh one if it holds nothing back for it); a denial that a fresh
     /// state would have admitted is counted in `summary_denials`.
     fn decide_restored(&self, ctx: &S::Ctx, hash: u64, now: Nanos, cost: u64) -> (Decision, S) {
         let Some(states) = self.summary.restore(hash, now) else {

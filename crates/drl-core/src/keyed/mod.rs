@@ -16,22 +16,31 @@
 //! Each shard holds at most its share of both. When a new key does not fit
 //! its shard (too many keys, or too many bytes), the shard first drops
 //! every fresh state in the shard (at most once per `sweep_interval` of
-//! `now`), since a fresh state decides exactly as a missing one. If nothing
-//! fresh is left, it evicts, among a sample of [`EVICTION_SAMPLE`] entries,
-//! the one nearest to fresh (smallest `reset_after`), until the new key
-//! fits (a key larger than a shard's byte share is still held, alone; the
-//! service bounds key length before it gets here). That key then starts
-//! over from a fresh state: it may be admitted up to what its evicted state
-//! was still holding back. Such evictions are counted as `evicted_live` in
-//! [`KeyedStats`]; size `max_keys` so that it stays at zero.
+//! `now`). If nothing fresh is left, it evicts, among a sample of
+//! [`EVICTION_SAMPLE`] entries, the one nearest to fresh (smallest
+//! `reset_after`), until the new key fits (a key larger than a shard's
+//! byte share is still held, alone; the service bounds key length before
+//! it gets here); such evictions are counted as `evicted_live` in
+//! [`KeyedStats`].
+//!
+//! **Never fail open.** Every state that leaves the table is folded into a
+//! fixed-size summary (`summary`), and a key without an entry starts from
+//! the state the summary restores for it, never more generous than the
+//! state it lost: eviction can deny (`summary_denials`), never admit what
+//! the exact limiter would refuse. The bound, the summary's size and what
+//! it costs are in docs/semantics.md, "Bounded memory in the keyed
+//! limiter". Size `max_keys` so that `evicted_live` stays at zero.
 
 pub mod cell;
 mod direct;
+mod envelope;
 mod slot;
+mod summary;
 mod table;
 pub mod tat;
 
 pub use direct::AtomicLimiter;
+pub use summary::SUMMARY_ROWS;
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -131,8 +140,13 @@ pub struct KeyedStats {
     /// Fresh states dropped (no effect on decisions).
     pub evicted_fresh: u64,
     /// Live states evicted because a bound (keys or bytes) was hit with
-    /// nothing fresh.
+    /// nothing fresh; each is folded into the summary.
     pub evicted_live: u64,
+    /// Requests on keys without an entry that the summary of evicted
+    /// states denied where a fresh state would have admitted: the key's own
+    /// evicted state holding it back (a right denial), or another key's
+    /// sharing its cells (a false one).
+    pub summary_denials: u64,
 }
 
 /// The table, by slot kind.
@@ -197,8 +211,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes> KeyedLimiter<K> {
             _ => None,
         };
         let tables = match cell {
-            Some(ctx) => Tables::Cell(ctx, Table::new(&config)),
-            None => Tables::Locked(Table::new(&config)),
+            Some(ctx) => Tables::Cell(ctx, Table::new(&config, limiter.parts())),
+            None => Tables::Locked(Table::new(&config, limiter.parts())),
         };
         Self {
             limiter,
@@ -252,9 +266,19 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes> KeyedLimiter<K> {
         with_table!(self, |t, _ctx| t.len())
     }
 
-    /// True when no key is held.
+    /// True when no key is held. Evicted state may still hold keys back
+    /// through the summary: to know whether dropping the whole limiter
+    /// changes a decision, ask [`Self::is_stateless`].
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// True when dropping this limiter and starting a new one would change
+    /// no decision at `now` or later: no key is held and the summary of
+    /// evicted state holds nothing back. Reads the whole summary
+    /// ([`Self::summary_bytes`]); for periodic checks, not the hot path.
+    pub fn is_stateless(&self, now: Nanos) -> bool {
+        with_table!(self, |t, _ctx| t.len() == 0 && t.summary.is_fresh(now))
     }
 
     /// Counters.
@@ -266,8 +290,18 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes> KeyedLimiter<K> {
                 bytes,
                 evicted_fresh: t.evicted_fresh.load(Ordering::Relaxed),
                 evicted_live: t.evicted_live.load(Ordering::Relaxed),
+                summary_denials: t.summary_denials.load(Ordering::Relaxed),
             }
         })
+    }
+
+    /// Bytes the summary of evicted live states takes once a live state
+    /// has been evicted (0 before): [`SUMMARY_ROWS`] rows of
+    /// `max_keys / 2` cells (a power of two, at least 32), each 8 bytes per
+    /// lane (1 lane per quota for token bucket, leaky meter, GCRA and the
+    /// shaper, 2 for fixed window and sliding log, 3 for sliding window).
+    pub fn summary_bytes(&self) -> usize {
+        with_table!(self, |t, _ctx| t.summary.bytes())
     }
 
     /// A copy of `key`'s states (`None` if not held, i.e. fresh).

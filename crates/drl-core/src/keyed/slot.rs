@@ -27,6 +27,8 @@ pub(crate) trait Slot: Send + Sync + Sized {
     /// Decides a request on a fresh state; returns the decision and a slot
     /// holding the state after it.
     fn decide_fresh(ctx: &Self::Ctx, now: Nanos, cost: u64) -> (Decision, Self);
+    /// A slot holding `states` (one per quota, of the table's algorithm).
+    fn from_states(ctx: &Self::Ctx, states: Vec<State>) -> Self;
     /// Decides a request of `cost` at `now`.
     fn decide(&self, ctx: &Self::Ctx, now: Nanos, cost: u64) -> Decision;
     /// True if the state decides exactly as a missing one would.
@@ -55,6 +57,14 @@ impl Slot for CellSlot {
     fn decide_fresh(ctx: &CellCtx, now: Nanos, cost: u64) -> (Decision, Self) {
         let slot = CellSlot(Word::new(ctx.kind.fresh(&ctx.quota)));
         (slot.decide(ctx, now, cost), slot)
+    }
+
+    fn from_states(ctx: &CellCtx, states: Vec<State>) -> Self {
+        let word = ctx
+            .kind
+            .pack_state(&ctx.quota, &states[0])
+            .expect("a state of the cell's algorithm");
+        CellSlot(Word::new(word))
     }
 
     #[inline]
@@ -86,6 +96,10 @@ impl Slot for LockedSlot {
         let mut states = ctx.new_states().into_boxed_slice();
         let d = ctx.decide(&mut states, now, cost);
         (d, LockedSlot(Mutex::new(states)))
+    }
+
+    fn from_states(_: &MultiLimiter, states: Vec<State>) -> Self {
+        LockedSlot(Mutex::new(states.into_boxed_slice()))
     }
 
     #[inline]

@@ -15,9 +15,10 @@ use hashbrown::HashTable;
 use parking_lot::RwLock;
 
 use super::slot::Slot;
+use super::summary::Summary;
 use super::{EVICTION_SAMPLE, KeyBytes, KeyedConfig};
 use crate::decision::Decision;
-use crate::limiter::State;
+use crate::limiter::{Limiter, State};
 use crate::time::Nanos;
 
 /// The key hasher. foldhash's `quality` variant, not `fast`: the shard is
@@ -71,12 +72,17 @@ pub(crate) struct Table<K, S> {
     pub evicted_fresh: AtomicU64,
     /// Live states evicted because a shard was full with nothing fresh.
     pub evicted_live: AtomicU64,
+    /// Requests on keys without an entry that the summary's state denied
+    /// and a fresh state would have admitted.
+    pub summary_denials: AtomicU64,
+    /// The states that left the table, folded by key hash.
+    pub summary: Summary,
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
-    /// An empty table; `config.shards` must be a power of two and
-    /// `config.max_keys` at least 1.
-    pub fn new(config: &KeyedConfig) -> Self {
+    /// An empty table for the quotas `parts`; `config.shards` must be a
+    /// power of two and `config.max_keys` at least 1.
+    pub fn new(config: &KeyedConfig, parts: &[Limiter]) -> Self {
         let n = config.shards;
         debug_assert!(n.is_power_of_two() && config.max_keys >= 1);
         Self {
@@ -96,6 +102,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
             hasher: Hasher::default(),
             evicted_fresh: AtomicU64::new(0),
             evicted_live: AtomicU64::new(0),
+            summary_denials: AtomicU64::new(0),
+            summary: Summary::new(parts, config.max_keys),
         }
     }
 
@@ -125,10 +133,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
         self.decide_unknown(ctx, hash, shard, key, now, cost)
     }
 
-    /// Unknown key: a query or a denial on a fresh state writes nothing, so
-    /// decide on a fresh state first and insert only when admitted with a
-    /// cost. This keeps floods of impossible or zero-cost requests from
-    /// filling the table.
+    /// Unknown key: a query or a denial writes nothing, so decide first
+    /// (on the state the summary restores for the key, or a fresh one) and
+    /// insert only when admitted with a cost. This keeps floods of
+    /// impossible or zero-cost requests from filling the table.
     #[cold]
     fn decide_unknown<Q>(
         &self,
@@ -143,7 +151,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let (d, slot) = S::decide_fresh(ctx, now, cost);
+        let folds = self.summary.folds();
+        let (d, slot) = self.decide_restored(ctx, hash, now, cost);
         if !d.allowed || cost == 0 {
             return d;
         }
@@ -158,6 +167,18 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
             // Someone inserted it meanwhile: decide on the real state.
             return e.slot.decide(ctx, now, cost);
         }
+        // Someone may have inserted and evicted it meanwhile (an eviction
+        // of this key folds under this shard's lock, which is held now):
+        // decide again on what the summary holds now.
+        let (d, slot) = if self.summary.folds() == folds {
+            (d, slot)
+        } else {
+            let (d, slot) = self.decide_restored(ctx, hash, now, cost);
+            if !d.allowed {
+                return d;
+            }
+            (d, slot)
+        };
         if self.is_full(&map, need) {
             self.make_room(ctx, shard, &mut map, now, need);
         }
@@ -166,6 +187,21 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
         map.table
             .insert_unique(hash, entry, |e| self.hasher.hash_one(&e.key));
         d
+    }
+
+    /// Decides a request on the state the summary restores for `hash` (a
+    /// fresh one if it holds nothing back for it); a denial that a fresh
+    /// state would have admitted is counted in `summary_denials`.
+    fn decide_restored(&self, ctx: &S::Ctx, hash: u64, now: Nanos, cost: u64) -> (Decision, S) {
+        let Some(states) = self.summary.restore(hash, now) else {
+            return S::decide_fresh(ctx, now, cost);
+        };
+        let slot = S::from_states(ctx, states);
+        let d = slot.decide(ctx, now, cost);
+        if !d.allowed && S::decide_fresh(ctx, now, cost).0.allowed {
+            self.summary_denials.fetch_add(1, Ordering::Relaxed);
+        }
+        (d, slot)
     }
 
     /// Bytes an entry holding `key` counts against the budget: the entry
@@ -196,7 +232,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
         let last = shard.last_sweep.load(Ordering::Relaxed);
         if now >= last.saturating_add(self.sweep_interval) || last == 0 {
             shard.last_sweep.store(now.max(1), Ordering::Relaxed);
-            let dropped = Self::drop_fresh(ctx, map, now);
+            let dropped = self.drop_fresh(ctx, map, now, true);
             self.evicted_fresh
                 .fetch_add(dropped as u64, Ordering::Relaxed);
         }
@@ -215,6 +251,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
             let gone = map.table.extract_if(|e| std::ptr::eq(e, at)).next();
             if let Some(gone) = gone {
                 map.bytes -= Self::bytes_of(&gone.key);
+                self.fold(ctx, &gone, true);
             }
             let counter = if reset == 0 {
                 &self.evicted_fresh
@@ -225,14 +262,36 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
         }
     }
 
-    /// Drops every fresh state of one shard; returns how many.
-    fn drop_fresh(ctx: &S::Ctx, map: &mut ShardMap<K, S>, now: Nanos) -> usize {
+    /// Folds an entry that leaves the table into the summary, so that its
+    /// key never comes back more generous. A live state must be folded; a
+    /// state fresh at the `now` that drops it is folded too, since a
+    /// request stamped before that `now` may still find it holding back
+    /// (its envelope never restricts a stamp at or after that `now`).
+    /// With `allocate` false (a sweep while the table has room) it is
+    /// folded only if the summary's cells exist already.
+    fn fold(&self, ctx: &S::Ctx, gone: &Entry<K, S>, allocate: bool) {
+        if allocate || self.summary.is_allocated() {
+            let hash = self.hasher.hash_one(&gone.key);
+            self.summary.fold(hash, &gone.slot.states(ctx), allocate);
+        }
+    }
+
+    /// Drops every fresh state of one shard (folded into the summary, see
+    /// [`Self::fold`]); returns how many.
+    fn drop_fresh(
+        &self,
+        ctx: &S::Ctx,
+        map: &mut ShardMap<K, S>,
+        now: Nanos,
+        allocate: bool,
+    ) -> usize {
         let before = map.table.len();
         let mut freed = 0;
         map.table.retain(|e| {
             let fresh = e.slot.is_fresh(ctx, now);
             if fresh {
                 freed += Self::bytes_of(&e.key);
+                self.fold(ctx, e, allocate);
             }
             !fresh
         });
@@ -244,7 +303,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
     pub fn sweep(&self, ctx: &S::Ctx, now: Nanos) -> usize {
         let mut dropped = 0;
         for shard in self.shards.iter() {
-            dropped += Self::drop_fresh(ctx, &mut shard.map.write(), now);
+            dropped += self.drop_fresh(ctx, &mut shard.map.write(), now, false);
         }
         self.evicted_fresh
             .fetch_add(dropped as u64, Ordering::Relaxed);

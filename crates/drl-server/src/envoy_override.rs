@@ -60,7 +60,9 @@ impl Held {
             RuleKind::Limited(l) => match &l.backend {
                 Backend::Local(k) => {
                     k.sweep(now);
-                    k.is_empty()
+                    // Empty and with nothing in its summary of evicted
+                    // state: dropping it cannot admit more.
+                    k.is_stateless(now)
                 }
                 Backend::Store(_) => false,
             },

@@ -12,7 +12,10 @@
 //! - `drl_config_reloads_total{result}`: `ok` or `error`.
 //! - `drl_keys_held{limit}`, `drl_key_bytes_held{limit}` (gauges) and
 //!   `drl_keys_evicted_total{limit,kind}` (`fresh`: no effect on decisions;
-//!   `live`: that key's state started over, a bounded over-admission): the
+//!   `live`: that key's state folded into the limit's summary of evicted
+//!   state, never an over-admission), `drl_keys_summary_denials_total`
+//!   (denials the summary made where a fresh key would have been
+//!   admitted: what bounded memory costs): the
 //!   in-memory table of every `local` limit, read at scrape time
 //!   ([`register_table`]), never on the decision path.
 //!
@@ -106,8 +109,8 @@ impl LimitMetrics {
 /// A keyed table reported under a limit name.
 struct Table {
     limiter: std::sync::Weak<KeyedLimiter<String>>,
-    /// (evicted_fresh, evicted_live) when last read.
-    seen: (u64, u64),
+    /// (evicted_fresh, evicted_live, summary_denials) when last read.
+    seen: (u64, u64, u64),
 }
 
 /// What the tables of one name reported: live ones, and the evictions of
@@ -115,7 +118,7 @@ struct Table {
 #[derive(Default)]
 struct Tables {
     live: Vec<Table>,
-    dropped: (u64, u64),
+    dropped: (u64, u64, u64),
 }
 
 fn table_registry() -> &'static Mutex<BTreeMap<String, Tables>> {
@@ -135,13 +138,14 @@ pub fn register_table(name: &str, limiter: &Arc<KeyedLimiter<String>>) {
     if !t.live.iter().any(|x| x.limiter.ptr_eq(&weak)) {
         t.live.push(Table {
             limiter: weak,
-            seen: (0, 0),
+            seen: (0, 0, 0),
         });
     }
 }
 
-/// Keys held, bytes held, evicted fresh, evicted live, per limit name.
-type TableRow = (String, usize, usize, u64, u64);
+/// Keys held, bytes held, evicted fresh, evicted live, summary denials,
+/// per limit name.
+type TableRow = (String, usize, usize, u64, u64, u64);
 
 /// Reads every registered table (shard read locks, at scrape time).
 fn table_rows() -> Vec<TableRow> {
@@ -153,7 +157,7 @@ fn table_rows() -> Vec<TableRow> {
         t.live.retain_mut(|x| match x.limiter.upgrade() {
             Some(l) => {
                 let s = l.stats();
-                x.seen = (s.evicted_fresh, s.evicted_live);
+                x.seen = (s.evicted_fresh, s.evicted_live, s.summary_denials);
                 keys += s.keys;
                 bytes += s.bytes;
                 true
@@ -161,15 +165,15 @@ fn table_rows() -> Vec<TableRow> {
             None => {
                 dropped.0 += x.seen.0;
                 dropped.1 += x.seen.1;
+                dropped.2 += x.seen.2;
                 false
             }
         });
         t.dropped = dropped;
-        let (fresh, live) = t
-            .live
-            .iter()
-            .fold(dropped, |(f, l), x| (f + x.seen.0, l + x.seen.1));
-        rows.push((name.clone(), keys, bytes, fresh, live));
+        let (fresh, live, denials) = t.live.iter().fold(dropped, |(f, l, d), x| {
+            (f + x.seen.0, l + x.seen.1, d + x.seen.2)
+        });
+        rows.push((name.clone(), keys, bytes, fresh, live, denials));
     }
     rows
 }
@@ -194,14 +198,21 @@ fn render_tables(out: &mut String) {
         label_value(out, name);
         let _ = writeln!(out, "\"}} {bytes}");
     }
-    out.push_str("# HELP drl_keys_evicted_total Keys dropped to stay within max_keys / max_bytes: fresh (no effect on decisions) or live (that key started over: bounded over-admission).\n");
+    out.push_str("# HELP drl_keys_evicted_total Keys dropped to stay within max_keys / max_bytes: fresh (no effect on decisions) or live (folded into the limit's summary of evicted state: never an over-admission).\n");
     out.push_str("# TYPE drl_keys_evicted_total counter\n");
-    for (name, _, _, fresh, live) in &rows {
+    for (name, _, _, fresh, live, _) in &rows {
         for (kind, n) in [("fresh", fresh), ("live", live)] {
             out.push_str("drl_keys_evicted_total{limit=\"");
             label_value(out, name);
             let _ = writeln!(out, "\",kind=\"{kind}\"}} {n}");
         }
+    }
+    out.push_str("# HELP drl_keys_summary_denials_total Denials by the summary of evicted state where a fresh key would have been admitted (the false denials bounded memory costs).\n");
+    out.push_str("# TYPE drl_keys_summary_denials_total counter\n");
+    for (name, .., denials) in &rows {
+        out.push_str("drl_keys_summary_denials_total{limit=\"");
+        label_value(out, name);
+        let _ = writeln!(out, "\"}} {denials}");
     }
 }
 

@@ -111,19 +111,46 @@ pub struct EnvoyLevel {
 #[derive(Debug, Default)]
 struct KeyNodes {
     exact: FastMap<String, EnvoyNode>,
-    prefix: Vec<(String, EnvoyNode)>,
+    /// Values with `*` (anywhere), split on it, in config order.
+    wildcards: Vec<(Vec<String>, EnvoyNode)>,
     any: Option<Box<EnvoyNode>>,
 }
 
+/// True if `value` matches a pattern split on `*` (each `*` matches any
+/// run of characters, the empty one too), as envoyproxy/ratelimit matches
+/// wildcard values (`foo*`, `bar*b`, `foo*bar*baz`).
+pub fn wildcard_match(parts: &[String], value: &str) -> bool {
+    let (Some(first), Some(last)) = (parts.first(), parts.last()) else {
+        return false;
+    };
+    if parts.len() == 1 {
+        return first == value;
+    }
+    let fixed: usize = parts.iter().map(String::len).sum();
+    if value.len() < fixed || !value.starts_with(first.as_str()) || !value.ends_with(last.as_str())
+    {
+        return false;
+    }
+    let mut rest = &value[first.len()..value.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part.as_str()) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
 impl EnvoyLevel {
-    /// The most specific node for an entry: exact value, then a wildcard
-    /// prefix (longest first), then key only.
+    /// The node for an entry, as envoyproxy/ratelimit picks it: the exact
+    /// value, then the first wildcard value (in config order) that
+    /// matches, then the key alone.
     pub fn find(&self, key: &str, value: &str) -> Option<&EnvoyNode> {
         let k = self.by_key.get(key)?;
         if let Some(n) = k.exact.get(value) {
             return Some(n);
         }
-        if let Some((_, n)) = k.prefix.iter().find(|(p, _)| value.starts_with(p.as_str())) {
+        if let Some((_, n)) = k.wildcards.iter().find(|(p, _)| wildcard_match(p, value)) {
             return Some(n);
         }
         k.any.as_deref()
@@ -356,10 +383,9 @@ fn build_level(
         let k = level.by_key.entry(d.key.clone()).or_default();
         match d.value.as_deref() {
             None => k.any = Some(Box::new(node)),
-            Some(v) if v.ends_with('*') => {
-                k.prefix.push((v.trim_end_matches('*').to_string(), node));
-                k.prefix
-                    .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
+            Some(v) if v.contains('*') => {
+                k.wildcards
+                    .push((v.split('*').map(str::to_string).collect(), node));
             }
             Some(v) => {
                 k.exact.insert(v.to_string(), node);
@@ -390,15 +416,74 @@ mod tests {
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 2}\n  - key: k\n    value: va*\n    rate_limit: {unit: second, requests_per_unit: 3}\n  - key: k\n    value: val*\n    rate_limit: {unit: second, requests_per_unit: 4}\n",
         );
         assert_eq!(rule(&l, "d", &[("k", "v")]), Some("d.k_v"));
+        // The first wildcard in config order, as envoyproxy/ratelimit
+        // (src/config/config_impl.go, GetLimit) picks it.
         assert_eq!(
             rule(&l, "d", &[("k", "value")]),
-            Some("d.k_val*"),
-            "longest prefix"
+            Some("d.k_va*"),
+            "first wildcard"
         );
         assert_eq!(rule(&l, "d", &[("k", "vax")]), Some("d.k_va*"));
         assert_eq!(rule(&l, "d", &[("k", "other")]), Some("d.k"));
         assert_eq!(rule(&l, "d", &[("x", "v")]), None);
         assert_eq!(rule(&l, "d", &[("k", "v"), ("k", "v")]), None, "too deep");
+    }
+
+    /// Wildcards anywhere in a value (envoyproxy/ratelimit's
+    /// test/config/config_test.go, the wildcard cases): each `*` matches
+    /// any run of characters, the empty one too.
+    #[test]
+    fn wildcards_match_anywhere_in_a_value() {
+        let l = limits(
+            "domain: d\ndescriptors:\n  - key: a\n    value: bar*b\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: a\n    value: foo*bar*baz\n    rate_limit: {unit: second, requests_per_unit: 2}\n  - key: a\n    value: '*end'\n    rate_limit: {unit: second, requests_per_unit: 3}\n",
+        );
+        for (value, want) in [
+            ("barb", Some("d.a_bar*b")),
+            ("bar-xyz-b", Some("d.a_bar*b")),
+            ("barbx", None),
+            ("bar", None),
+            ("foobarbaz", Some("d.a_foo*bar*baz")),
+            ("foo-1-bar-2-baz", Some("d.a_foo*bar*baz")),
+            ("foo-baz-bar", None),
+            ("foobaz", None),
+            ("the end", Some("d.a_*end")),
+        ] {
+            assert_eq!(rule(&l, "d", &[("a", value)]), want, "{value}");
+        }
+    }
+
+    proptest::proptest! {
+        /// `wildcard_match` agrees with a regular expression built from the
+        /// pattern (`*` as `.*`, the rest literal).
+        #[test]
+        fn wildcard_match_is_a_glob(pattern in "[ab*]{0,6}", value in "[ab]{0,8}") {
+            let parts: Vec<String> = pattern.split('*').map(str::to_string).collect();
+            let re = format!("^{}$", parts.join(".*"));
+            let want = regex_lite_match(&re, &value);
+            proptest::prop_assert_eq!(wildcard_match(&parts, &value), want, "{} {}", pattern, value);
+        }
+    }
+
+    /// A tiny matcher for `^lit(.*lit)*$` patterns over `[ab]`: the
+    /// reference for the property above (backtracking, exponential but
+    /// tiny inputs).
+    fn regex_lite_match(re: &str, value: &str) -> bool {
+        fn go(parts: &[&str], v: &str, first: bool) -> bool {
+            match parts.split_first() {
+                None => v.is_empty(),
+                Some((p, rest)) => {
+                    if first {
+                        v.strip_prefix(p).is_some_and(|r| go(rest, r, false))
+                    } else {
+                        (0..=v.len())
+                            .any(|i| v[i..].strip_prefix(p).is_some_and(|r| go(rest, r, false)))
+                    }
+                }
+            }
+        }
+        let body = &re[1..re.len() - 1];
+        let parts: Vec<&str> = body.split(".*").collect();
+        go(&parts, value, true)
     }
 
     #[test]

@@ -38,9 +38,13 @@ pub fn load(opts: &ServeOptions) -> Result<Config, config::ConfigError> {
 pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let cfg = load(&opts).map_err(|e| anyhow::anyhow!("{e}"))?;
     // The checks `drl config check` makes, refused or warned alike.
-    let warnings =
-        crate::preflight::check(&cfg, opts.config.as_deref(), std::time::SystemTime::now())
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let warnings = crate::preflight::check(
+        &cfg,
+        opts.config.as_deref(),
+        std::time::SystemTime::now(),
+        crate::preflight::Files::Read,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     for w in warnings {
         tracing::warn!("{w}");
     }

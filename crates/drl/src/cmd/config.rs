@@ -21,6 +21,11 @@ enum Sub {
     Check {
         /// The file.
         file: PathBuf,
+        /// Do not read the files the config names (TLS keys and
+        /// certificates, token files, cluster keys): to lint a config away
+        /// from the secrets it is deployed with. `drl serve` reads them.
+        #[arg(long)]
+        skip_files: bool,
     },
     /// Print the embedded default configuration.
     Default,
@@ -29,7 +34,14 @@ enum Sub {
 /// Runs `drl config`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
-        Sub::Check { file } => match drl_server::preflight::check_file(&file) {
+        Sub::Check { file, skip_files } => match drl_server::preflight::check_file(
+            &file,
+            if skip_files {
+                drl_server::preflight::Files::Skip
+            } else {
+                drl_server::preflight::Files::Read
+            },
+        ) {
             Ok(checked) => {
                 for w in &checked.warnings {
                     eprintln!("warning: {w}");

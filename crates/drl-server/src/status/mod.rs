@@ -205,6 +205,9 @@ struct HubState {
     /// When the previous sample was taken.
     last_tick: Option<Instant>,
     members: BTreeMap<u32, SeenMember>,
+    /// The limits the series were last pruned against (their address: a
+    /// reload swaps in new ones).
+    pruned_for: usize,
 }
 
 /// The status page's own state: history and gossip members, per engine.
@@ -279,8 +282,14 @@ impl StatusHub {
             .iter()
             .chain(limits.envoy_limits.iter())
             .collect();
-        let names: std::collections::HashSet<&str> = all.iter().map(|l| &*l.name).collect();
-        st.series.retain(|name, _| names.contains(name.as_str()));
+        // Prune the series of removed limits once per reload, not every
+        // second (10,000 names hashed a second was most of the idle cost).
+        let at = std::sync::Arc::as_ptr(&*limits) as usize;
+        if st.pruned_for != at {
+            st.pruned_for = at;
+            let names: std::collections::HashSet<&str> = all.iter().map(|l| &*l.name).collect();
+            st.series.retain(|name, _| names.contains(name.as_str()));
+        }
         for l in &all {
             let (a, d, _) = l.metrics.totals();
             // A limit that never decided has no history yet (and costs

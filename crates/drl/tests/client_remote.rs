@@ -154,7 +154,12 @@ async fn denial_cache_sends_nothing_until_retry_after() {
              - name: short\n    algorithm: fixed-window\n    quota: 2/2s\n",
         )
     });
-    let c = RemoteBuilder::grpc(drl.grpc_url()).build().unwrap();
+    // A hang guard as the deadline: with the default 100 ms (then fail
+    // open) a loaded machine's slow answer was an admission.
+    let c = RemoteBuilder::grpc(drl.grpc_url())
+        .deadline(DEADLINE)
+        .build()
+        .unwrap();
     assert!(c.check("slow", "k", 1).await.unwrap().allowed);
     let denial = c.check("slow", "k", 1).await.unwrap();
     assert!(!denial.allowed);

@@ -51,7 +51,8 @@ fn two_nodes_share_a_redis_scoped_limit() {
 /// errors so that a failing store shows.
 fn config(url: &str, engine: &str, limits: &str) -> String {
     format!(
-        "server:\n  request_timeout_ms: 60000\nredis:\n  url: {url}\n  engine: {engine}\n\
+        "server:\n  request_timeout_ms: 60000\nredis:\n  url: {url}\n  engine: {engine}\n  \
+         connect_timeout_ms: 30000\n  response_timeout_ms: 30000\n\
          redis_resilience:\n  \
          default_policy: {{timeout_ms: 30000, on_store_error: deny}}\nlimits:{limits}"
     )

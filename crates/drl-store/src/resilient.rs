@@ -28,7 +28,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Tokio's clock, not std's: the same instant outside a paused runtime, and
+// the tests' virtual time inside one (`start_paused`), so that no breaker
+// verdict in them depends on how fast the machine runs them.
+use tokio::time::Instant;
 
 use async_trait::async_trait;
 use drl_core::{Decision, DenyReason, Quota};
@@ -552,6 +557,7 @@ mod tests {
     }
 
     /// Probes (one request at a time) until the breaker has closed again.
+    /// On the paused clock: each sleep advances virtual time only.
     async fn probe_until_closed(s: &Resilient<Fake>, spec: &LimitSpec) {
         let deadline = Instant::now() + Duration::from_secs(5);
         while s.breaker_state() != BreakerState::Closed {
@@ -563,7 +569,7 @@ mod tests {
 
     /// A store going down is logged once (a warning when the breaker
     /// opens) and its recovery once (when it closes), not per request.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn store_down_and_back_are_logged_once_each() {
         use std::sync::Arc;
         #[derive(Clone, Default)]
@@ -597,7 +603,10 @@ mod tests {
         assert!(log.contains("WARN"), "{log}");
     }
 
-    #[tokio::test]
+    /// On the paused clock: the 100 checks while open take no virtual
+    /// time, so none is a probe however slow the machine (on the wall
+    /// clock, a pause over `open_ms` (50 ms) let one through).
+    #[tokio::test(start_paused = true)]
     async fn breaker_opens_fails_fast_then_probes_and_closes() {
         let s = store(OnStoreError::Deny, 1);
         let spec = spec();
@@ -616,7 +625,7 @@ mod tests {
         assert_eq!(admitted(&s, &spec, "fresh", 12).await, 10);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn failed_probe_reopens() {
         let s = store(OnStoreError::Allow, 1);
         let spec = spec();
@@ -634,7 +643,10 @@ mod tests {
         assert_eq!(s.breaker_state(), BreakerState::Open);
     }
 
-    #[tokio::test]
+    /// On the paused clock: the two hanging calls time out after exactly
+    /// their 20 ms each, and the breaker then answers without the store
+    /// (counted, not timed: a wall-clock bound failed on a loaded box).
+    #[tokio::test(start_paused = true)]
     async fn hanging_store_times_out_and_local_enforces_quota_over_n() {
         let s = store(OnStoreError::Local, 3);
         let spec = spec();
@@ -642,10 +654,11 @@ mod tests {
         let t = Instant::now();
         let ok = admitted(&s, &spec, "k", 12).await;
         assert_eq!(ok, 3, "10/h over 3 nodes: 3 locally");
-        assert!(
-            t.elapsed() < Duration::from_millis(2 * 20 + 500),
-            "{:?}",
-            t.elapsed()
+        assert_eq!(t.elapsed(), Duration::from_millis(2 * 20));
+        assert_eq!(
+            s.inner.calls.load(Ordering::SeqCst),
+            2,
+            "two timeouts open the breaker; the other ten fail fast"
         );
         assert_eq!(Resilient::<Fake>::local_spec(&spec, 3).quotas[0].limit(), 3);
         assert_eq!(

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 
 use axum::Router;
 use axum::routing::get;
-use common::Drl;
+use common::{DEADLINE, Drl};
 use drl_client::extract::{by_header, by_peer_ip};
 use drl_client::{Client, InProcess, RateLimitLayer, RemoteBuilder};
 
@@ -157,7 +157,10 @@ async fn layer_limits_with_each_backend_like_forward_auth() {
     let drl = tokio::task::block_in_place(|| Drl::start(CONFIG));
     let in_process = Client::in_process(InProcess::from_file(&drl.config).unwrap());
     limits_headers_and_429(&drl, in_process, "in-process").await;
+    // A hang guard as the deadline (the default 100 ms, then fail open,
+    // is within reach of a loaded machine: an admission nobody decided).
     let grpc = RemoteBuilder::grpc(drl.grpc_url())
+        .deadline(DEADLINE)
         .config_file(&drl.config)
         .unwrap()
         .build()
@@ -165,6 +168,7 @@ async fn layer_limits_with_each_backend_like_forward_auth() {
     limits_headers_and_429(&drl, grpc.clone(), "grpc").await;
     assert!(grpc.stats().requests >= 1);
     let http = RemoteBuilder::http(drl.url(""))
+        .deadline(DEADLINE)
         .config_file(&drl.config)
         .unwrap()
         .build()
@@ -177,7 +181,10 @@ async fn layer_limits_with_each_backend_like_forward_auth() {
 async fn layer_without_config_and_by_peer_and_unknown_limit() {
     let drl = tokio::task::block_in_place(|| Drl::start(CONFIG));
     // Without the config, RateLimit-Policy comes from the decision.
-    let grpc = RemoteBuilder::grpc(drl.grpc_url()).build().unwrap();
+    let grpc = RemoteBuilder::grpc(drl.grpc_url())
+        .deadline(DEADLINE)
+        .build()
+        .unwrap();
     let addr = serve(
         Router::new()
             .route("/x", get(|| async { "x" }))

@@ -349,6 +349,12 @@ descriptors:
 
 #[tokio::test]
 async fn example_8_detailed_metric_is_accepted() {
+    // Minute windows, aligned to the epoch: the two checks of one value
+    // below must fall in one minute (else the second sees a fresh 9).
+    common::clear_of_window_end(
+        std::time::Duration::from_secs(60),
+        std::time::Duration::from_secs(15),
+    );
     let mut r = Rls::start(
         r#"domain: example8
 descriptors:

@@ -167,8 +167,10 @@ async fn a_redis_scoped_limitador_file_holds_across_two_nodes() {
     let f = dir.path().join("limits.yaml");
     std::fs::write(&f, LIMITS).unwrap();
     let config = format!(
-        "redis:\n  url: {}\n  engine: lua\nredis_resilience:\n  \
-         default_policy: {{timeout_ms: 2000, on_store_error: deny}}\n\
+        "server:\n  request_timeout_ms: 60000\n\
+         redis:\n  url: {}\n  engine: lua\n  connect_timeout_ms: 30000\n  \
+         response_timeout_ms: 30000\nredis_resilience:\n  \
+         default_policy: {{timeout_ms: 30000, on_store_error: deny}}\n\
          limitador:\n  - file: {}\n    scope: redis\n",
         redis.url(),
         f.display()

@@ -121,8 +121,10 @@ impl Drop for TlsRedis {
 fn config(pki: &Pki, port: u16, password_file: &Path) -> String {
     format!(
         "redis:\n  url: rediss://127.0.0.1:{port}\n  username: drl\n  password_file: {}\n  \
+         connect_timeout_ms: 30000\n  response_timeout_ms: 30000\n  \
          tls:\n    ca_file: {}\n    cert_file: {}\n    key_file: {}\n\
-         redis_resilience:\n  default_policy: {{timeout_ms: 2000, on_store_error: deny}}\n\
+         server:\n  request_timeout_ms: 60000\n\
+         redis_resilience:\n  default_policy: {{timeout_ms: 30000, on_store_error: deny}}\n\
          limits:\n  - name: global\n    algorithm: gcra\n    quota: 5/h\n    scope: redis\n",
         password_file.display(),
         pki.ca.display(),

@@ -61,11 +61,18 @@ limits:
 /// applied (here: a config without `hourly`), and the exhausted key got 3
 /// more admissions when the second half brought `hourly` back. Now the
 /// reload waits for the file to settle and the key stays denied throughout.
+///
+/// The halves are 300 ms apart as in the defect, but the settle time is
+/// raised from its 500 ms default to 5 s: on a loaded machine the writer
+/// can be descheduled between the halves for longer than 500 ms, and the
+/// first half would then be applied by design, not by a defect. Without
+/// the settling (the defect) the first half is still applied at once.
 #[test]
 fn a_half_written_file_is_never_applied() {
-    let drl = Drl::start(TWO);
+    let base = format!("server:\n  reload_settle_ms: 5000\n{TWO}");
+    let drl = Drl::start(&base);
     assert_eq!(exhaust(&drl, "hourly", "k"), 3);
-    let full = format!("{TWO}  - name: added\n    quota: 10/s\n");
+    let full = format!("{base}  - name: added\n    quota: 10/s\n");
     // `other` alone is a valid config that drops `hourly`.
     let cut = full.find("  - name: hourly").unwrap();
     let (first, second) = full.split_at(cut);

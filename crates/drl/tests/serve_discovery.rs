@@ -12,7 +12,7 @@ mod common;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{Drl, http_get, metric, post_json, wait_for_or};
 use drl_node::discovery::DnsResponder;
@@ -133,9 +133,20 @@ cluster:
             .any(|l| l.contains("dns record gone") && l.contains(&format!("127.0.0.3:{port}"))),
         "node 1 says why it forgot node 3"
     );
-    // It stays gone (no flapping back through a third node's gossip).
-    std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(live(&nodes), vec![Some(2.0), Some(2.0), Some(1.0)]);
+    // It stays gone (no flapping back through a third node's gossip):
+    // sampled over the next 2 s, nodes 1 and 2 never count node 3 again,
+    // nor node 3 them. Fewer live nodes is not what this checks (a loaded
+    // machine can make nodes 1 and 2 miss each other for a moment; the
+    // single sample after a 2 s sleep failed on that).
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        let l = live(&nodes);
+        assert!(
+            l[0] <= Some(2.0) && l[1] <= Some(2.0) && l[2] == Some(1.0),
+            "node 3 came back: live {l:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // The record back: node 3 rejoins.
     dns.set(NAME, vec![ip(1), ip(2), ip(3)]);

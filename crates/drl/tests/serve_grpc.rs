@@ -19,7 +19,7 @@ limits:
     quota: 3/h
   - name: api
     algorithm: gcra
-    quota: 100/s
+    quota: 100/h
     burst: 20
 envoy:
   - domain: edge
@@ -68,9 +68,12 @@ async fn native_grpc_batches_decide_in_order() {
     assert!(r[2].retry_after_ms.unwrap() > 0);
     assert_eq!(r[2].reason, "over_limit");
     assert_eq!(r[0].retry_after_ms, None);
+    // 100/h: a token every 36 s, so none comes back between the two
+    // checks of `t` however slow the machine (at 100/s one did after
+    // 10 ms, and the second check saw 19, not 18).
     assert_eq!(
         (r[3].limit, r[3].remaining, r[3].reset_after_ms),
-        (100, 19, 10)
+        (100, 19, 36_000)
     );
     assert_eq!(r[4].remaining, 3, "cost 0 is a query");
     // A single check (the path that collects nothing).

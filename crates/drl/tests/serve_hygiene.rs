@@ -152,16 +152,12 @@ fn ten_thousand_idle_connections_do_not_keep_a_well_behaved_client_out() {
         }
         idle.push(s);
     }
-    // A well-behaved client is answered, over and over.
+    // A well-behaved client is answered, over and over (without the
+    // eviction it is refused at the cap: no answer at all). How fast is
+    // not the verdict: a loaded machine may be slow to answer.
     for _ in 0..20 {
-        let t0 = Instant::now();
         let (s, _, body) = post(&drl, "/v1/check", None);
         assert_eq!(s, 200, "{body}");
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "answered only after {:?}",
-            t0.elapsed()
-        );
     }
     let (_, m) = get(&drl, "/metrics", None);
     let open = metric(&m, "drl_connections_open{listener=\"http\"}").unwrap();
@@ -219,16 +215,22 @@ fn slow_loris_and_idle_connections_are_closed_on_time() {
         }
     }
     let took = t0.elapsed();
+    // Closed before the head was complete (it takes over 10 s to drip),
+    // never before the bound, and by the header-read bound (the server
+    // says which; not by how soon, which a loaded machine stretches).
     assert!(closed, "a dripping request head was never closed");
-    assert!(
-        took >= Duration::from_millis(400) && took < Duration::from_secs(5),
-        "closed after {took:?}"
-    );
+    assert!(took >= Duration::from_millis(400), "closed after {took:?}");
+    wait_for("the loris's close counted as a header timeout", || {
+        events(&drl) == (1.0, 0.0)
+    });
 
-    // A connection that never sends anything: closed after the header bound.
+    // A connection that never sends anything: closed by the header bound.
     let mut silent = TcpStream::connect(drl.http).unwrap();
     let took = closed_by_server(&mut silent, DEADLINE).expect("silent connection never closed");
-    assert!(took < Duration::from_secs(5), "closed after {took:?}");
+    assert!(took >= Duration::from_millis(400), "closed after {took:?}");
+    wait_for("the silent close counted as a header timeout", || {
+        events(&drl) == (2.0, 0.0)
+    });
 
     // A kept-alive connection that served one request is closed after the
     // idle bound, not the header bound.
@@ -240,12 +242,16 @@ fn slow_loris_and_idle_connections_are_closed_on_time() {
     let n = ka.read(&mut buf).unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
     let took = closed_by_server(&mut ka, DEADLINE).expect("idle connection never closed");
-    assert!(
-        took >= Duration::from_millis(1000) && took < Duration::from_secs(6),
-        "closed after {took:?}"
-    );
+    assert!(took >= Duration::from_millis(1000), "closed after {took:?}");
+    wait_for("the kept-alive close counted as an idle timeout", || {
+        events(&drl) == (2.0, 1.0)
+    });
+}
 
-    let (_, m) = get(&drl, "/metrics", None);
+/// `drl_connections_total` of the HTTP listener's header-read and idle
+/// timeouts (the `/metrics` scrape's own connection is neither).
+fn events(drl: &Drl) -> (f64, f64) {
+    let (_, m) = get(drl, "/metrics", None);
     let count = |e: &str| {
         metric(
             &m,
@@ -253,6 +259,5 @@ fn slow_loris_and_idle_connections_are_closed_on_time() {
         )
         .unwrap_or(0.0)
     };
-    assert!(count("header_timeout") >= 1.0, "{m}");
-    assert!(count("idle_timeout") >= 1.0, "{m}");
+    (count("header_timeout"), count("idle_timeout"))
 }

@@ -45,12 +45,16 @@ fn two_nodes_share_a_redis_scoped_limit() {
 
 /// The `redis:` and `redis_resilience:` sections of every test here, then
 /// `limits` (the YAML list under `limits:`). A debug build on a busy box: a
-/// generous deadline (the default 5 ms made these tests flaky when they ran
-/// in parallel), and deny on store errors so that a failing store shows.
+/// deadline that only a hung store reaches (the default 5 ms made these
+/// tests flaky when they ran in parallel, and 2 s is within reach of a
+/// loaded machine), the request deadline above it, and deny on store
+/// errors so that a failing store shows.
 fn config(url: &str, engine: &str, limits: &str) -> String {
     format!(
-        "redis:\n  url: {url}\n  engine: {engine}\nredis_resilience:\n  \
-         default_policy: {{timeout_ms: 2000, on_store_error: deny}}\nlimits:{limits}"
+        "server:\n  request_timeout_ms: 60000\nredis:\n  url: {url}\n  engine: {engine}\n  \
+         connect_timeout_ms: 30000\n  response_timeout_ms: 30000\n\
+         redis_resilience:\n  \
+         default_policy: {{timeout_ms: 30000, on_store_error: deny}}\nlimits:{limits}"
     )
 }
 

@@ -17,10 +17,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use common::gossip::{Cluster, Opts, free_udp_port};
-use common::{DEADLINE, Drl, http_get, http_request, post_json, wait_for};
+use common::{Drl, http_get, http_request, post_json, wait_for};
 use serde_json::Value;
 
 /// Every field of `/v1/status` and its JSON type, as `docs/server.md`
@@ -196,7 +195,7 @@ fn status_json_has_every_documented_field_and_the_page_the_same_numbers() {
   keys: show
 limits:
   - name: api
-    quota: 5/s
+    quota: 5/h
   - name: quiet
     quota: 100/s
     top_keys: false
@@ -228,7 +227,7 @@ orbit:
         key = key.display(),
     );
     let d = Drl::start(&yaml);
-    // Heavy and light keys, denials on `api` (5/s), a key that needs
+    // Heavy and light keys, denials on `api` (5/h), a key that needs
     // escaping in HTML.
     let xss = "<b>tenant</b>&\"'";
     check(&d, "api", "heavy", 30);
@@ -283,17 +282,17 @@ orbit:
             "docs/server.md does not document `{path}`"
         );
     }
-    // Numbers: `api` allowed 5 of 30 + 3, in the heavy key's favour; the
-    // top key is `heavy` with an exact count (fewer keys than slots).
+    // Numbers: `api` (5/h per key, nothing refills during the test
+    // however slow the machine) admitted 5 of `heavy`'s 30 and all 3 of
+    // the other key's; the top key is `heavy` with an exact count (fewer
+    // keys than slots), and the denials sketch saw every denial.
     let api = limit(&s, "api");
     assert_eq!(
-        api["allowed_total"].as_u64().unwrap() + api["denied_total"].as_u64().unwrap(),
-        33
+        (api["allowed_total"].as_u64(), api["denied_total"].as_u64()),
+        (Some(8), Some(25)),
+        "{api}"
     );
-    // 5/s with a loaded machine's pauses between the checks: most of
-    // the 33 are denied, and the denials sketch saw every denial.
     let denied = api["denied_total"].as_u64().unwrap();
-    assert!(denied >= 15, "{api}");
     assert_eq!(
         api["top_keys"]["by_denials"]["total"].as_u64(),
         Some(denied),
@@ -435,10 +434,10 @@ fn chromium_renders_live_numbers_from_a_gossip_cluster_under_load() {
     let c = Cluster::start(Opts::default());
     let url = c.nodes[0].url("/");
     let profile = tempfile::tempdir().unwrap();
-    // Two loads a couple of seconds apart: the script must have replaced
-    // the server's rendering both times, and the numbers must have moved.
+    // Two loads, the second once the node has decided more: the script
+    // must have replaced the server's rendering both times, and the
+    // numbers must have moved.
     let first = browse(&bin, profile.path(), &url, &["--dump-dom".into()]);
-    let t = Instant::now();
     let limit_row = |dom: &str| -> String {
         dom.split(r#"<tr data-limit="global">"#)
             .nth(1)
@@ -473,9 +472,19 @@ fn chromium_renders_live_numbers_from_a_gossip_cluster_under_load() {
         first.contains("<code>all|c0-"),
         "node 1's client keys not in its top keys"
     );
-    while t.elapsed() < Duration::from_secs(2) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // Not a fixed pause (on a loaded machine the load may have admitted
+    // nothing more in it): wait until the node's own /v1/status shows
+    // more admissions than the first page and a last second with some.
+    wait_for("more admissions than the first page showed", || {
+        let s = status(&c.nodes[0]);
+        let g = limit(&s, "global");
+        g["allowed_total"].as_u64().is_some_and(|a| a > a1)
+            && g["allowed_per_s"]
+                .as_array()
+                .and_then(|a| a.last())
+                .and_then(Value::as_f64)
+                .is_some_and(|r| r > 0.0)
+    });
     let shot = profile.path().join("status-page.png");
     let second = browse(
         &bin,
@@ -514,7 +523,6 @@ fn chromium_renders_live_numbers_from_a_gossip_cluster_under_load() {
         std::fs::copy(&shot, &docs).unwrap();
         eprintln!("saved {}", docs.display());
     }
-    assert!(t.elapsed() < DEADLINE * 2);
 }
 
 /// `status.keys`: hashed by default (never the key itself), hidden on

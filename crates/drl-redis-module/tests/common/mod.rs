@@ -96,7 +96,7 @@ impl Redis {
             stdin,
             _dir: dir,
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(mut c) = r.try_conn()
                 && redis::cmd("PING").query::<String>(&mut c).is_ok()
@@ -105,7 +105,7 @@ impl Redis {
             }
             assert!(
                 Instant::now() < deadline,
-                "redis-server {extra:?} did not answer PING within 10 s; its log:\n{}",
+                "redis-server {extra:?} did not answer PING within 30 s; its log:\n{}",
                 r.log()
             );
             std::thread::sleep(Duration::from_millis(10));

@@ -274,13 +274,35 @@ impl RedisServer {
     }
 
     /// SIGSTOP: the process stops answering but keeps its sockets.
+    /// Returns once every thread of it is stopped (the kernel stops them
+    /// asynchronously: a thread still running could answer a request
+    /// sent right after `kill` returned).
     pub fn pause(&self) {
         self.signal("-STOP");
+        self.wait_threads(true);
     }
 
-    /// SIGCONT.
+    /// SIGCONT; returns once no thread of it is stopped.
     pub fn resume(&self) {
         self.signal("-CONT");
+        self.wait_threads(false);
+    }
+
+    fn wait_threads(&self, stopped: bool) {
+        let tasks = format!("/proc/{}/task", self.pid());
+        wait_until(Duration::from_secs(30), "redis-server's threads", || {
+            std::fs::read_dir(&tasks).is_ok_and(|d| {
+                d.filter_map(Result::ok).all(|t| {
+                    std::fs::read_to_string(t.path().join("stat"))
+                        .ok()
+                        .and_then(|st| {
+                            st.rsplit_once(')')
+                                .map(|(_, rest)| rest.trim_start().starts_with('T'))
+                        })
+                        .is_none_or(|t| t == stopped)
+                })
+            })
+        });
     }
 
     /// A synchronous admin connection (over TLS with the client

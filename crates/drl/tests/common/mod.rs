@@ -16,6 +16,34 @@ use std::time::{Duration, Instant};
 /// How long any single wait may take before a test fails.
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
+/// Fixed windows are aligned to the Unix epoch (docs/semantics.md): an
+/// hourly window ends at the top of every hour, and an exhausted key is
+/// fresh again then. Tests count admissions of hourly fixed windows (a
+/// quota that cannot refill within the test, except at that instant), so
+/// the first `drl serve` a test binary starts waits, when the wall clock
+/// is this close to the top of an hour, until the hour has turned. A
+/// condition on the clock, not a verdict: it costs at most this long, in
+/// the runs that start in the last minutes of an hour.
+pub const HOUR_MARGIN: Duration = Duration::from_secs(120);
+
+/// Returns once the wall clock is more than `margin` before the end of
+/// its current epoch-aligned `window` (waiting out the window's end if
+/// need be): what a test does within `margin` then stays in one window.
+pub fn clear_of_window_end(window: Duration, margin: Duration) {
+    let w = window.as_nanos();
+    loop {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_nanos();
+        let left = w - now % w;
+        if left > margin.as_nanos() {
+            return;
+        }
+        std::thread::sleep(Duration::from_nanos(left as u64) + Duration::from_millis(10));
+    }
+}
+
 /// A running `drl serve`, killed on drop.
 pub struct Drl {
     /// The child process.
@@ -57,6 +85,8 @@ impl Drl {
     /// "listening" line only (not for `/readyz`: for listeners that need
     /// TLS or tokens).
     pub fn spawn(yaml: &str, args: &[&str]) -> Drl {
+        static CLEAR: std::sync::Once = std::sync::Once::new();
+        CLEAR.call_once(|| clear_of_window_end(Duration::from_secs(3600), HOUR_MARGIN));
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("drl.yaml");
         std::fs::write(&config, yaml).unwrap();

@@ -146,7 +146,10 @@ impl Run {
             let dt = (t1 - t0).max(1e-9);
             let mut sites = vec![0.0; self.flows_per_site.len()];
             for f in 0..a.len().min(b.len()) {
-                sites[self.site_of(f)] += (b[f] - a[f]) as f64 * 8.0 / dt / 1e6;
+                // A counter that went back (the flow started over between
+                // the samples) counts nothing for this window rather than
+                // underflowing.
+                sites[self.site_of(f)] += b[f].saturating_sub(a[f]) as f64 * 8.0 / dt / 1e6;
             }
             out.push((t, sites));
             t += w;

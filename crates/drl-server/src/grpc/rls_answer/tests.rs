@@ -61,7 +61,7 @@ fn a_limited_answer_is_what_prost_writes() {
     assert_eq!(
         h,
         [
-            ("RateLimit-Limit", "10, 10;w=60"),
+            ("RateLimit-Limit", "10"),
             ("RateLimit-Remaining", "0"),
             ("RateLimit-Reset", "2"),
         ]

@@ -29,6 +29,12 @@ pub enum Aggregation {
     /// conserving averaging. Kept as the paper's reference: a lost peer's
     /// mass cannot be taken back out (docs/gossip.md).
     PushSum,
+    /// Flow Updating (Jesus, Baquero, Almeida): averaging by idempotent
+    /// per-link flows on a sparse random graph of bounded degree (the
+    /// ring plus random chords). Messages carry absolute flows, so a lost
+    /// one is repaired by the next; a peer down or restarted is forgotten
+    /// by dropping its flows (docs/gossip.md).
+    FlowUpdating,
 }
 
 impl Aggregation {
@@ -37,6 +43,7 @@ impl Aggregation {
         match self {
             Aggregation::PeerTable => "peer-table",
             Aggregation::PushSum => "push-sum",
+            Aggregation::FlowUpdating => "flow-updating",
         }
     }
 
@@ -45,6 +52,7 @@ impl Aggregation {
         match self {
             Aggregation::PeerTable => 1,
             Aggregation::PushSum => 2,
+            Aggregation::FlowUpdating => 3,
         }
     }
 }
@@ -61,6 +69,7 @@ impl FromStr for Aggregation {
         match s.trim() {
             "peer-table" => Ok(Aggregation::PeerTable),
             "push-sum" => Ok(Aggregation::PushSum),
+            "flow-updating" => Ok(Aggregation::FlowUpdating),
             other => Err(SettingsError::Aggregation(other.to_string())),
         }
     }
@@ -174,7 +183,7 @@ impl Settings {
                 let others = self.nodes.saturating_sub(1).max(1) as u64;
                 others.div_ceil(self.branching.max(1) as u64)
             }
-            Aggregation::PushSum => 1,
+            Aggregation::PushSum | Aggregation::FlowUpdating => 1,
         }
     }
 
@@ -263,7 +272,7 @@ pub enum SettingsError {
     #[error("probability must be in [0, 1], got {0}")]
     Probability(f64),
     /// An unknown aggregation name.
-    #[error("unknown aggregation {0:?} (expected peer-table or push-sum)")]
+    #[error("unknown aggregation {0:?} (expected peer-table, push-sum or flow-updating)")]
     Aggregation(String),
 }
 
@@ -273,7 +282,11 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_defaults_validate() {
-        for a in [Aggregation::PeerTable, Aggregation::PushSum] {
+        for a in [
+            Aggregation::PeerTable,
+            Aggregation::PushSum,
+            Aggregation::FlowUpdating,
+        ] {
             assert_eq!(a.name().parse::<Aggregation>(), Ok(a));
         }
         assert!("gossip".parse::<Aggregation>().is_err());

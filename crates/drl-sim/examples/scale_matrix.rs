@@ -5,7 +5,8 @@
 //! ```text
 //! cargo run --release -p drl-sim --example scale_matrix -- \
 //!     [--n 3,12,50,100,250,490,1000] [--agg peer-table,push-sum,flow-updating] \
-//!     [--alg fps,grd] [--loss 0,0.05] [--start together,staggered] [--secs 40] [--seed 1]
+//!     [--alg fps,grd] [--loss 0,0.05] [--start together,staggered] [--secs 40] [--seed 1] \
+//!     [--series]   (each run's Mbps per second on stderr)
 //! ```
 //!
 //! The scenario is `drl sim baseline`'s at scale: a 50 Mbps limit, 0-5
@@ -109,6 +110,27 @@ fn row(sc: &Scenario, n: usize, start: &str) {
         .filter(|f| f.start <= sc.warmup && f.stop.is_none())
         .map(|f| f.goodput_bytes as f64 / window)
         .collect();
+    if std::env::args().any(|a| a == "--series") {
+        let line: Vec<String> = per_s.iter().map(|x| format!("{x:.0}")).collect();
+        eprintln!(
+            "{n} {} {}: {}",
+            sc.aggregation,
+            sc.algorithm,
+            line.join(" ")
+        );
+        let tenth = (bins / 10).max(1);
+        let first: Vec<String> = (0..20)
+            .map(|k| {
+                let b: u64 = r
+                    .forwarded
+                    .iter()
+                    .map(|v| v[k * tenth..(k + 1) * tenth].iter().sum::<u64>())
+                    .sum();
+                format!("{:.0}", b as f64 * 8.0 / 1e5)
+            })
+            .collect();
+        eprintln!("  first 2 s, Mbps per 100 ms: {}", first.join(" "));
+    }
     let fair = if rates.is_empty() {
         f64::NAN
     } else {

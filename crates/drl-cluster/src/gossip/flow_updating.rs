@@ -57,6 +57,12 @@ impl FlowUpdating {
         self.local
     }
 
+    /// What the others count of this node's value: its value less the
+    /// part of a rise not yet averaged with the neighbours.
+    pub fn heard(&self) -> f64 {
+        (self.local - self.home.max(0.0)).max(0.0)
+    }
+
     /// The estimate of the average: `local - Σ flows`.
     pub fn estimate(&self) -> f64 {
         self.local - self.links.values().map(|(f, _)| f).sum::<f64>()
@@ -130,14 +136,13 @@ impl FlowUpdating {
     /// not yet averaged counts at face value (`n` times it would make the
     /// others look emptier than they are, and the node take more). A rise
     /// not yet averaged counts `n` times: the others are taken to have
-    /// risen alike until the averages say otherwise, so a node that has
-    /// heard nothing yet (or whose demand just surged) claims `1/n` of the
-    /// sum, not all of it.
+    /// risen alike until the averages say otherwise (all may be rising at
+    /// once, as at a cold start).
     pub fn remote_estimate(&self, n: u32) -> f64 {
-        let n = n.max(1) as f64;
-        if n <= 1.0 {
+        if n <= 1 {
             return 0.0;
         }
+        let n = n as f64;
         let fall = self.home.min(0.0);
         (n * (self.estimate() - fall) + fall - self.local).max(0.0)
     }
@@ -223,13 +228,17 @@ mod tests {
     }
 
     #[test]
-    fn a_node_that_heard_nothing_takes_the_others_alike() {
+    fn a_rise_counts_for_all_and_a_fall_at_face_value() {
         let mut f = FlowUpdating::new();
         f.set_local(10.0);
+        // Heard of nobody: the others are taken to be alike.
         assert_eq!(f.remote_estimate(5), 40.0);
-        // A fall not yet averaged counts at face value.
+        assert_eq!(f.heard(), 0.0);
         let mut g = net(&[10.0; 4], 50, 0).remove(0);
+        assert!((g.remote_estimate(4) - 30.0).abs() < 1e-6);
         g.set_local(4.0);
         assert!((g.remote_estimate(4) - 30.0).abs() < 1e-6);
+        g.set_local(20.0);
+        assert!((g.heard() - 10.0).abs() < 1e-6);
     }
 }

@@ -242,6 +242,52 @@ impl Settings {
     }
 }
 
+/// A warning for `drl config check` and start-up when `algorithm` with
+/// `aggregation` is not known to hold its limit within ±10 % at
+/// `cluster_size` nodes, naming the figure it was measured at
+/// (EXPERIMENTS.md, "Scale matrix": 50 Mbps, 0-5 TCP flows per limiter,
+/// branching 3, 5 % gossip loss, 1 s windows from 10 s). `None` where the
+/// simulator held it, or for algorithms that do not aggregate.
+pub fn scale_warning(
+    algorithm: AlgorithmKind,
+    aggregation: Aggregation,
+    cluster_size: u32,
+) -> Option<String> {
+    use AlgorithmKind as A;
+    let grd = matches!(algorithm, A::Grd | A::GrdSmooth);
+    let fps = matches!(algorithm, A::Fps | A::FpsMean | A::FpsLrd);
+    if !grd && !fps {
+        return None;
+    }
+    // The smallest size measured not to hold, and what was measured.
+    let (from, what) = match (aggregation, fps) {
+        (Aggregation::PeerTable, false) => (
+            50,
+            "GRD with the peer table admitted 8.6-132.8 Mbps against 50 at 50 limiters",
+        ),
+        (Aggregation::PeerTable, true) => (
+            250,
+            "FPS with the peer table admitted 33.8-48.0 Mbps against 50 at 250 limiters \
+             and 6.6-37.1 at 490",
+        ),
+        (Aggregation::FlowUpdating, true) => (
+            1_000,
+            "FPS with flow-updating swung to 223-2,805 Mbps against 50 at 1,000 limiters",
+        ),
+        (Aggregation::FlowUpdating, false) | (Aggregation::PushSum, _) => (
+            1_000,
+            "push-sum and flow-updating were measured +8-15 % over the limit \
+             from 1,000 limiters",
+        ),
+    };
+    (cluster_size >= from).then(|| {
+        format!(
+            "{algorithm} with aggregation {aggregation} is not known to hold the limit \
+             within 10 % at {cluster_size} nodes: {what} (EXPERIMENTS.md, \"Scale matrix\")"
+        )
+    })
+}
+
 /// Rejected [`Settings`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SettingsError {
@@ -296,5 +342,19 @@ mod tests {
         assert!(matches!(s.validate(), Err(SettingsError::Stale { .. })));
         s = Settings::new(AlgorithmKind::Fps, 0);
         assert_eq!(s.validate(), Err(SettingsError::Nodes));
+    }
+
+    #[test]
+    fn scale_warnings_name_the_figure() {
+        use AlgorithmKind as A;
+        assert_eq!(scale_warning(A::Grd, Aggregation::PeerTable, 12), None);
+        let w = scale_warning(A::Grd, Aggregation::PeerTable, 50).unwrap();
+        assert!(
+            w.contains("50 limiters") && w.contains("Scale matrix"),
+            "{w}"
+        );
+        assert_eq!(scale_warning(A::Fps, Aggregation::FlowUpdating, 490), None);
+        assert!(scale_warning(A::Fps, Aggregation::FlowUpdating, 1_000).is_some());
+        assert_eq!(scale_warning(A::Ctb, Aggregation::PeerTable, 10_000), None);
     }
 }

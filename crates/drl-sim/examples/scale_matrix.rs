@@ -107,7 +107,7 @@ fn row(sc: &Scenario, n: usize, start: &str) {
     let rates: Vec<f64> = r
         .flows
         .iter()
-        .filter(|f| f.start <= sc.warmup && f.stop.is_none())
+        .filter(|f| f.start <= sc.warmup && f.stop.is_none_or(|t| t >= sc.duration))
         .map(|f| f.goodput_bytes as f64 / window)
         .collect();
     if std::env::args().any(|a| a == "--series") {

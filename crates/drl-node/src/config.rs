@@ -63,8 +63,10 @@ pub struct GossipConfig {
     pub algorithm: AlgorithmKind,
     /// How a node learns the others' values: `peer-table` (each node's
     /// latest value per key, lost peers zeroed at once; the default) or
-    /// `push-sum` (the paper's mass-conserving averaging; a lost peer's
-    /// mass cannot be taken back out).
+    /// `push-sum` (the paper's mass-conserving averaging; not held to the
+    /// membership bounds) or `flow-updating` (averaging by idempotent
+    /// per-link flows; holds 50-490 nodes in the simulator but not every
+    /// membership bound: docs/gossip.md).
     #[serde(default, deserialize_with = "de_aggregation")]
     pub aggregation: Aggregation,
     /// Push-sum loss compensation: `cumulative` (running totals, exact;

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use drl_cluster::alloc::{AlgorithmKind, FlowId};
-use drl_cluster::cloud_control::{KeyLimit, KeyRef, Node};
+use drl_cluster::cloud_control::{Aggregation, KeyLimit, KeyRef, Node};
 use drl_core::Nanos;
 use drl_node::GossipConfig;
 use drl_node::gossip::Driver;
@@ -58,6 +58,7 @@ struct Trace {
 /// across the cut are lost). Admitted units are counted in `window`.
 struct Script {
     algorithm: AlgorithmKind,
+    aggregation: Aggregation,
     rates: [u64; 3],
     flows: [u64; 3],
     until: Nanos,
@@ -72,6 +73,7 @@ impl Script {
             .map(|i| {
                 let mut c = GossipConfig::new(i as u32 + 1, addrs[i], addrs.clone());
                 c.algorithm = self.algorithm;
+                c.aggregation = self.aggregation;
                 let seed = c.node_id as u64;
                 Driver::new(Node::new(c.node_id, c.settings(), seed, 0).unwrap())
             })
@@ -183,6 +185,7 @@ fn assert_near(what: &str, got: f64, want: f64, tol: f64) {
 fn grd_converges_on_the_global_limit_with_shares_by_demand() {
     let s = Script {
         algorithm: AlgorithmKind::Grd,
+        aggregation: Aggregation::PeerTable,
         rates: [500, 1_000, 0],
         flows: [1, 1, 1],
         until: 10 * SEC,
@@ -205,6 +208,7 @@ fn grd_converges_on_the_global_limit_with_shares_by_demand() {
 fn fps_converges_with_shares_by_clients() {
     let s = Script {
         algorithm: AlgorithmKind::Fps,
+        aggregation: Aggregation::PeerTable,
         rates: [500, 1_000, 0],
         flows: [1, 2, 1],
         until: 10 * SEC,
@@ -219,6 +223,33 @@ fn fps_converges_with_shares_by_clients() {
     assert!((r[0] / total - 1.0 / 3.0).abs() < 0.05, "{r:?}");
 }
 
+/// The same two runs with `aggregation: flow-updating` driven through
+/// the Driver: the global limit and the shares by demand and by clients.
+#[test]
+fn flow_updating_converges_through_the_driver() {
+    for (algorithm, flows, tol) in [
+        (AlgorithmKind::Grd, [1, 1, 1], 0.03),
+        (AlgorithmKind::Fps, [1, 2, 1], 0.05),
+    ] {
+        let s = Script {
+            algorithm,
+            aggregation: Aggregation::FlowUpdating,
+            rates: [500, 1_000, 0],
+            flows,
+            until: 10 * SEC,
+            window: (5 * SEC, 10 * SEC),
+            cut: None,
+        };
+        let t = s.run();
+        let r = rates(&t, s.window);
+        let total: f64 = r.iter().sum();
+        eprintln!("{algorithm} flow-updating: {r:?}, total {total:.1}");
+        assert_near("global admitted", total, LIMIT as f64, 0.05);
+        assert!((r[0] / total - 1.0 / 3.0).abs() < tol, "{r:?}");
+        assert_eq!(s.run(), t, "the same inputs, the same run");
+    }
+}
+
 /// Node 3 (the heaviest) is cut off for 4 s: each side enforces its share
 /// of the limit by the 1/N rule (3: 1/3, 1+2: 2/3), the cluster stays
 /// within the limit, and after the heal the full limit is back. Measured
@@ -229,6 +260,7 @@ fn fps_converges_with_shares_by_clients() {
 fn a_partition_falls_back_to_one_nth_and_heals() {
     let s = Script {
         algorithm: AlgorithmKind::Grd,
+        aggregation: Aggregation::PeerTable,
         rates: [500, 1_000, 3_000],
         flows: [1, 1, 1],
         until: 12 * SEC,
@@ -258,6 +290,7 @@ fn a_partition_falls_back_to_one_nth_and_heals() {
 fn a_peer_counts_once_heard_since_it_came_up() {
     let s = Script {
         algorithm: AlgorithmKind::Grd,
+        aggregation: Aggregation::PeerTable,
         rates: [0; 3],
         flows: [1; 3],
         until: 0,
@@ -292,6 +325,7 @@ fn identical_inputs_give_identical_verdicts_and_bytes() {
     for algorithm in [AlgorithmKind::Grd, AlgorithmKind::Fps] {
         let s = Script {
             algorithm,
+            aggregation: Aggregation::PeerTable,
             rates: [500, 1_000, 3_000],
             flows: [1, 2, 6],
             until: 4 * SEC,

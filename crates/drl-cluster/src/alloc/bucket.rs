@@ -55,6 +55,12 @@ impl VarBucket {
         self.level = self.depth;
     }
 
+    /// Sets the level to `units` (at most the depth).
+    pub fn fill_to(&mut self, now: Nanos, units: u64) {
+        self.advance(now);
+        self.level = (units as i128 * NANO).min(self.depth);
+    }
+
     /// Whole units available at `now`.
     pub fn available(&mut self, now: Nanos) -> u64 {
         self.advance(now);

@@ -81,6 +81,16 @@ pub enum FlowRateEstimator {
     MeanAbove(f64),
 }
 
+/// `depth` scaled by `part / whole` (all of it when `whole` is not
+/// positive).
+fn share_of(depth: u64, part: f64, whole: f64) -> u64 {
+    if whole > 0.0 && part.is_finite() {
+        (depth as f64 * (part / whole).clamp(0.0, 1.0)).ceil() as u64
+    } else {
+        depth
+    }
+}
+
 /// Largest share of the limit the second regime (demand below the local
 /// limit) asks for: it sets the weight to `d · remote / (limit − d)` with the
 /// demand `d` capped at this fraction of the limit, so the division stays
@@ -152,6 +162,9 @@ pub enum Regime {
 pub struct Fps {
     cfg: FpsConfig,
     limit: f64,
+    depth: u64,
+    /// The largest arrival seen (the idle burst is never below it).
+    largest: u64,
     bucket: VarBucket,
     local_limit: f64,
     weight: Ewma,
@@ -186,7 +199,17 @@ impl Fps {
         Self {
             cfg,
             limit: limit as f64,
-            bucket: VarBucket::new(depth, initial_limit.min(i64::MAX as u64) as i64, now),
+            depth,
+            largest: 0,
+            bucket: {
+                // The burst held at start is the share's part of the depth:
+                // N limiters starting together release `depth` in all,
+                // not N times it (490 full buckets of 75 kB were 294 Mbit
+                // in the first second against a 50 Mbps limit).
+                let mut b = VarBucket::new(depth, initial_limit.min(i64::MAX as u64) as i64, now);
+                b.fill_to(now, share_of(depth, initial_limit as f64, limit as f64));
+                b
+            },
             local_limit: initial_limit as f64,
             weight,
             flow_history: smoothing.flow,
@@ -324,6 +347,7 @@ impl Allocator for Fps {
 
     fn on_arrival(&mut self, now: Nanos, flow: FlowId, size: u64, rng: &mut ChaCha8Rng) -> Verdict {
         self.maybe_sample(flow, now, rng);
+        self.largest = self.largest.max(size);
         let pass = if self.random_drop && self.local_limit > 0.0 {
             self.drop_threshold == 0 || (rng.next_u32() as u64) >= self.drop_threshold
         } else {
@@ -408,7 +432,13 @@ impl Allocator for Fps {
         if units == 0 {
             self.local_limit = 0.0;
             self.bucket.set_rate(input.now, 0);
-            self.bucket.fill(input.now);
+            // Idle: ready for a burst that shows its demand, but only its
+            // `1/N` part of the depth (every idle limiter may surge at
+            // once), and never less than the largest arrival seen.
+            let depth = self.depth;
+            let n = input.nodes.max(1) as f64;
+            let burst = share_of(depth, self.limit / n, self.limit).max(self.largest.min(depth));
+            self.bucket.fill_to(input.now, burst);
         } else {
             self.bucket.set_rate(input.now, units);
         }
@@ -611,9 +641,11 @@ mod tests {
         assert_eq!(f.regime(), Regime::Idle);
         assert_eq!(f.local_limit(), Some(0.0));
         assert_eq!(f.weight(), 0.0);
-        // A flow arrives: exactly the 300-unit burst gets through.
+        // A flow arrives: exactly the burst gets through, this limiter's
+        // half (of two) of the 300-unit depth: idle limiters surging
+        // together release the depth once, not once each.
         let (fwd, _) = run_interval(&mut f, &mut rng, IV, &[20_000.0], 7.0);
-        assert_eq!(fwd, 300);
+        assert_eq!(fwd, 150);
         // Its demand (20000/s offered) made it bottlenecked, not idle.
         assert_eq!(f.regime(), Regime::Bottlenecked);
         assert!(f.local_limit().unwrap() > 0.0);

@@ -276,6 +276,20 @@ impl KeyState {
     /// sum of the others' values and `live` nodes counted. Returns the
     /// value to publish, and whether the key is still worth sending.
     pub(crate) fn tick(&self, s: &Settings, now: Nanos, remote: f64, live: u32) -> (f64, bool) {
+        self.tick_heard(s, now, remote, live, None)
+    }
+
+    /// [`KeyState::tick`] with what the others have heard of this node's
+    /// value given by the aggregation (`heard`: Flow Updating's mixed part
+    /// of it); `None` keeps the peer table's own rule.
+    pub(crate) fn tick_heard(
+        &self,
+        s: &Settings,
+        now: Nanos,
+        remote: f64,
+        live: u32,
+        heard: Option<f64>,
+    ) -> (f64, bool) {
         let mut sl = self.slow.lock();
         let (arrived, forwarded, requested) = {
             let mut f = self.fast.lock();
@@ -325,7 +339,7 @@ impl KeyState {
         // limit: the fault harness's 12 nodes at branching 1 fell under
         // its steady-state floor).
         let lags = rounds > 1 && s.interval.saturating_mul(rounds) > 1_000_000_000;
-        sl.claimed = lags.then_some(sl.heard);
+        sl.claimed = heard.or(lags.then_some(sl.heard));
         let input = IntervalInput {
             now,
             elapsed,

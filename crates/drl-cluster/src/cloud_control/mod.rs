@@ -20,5 +20,5 @@ pub mod wire;
 pub use key::{Admission, KeyLimit, KeySnapshot, effective_limit};
 pub use members::Roster;
 pub use node::{DatagramError, MAX_PAYLOAD, Node, NodeStats, PeerId};
-pub use settings::{Aggregation, Settings, SettingsError};
+pub use settings::{Aggregation, Settings, SettingsError, scale_warning};
 pub use table::{AdmitError, KeyRef, Keys, fnv1a, wire_key};

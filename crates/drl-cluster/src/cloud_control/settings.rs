@@ -29,6 +29,12 @@ pub enum Aggregation {
     /// conserving averaging. Kept as the paper's reference: a lost peer's
     /// mass cannot be taken back out (docs/gossip.md).
     PushSum,
+    /// Flow Updating (Jesus, Baquero, Almeida): averaging by idempotent
+    /// per-link flows on a sparse random graph of bounded degree (the
+    /// ring plus random chords). Messages carry absolute flows, so a lost
+    /// one is repaired by the next; a peer down or restarted is forgotten
+    /// by dropping its flows (docs/gossip.md).
+    FlowUpdating,
 }
 
 impl Aggregation {
@@ -37,6 +43,7 @@ impl Aggregation {
         match self {
             Aggregation::PeerTable => "peer-table",
             Aggregation::PushSum => "push-sum",
+            Aggregation::FlowUpdating => "flow-updating",
         }
     }
 
@@ -45,6 +52,7 @@ impl Aggregation {
         match self {
             Aggregation::PeerTable => 1,
             Aggregation::PushSum => 2,
+            Aggregation::FlowUpdating => 3,
         }
     }
 }
@@ -61,6 +69,7 @@ impl FromStr for Aggregation {
         match s.trim() {
             "peer-table" => Ok(Aggregation::PeerTable),
             "push-sum" => Ok(Aggregation::PushSum),
+            "flow-updating" => Ok(Aggregation::FlowUpdating),
             other => Err(SettingsError::Aggregation(other.to_string())),
         }
     }
@@ -174,7 +183,7 @@ impl Settings {
                 let others = self.nodes.saturating_sub(1).max(1) as u64;
                 others.div_ceil(self.branching.max(1) as u64)
             }
-            Aggregation::PushSum => 1,
+            Aggregation::PushSum | Aggregation::FlowUpdating => 1,
         }
     }
 
@@ -233,6 +242,54 @@ impl Settings {
     }
 }
 
+/// A warning for `drl config check` and start-up when `algorithm` with
+/// `aggregation` is not known to hold its limit within ±10 % at
+/// `cluster_size` nodes, naming the figure it was measured at
+/// (EXPERIMENTS.md, "Scale matrix": 50 Mbps, 0-5 TCP flows per limiter,
+/// branching 3, 5 % gossip loss, 1 s windows from 10 s). `None` where the
+/// simulator held it, or for algorithms that do not aggregate.
+pub fn scale_warning(
+    algorithm: AlgorithmKind,
+    aggregation: Aggregation,
+    cluster_size: u32,
+) -> Option<String> {
+    use AlgorithmKind as A;
+    let grd = matches!(algorithm, A::Grd | A::GrdSmooth);
+    let fps = matches!(algorithm, A::Fps | A::FpsMean | A::FpsLrd);
+    if !grd && !fps {
+        return None;
+    }
+    // The smallest size measured not to hold, and what was measured.
+    let (from, what) = match (aggregation, fps) {
+        (Aggregation::PeerTable, false) => (
+            50,
+            "GRD with the peer table admitted 8.6-132.8 Mbps against 50 at 50 limiters",
+        ),
+        (Aggregation::PeerTable, true) => (
+            250,
+            "FPS with the peer table admitted 33.8-48.1 Mbps against 50 at 250 limiters \
+             and 6.6-37.1 at 490",
+        ),
+        (Aggregation::FlowUpdating, true) => (
+            1_000,
+            "FPS with flow-updating swung up to 2,805 Mbps in a second against 50 at 1,000 \
+             limiters (all flows starting together)",
+        ),
+        (Aggregation::FlowUpdating, false) | (Aggregation::PushSum, _) => (
+            1_000,
+            "at 1,000 limiters 1 s windows reached 57.4-60.6 Mbps against 50 (push-sum, \
+             and GRD with flow-updating); at 2,000, FPS with push-sum averaged \
+             661-738 Mbps with all flows starting together",
+        ),
+    };
+    (cluster_size >= from).then(|| {
+        format!(
+            "{algorithm} with aggregation {aggregation} is not known to hold the limit \
+             within 10 % at {cluster_size} nodes: {what} (EXPERIMENTS.md, \"Scale matrix\")"
+        )
+    })
+}
+
 /// Rejected [`Settings`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SettingsError {
@@ -263,7 +320,7 @@ pub enum SettingsError {
     #[error("probability must be in [0, 1], got {0}")]
     Probability(f64),
     /// An unknown aggregation name.
-    #[error("unknown aggregation {0:?} (expected peer-table or push-sum)")]
+    #[error("unknown aggregation {0:?} (expected peer-table, push-sum or flow-updating)")]
     Aggregation(String),
 }
 
@@ -273,7 +330,11 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_defaults_validate() {
-        for a in [Aggregation::PeerTable, Aggregation::PushSum] {
+        for a in [
+            Aggregation::PeerTable,
+            Aggregation::PushSum,
+            Aggregation::FlowUpdating,
+        ] {
             assert_eq!(a.name().parse::<Aggregation>(), Ok(a));
         }
         assert!("gossip".parse::<Aggregation>().is_err());
@@ -283,5 +344,19 @@ mod tests {
         assert!(matches!(s.validate(), Err(SettingsError::Stale { .. })));
         s = Settings::new(AlgorithmKind::Fps, 0);
         assert_eq!(s.validate(), Err(SettingsError::Nodes));
+    }
+
+    #[test]
+    fn scale_warnings_name_the_figure() {
+        use AlgorithmKind as A;
+        assert_eq!(scale_warning(A::Grd, Aggregation::PeerTable, 12), None);
+        let w = scale_warning(A::Grd, Aggregation::PeerTable, 50).unwrap();
+        assert!(
+            w.contains("50 limiters") && w.contains("Scale matrix"),
+            "{w}"
+        );
+        assert_eq!(scale_warning(A::Fps, Aggregation::FlowUpdating, 490), None);
+        assert!(scale_warning(A::Fps, Aggregation::FlowUpdating, 1_000).is_some());
+        assert_eq!(scale_warning(A::Ctb, Aggregation::PeerTable, 10_000), None);
     }
 }

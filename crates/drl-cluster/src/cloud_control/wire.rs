@@ -4,7 +4,8 @@
 //! ```text
 //! u8   version (2)
 //! u8   algorithm    1 + index in AlgorithmKind::ALL; receivers ignore others
-//! u8   aggregation  1 = peer-table, 2 = push-sum; receivers ignore others
+//! u8   aggregation  1 = peer-table, 2 = push-sum, 3 = flow-updating;
+//!                   receivers ignore others
 //! u8   flags        0 (reserved)
 //! u32  instance     the sender's incarnation (random at start, BE): a new
 //!                   value means the sender restarted
@@ -16,6 +17,7 @@
 //!   [suffix] bytes
 //!   peer-table: f32 value                      (published rate or weight)
 //!   push-sum:   u64 seq, f64 value, f64 weight (one push-sum message)
+//!   flow-updating: f64 flow, f64 estimate       (one Flow Updating message)
 //! ```
 //!
 //! Keys share long prefixes (`<limit name>\0<tenant>|...`), so the delta
@@ -26,7 +28,7 @@
 //! values non-negative (a push-sum mass may have either sign in value and
 //! weight: they are running totals, and a link taken back lowers them).
 
-use crate::gossip::GossipMsg;
+use crate::gossip::{FlowMsg, GossipMsg};
 
 /// Largest key carried on the wire, bytes.
 pub const MAX_KEY_LEN: usize = 255;
@@ -40,7 +42,7 @@ pub const HEAD_LEN: usize = 18;
 pub struct Header {
     /// Allocator code (1 + index in `AlgorithmKind::ALL`).
     pub algorithm: u8,
-    /// Aggregation code (1 peer-table, 2 push-sum).
+    /// Aggregation code (1 peer-table, 2 push-sum, 3 flow-updating).
     pub aggregation: u8,
     /// The sender's incarnation.
     pub instance: u32,
@@ -56,11 +58,18 @@ pub enum Value {
     Published(f32),
     /// Push-sum: one message of the key's push-sum on this link.
     Mass(GossipMsg),
+    /// Flow Updating: the sender's flow towards the receiver and its
+    /// estimate.
+    Flow(FlowMsg),
 }
 
 impl Value {
     fn len(aggregation: u8) -> usize {
-        if aggregation == 2 { 24 } else { 4 }
+        match aggregation {
+            2 => 24,
+            3 => 16,
+            _ => 4,
+        }
     }
 }
 
@@ -137,6 +146,10 @@ fn put_value(buf: &mut Vec<u8>, v: &Value) {
             buf.extend_from_slice(&m.value.to_be_bytes());
             buf.extend_from_slice(&m.weight.to_be_bytes());
         }
+        Value::Flow(m) => {
+            buf.extend_from_slice(&m.flow.to_be_bytes());
+            buf.extend_from_slice(&m.estimate.to_be_bytes());
+        }
     }
 }
 
@@ -209,6 +222,16 @@ fn read_value(aggregation: u8, b: &[u8]) -> Result<Value, WireError> {
             return Err(WireError::BadValue);
         }
         Ok(Value::Mass(m))
+    } else if aggregation == 3 {
+        let m = FlowMsg {
+            flow: f64::from_bits(be_u64(b)),
+            estimate: f64::from_bits(be_u64(&b[8..])),
+        };
+        // A flow has either sign; so may an estimate while flows settle.
+        if !m.flow.is_finite() || !m.estimate.is_finite() {
+            return Err(WireError::BadValue);
+        }
+        Ok(Value::Flow(m))
     } else {
         let v = f32::from_be_bytes([b[0], b[1], b[2], b[3]]);
         if !v.is_finite() || v < 0.0 {
@@ -236,7 +259,7 @@ fn walk(
         instance: u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]),
         view: be_u64(&payload[8..]),
     };
-    if !matches!(header.aggregation, 1 | 2) {
+    if !matches!(header.aggregation, 1..=3) {
         return Err(WireError::Aggregation(header.aggregation));
     }
     let vlen = Value::len(header.aggregation);

@@ -5,10 +5,13 @@
 //! each limiter folds its new local value into its mass, keeps a share and
 //! pushes one share to each of `branching` random peers. Messages carry a
 //! per-link sequence number so the receiver can detect and compensate lost
-//! updates.
+//! updates. [`flow_updating`] averages by idempotent per-link flows
+//! (Jesus, Baquero, Almeida), tolerant of loss and of members leaving.
 
+pub mod flow_updating;
 pub mod push_sum;
 
+pub use flow_updating::{FlowMsg, FlowUpdating};
 pub use push_sum::{GossipMsg, LossCompensation, PushSum};
 
 /// A limiter's identity within a cluster: its index, `0..n`.

@@ -45,7 +45,10 @@ pub struct EnvoyDescriptor {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a descriptor: a map with key, and optionally value, rate_limit, descriptors"
+)]
 struct RawDescriptor {
     key: String,
     #[serde(default)]
@@ -245,7 +248,13 @@ impl TryFrom<RawRateLimit> for EnvoyRateLimit {
         let mut replaces = Vec::new();
         for rep in r.replaces {
             if rep.name.is_empty() {
-                return Err("a replaces entry needs a name".into());
+                return Err("should not have an empty replaces entry (each needs a name)".into());
+            }
+            if r.name.as_deref() == Some(rep.name.as_str()) {
+                return Err(format!(
+                    "replaces should not contain name of same descriptor ({:?})",
+                    rep.name
+                ));
             }
             replaces.push(rep.name);
         }

@@ -1,0 +1,481 @@
+//! envoyproxy/ratelimit's own configuration tests
+//! (`test/config/config_test.go` and its YAML fixtures), ported: each
+//! fixture is served unchanged by a real `drl serve` and asked over Envoy
+//! RLS v3 gRPC, or handed to `drl config check` when the reference refuses
+//! it. The fixtures are written inline; each test names the Go test it
+//! comes from.
+//!
+//! Stats names of the reference (`test-domain.key1_value1.subkey1.*`) map
+//! to drl's `drl_decisions_total{limit="test-domain.key1_value1.subkey1"}`
+//! (`total_hits` = allowed + denied, `within_limit` = allowed,
+//! `over_limit` = denied; drl has no `near_limit`).
+
+mod common;
+
+use common::{Drl, config_check, http_get, metric};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+
+const OK: i32 = Code::Ok as i32;
+const OVER: i32 = Code::OverLimit as i32;
+const SECOND: i32 = 1;
+const MINUTE: i32 = 2;
+const HOUR: i32 = 3;
+const DAY: i32 = 4;
+
+/// A `drl serve` of one fixture and a gRPC client to it.
+struct Served {
+    drl: Drl,
+    client: RateLimitServiceClient<tonic::transport::Channel>,
+}
+
+impl Served {
+    async fn start(yaml: &str) -> Served {
+        let drl = Drl::start(yaml);
+        let client = RateLimitServiceClient::connect(drl.grpc_url())
+            .await
+            .unwrap();
+        Served { drl, client }
+    }
+
+    async fn request(
+        &mut self,
+        domain: &str,
+        descriptors: Vec<RateLimitDescriptor>,
+        hits: u32,
+    ) -> RateLimitResponse {
+        self.client
+            .should_rate_limit(RateLimitRequest {
+                domain: domain.to_string(),
+                descriptors,
+                hits_addend: hits,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    /// One descriptor of `test-domain` (or `domain`), one hit.
+    async fn one_in(&mut self, domain: &str, entries: &[(&str, &str)]) -> DescriptorStatus {
+        let mut resp = self.request(domain, vec![descriptor(entries)], 1).await;
+        assert_eq!(resp.statuses.len(), 1);
+        resp.statuses.remove(0)
+    }
+
+    async fn one(&mut self, entries: &[(&str, &str)]) -> DescriptorStatus {
+        self.one_in("test-domain", entries).await
+    }
+
+    fn metrics(&self) -> String {
+        http_get(&self.drl.url("/metrics")).unwrap().1
+    }
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// The current limit as (requests_per_unit, unit, name).
+fn limit(s: &DescriptorStatus) -> Option<(u32, i32, String)> {
+    s.current_limit
+        .as_ref()
+        .map(|l| (l.requests_per_unit, l.unit, l.name.clone()))
+}
+
+fn lim(rpu: u32, unit: i32) -> Option<(u32, i32, String)> {
+    Some((rpu, unit, String::new()))
+}
+
+/// `drl_decisions_total{limit=LABEL,result=RESULT}`.
+fn decisions(text: &str, label: &str, result: &str) -> Option<f64> {
+    metric(
+        text,
+        &format!(r#"drl_decisions_total{{limit="{label}",result="{result}"}}"#),
+    )
+}
+
+/// Writes `yaml` as `name` and asserts `drl config check` refuses it with
+/// a message containing every one of `needles` (case-insensitively).
+fn refused(name: &str, yaml: &str, needles: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, yaml).unwrap();
+    let (ok, out) = config_check(&path);
+    assert!(!ok, "{name} was accepted:\n{out}");
+    assert!(out.contains(name), "the refusal names the file:\n{out}");
+    // Match the message only, not the file name in it.
+    let lower = out.replace(&*path.to_string_lossy(), "FILE").to_lowercase();
+    for n in needles {
+        assert!(
+            lower.contains(&n.to_lowercase()),
+            "{name}: refusal does not mention {n:?}:\n{out}"
+        );
+    }
+}
+
+const BASIC_CONFIG: &str = r#"# The reference's basic test configuration.
+domain: test-domain
+descriptors:
+  # key1=value1 has no limit of its own.
+  - key: key1
+    value: value1
+    descriptors:
+      # Any subkey1 value.
+      - key: subkey1
+        rate_limit:
+          unit: second
+          requests_per_unit: 5
+      # subkey1=subvalue1: a more specific limit.
+      - key: subkey1
+        value: subvalue1
+        rate_limit:
+          unit: second
+          requests_per_unit: 10
+
+  # Any key2 value.
+  - key: key2
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+
+  # key2=value2: more specific.
+  - key: key2
+    value: value2
+    rate_limit:
+      unit: minute
+      requests_per_unit: 30
+
+  # key2=value3: no limit at all (allow-listed).
+  - key: key2
+    value: value3
+
+  - key: key3
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1
+
+  - key: key4
+    rate_limit:
+      name: key4_rate_limit
+      unit: day
+      requests_per_unit: 1
+
+  - key: key5
+    value: value5
+    rate_limit:
+      unit: day
+      requests_per_unit: 15
+    descriptors:
+      - key: subkey5
+        value: subvalue5
+        rate_limit:
+          unit: day
+          requests_per_unit: 25
+
+  - key: key6
+    rate_limit:
+      unlimited: true
+
+  - key: key7
+    detailed_metric: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 70
+"#;
+
+// envoyproxy/ratelimit test/config/config_test.go: TestBasicConfig
+#[tokio::test]
+async fn basic_config() {
+    let mut s = Served::start(BASIC_CONFIG).await;
+
+    // An unknown domain: no limit, OK, counted as domain_not_found.
+    let before = metric(&s.metrics(), "drl_envoy_unknown_domain_total").unwrap_or(0.0);
+    let st = s.one_in("foo_domain", &[("key1", "value1")]).await;
+    assert_eq!((st.code, limit(&st)), (OK, None));
+    let after = metric(&s.metrics(), "drl_envoy_unknown_domain_total").unwrap_or(0.0);
+    assert_eq!(after - before, 1.0, "{}", s.metrics());
+
+    // Descriptors that end at a node without a limit, or match nothing.
+    for entries in [
+        &[][..],
+        &[("key1", "something")][..],
+        &[("key1", "value1")][..],
+        &[("key2", "value2"), ("subkey", "subvalue")][..],
+        &[("key5", "value5"), ("subkey5", "subvalue")][..],
+        &[("key2", "value3")][..],
+    ] {
+        let st = s.one(entries).await;
+        assert_eq!((st.code, limit(&st)), (OK, None), "{entries:?}");
+    }
+
+    // Limits, most specific first, with the reference's stats key.
+    for (entries, want, label) in [
+        (
+            &[("key1", "value1"), ("subkey1", "something")][..],
+            lim(5, SECOND),
+            "test-domain.key1_value1.subkey1",
+        ),
+        (
+            &[("key1", "value1"), ("subkey1", "subvalue1")][..],
+            lim(10, SECOND),
+            "test-domain.key1_value1.subkey1_subvalue1",
+        ),
+        (
+            &[("key2", "something")][..],
+            lim(20, MINUTE),
+            "test-domain.key2",
+        ),
+        (
+            &[("key2", "value2")][..],
+            lim(30, MINUTE),
+            "test-domain.key2_value2",
+        ),
+        (&[("key3", "foo")][..], lim(1, HOUR), "test-domain.key3"),
+        (
+            &[("key4", "foo")][..],
+            Some((1, DAY, "key4_rate_limit".to_string())),
+            "test-domain.key4",
+        ),
+    ] {
+        let st = s.one(entries).await;
+        assert_eq!((st.code, limit(&st)), (OK, want.clone()), "{entries:?}");
+        assert_eq!(st.limit_remaining, want.unwrap().0 - 1, "{entries:?}");
+        let text = s.metrics();
+        assert_eq!(decisions(&text, label, "allowed"), Some(1.0), "{text}");
+        assert_eq!(decisions(&text, label, "denied"), Some(0.0), "{text}");
+    }
+
+    // key3 allows one an hour: the second is over the limit.
+    let st = s.one(&[("key3", "foo")]).await;
+    assert_eq!((st.code, limit(&st)), (OVER, lim(1, HOUR)));
+    assert_eq!(
+        decisions(&s.metrics(), "test-domain.key3", "denied"),
+        Some(1.0)
+    );
+
+    // key6 is unlimited: always OK, within the limit.
+    for _ in 0..3 {
+        let st = s.one(&[("key6", "foo")]).await;
+        assert_eq!(st.code, OK);
+    }
+
+    // key7 (detailed_metric): each value has the 70/minute limit and its
+    // own counter. The reference's per-value stats names
+    // (test-domain.key7_unspecified_value.*) are not ported: drl never
+    // labels its metrics by request values.
+    for value in ["unspecified_value", "another_value"] {
+        let st = s.one(&[("key7", value)]).await;
+        assert_eq!(
+            (st.code, limit(&st), st.limit_remaining),
+            (OK, lim(70, MINUTE), 69)
+        );
+    }
+}
+
+// envoyproxy/ratelimit test/config/config_test.go: TestEmptyKey
+#[test]
+fn empty_key_is_refused() {
+    refused(
+        "empty_key.yaml",
+        "domain: test-domain\ndescriptors:\n  - value: value1\n",
+        &["descriptors[0]", "missing field `key`"],
+    );
+}
+
+// envoyproxy/ratelimit test/config/config_test.go: TestDuplicateKey
+#[test]
+fn duplicate_key_is_refused() {
+    refused(
+        "duplicate_key.yaml",
+        r#"domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+
+  - key: key1
+    value: value1
+"#,
+        &["duplicate descriptor composite key", "key1_value1"],
+    );
+}
+
+// envoyproxy/ratelimit test/config/config_test.go: TestBadLimitUnit
+#[test]
+fn bad_limit_unit_is_refused() {
+    refused(
+        "bad_limit_unit.yaml",
+        r#"domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    rate_limit:
+      unit: foo
+      requests_per_unit: 5
+"#,
+        &["invalid rate limit unit", "foo"],
+    );
+}
+
+// envoyproxy/ratelimit test/config/config_test.go: TestReplacesSelf
+#[test]
+fn replaces_naming_itself_is_refused() {
+    refused(
+        "replaces_self.yaml",
+        r#"domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    descriptors:
+      - key: subkey1
+        rate_limit:
+          name: self
+          replaces:
+            - name: self
+          unit: second
+          requests_per_unit: 5
+"#,
+        &["replaces should not contain name of same descriptor"],
+    );
+}
+
+// envoyproxy/ratelimit test/config/config_test.go: TestReplacesEmpty
+#[test]
+fn empty_replaces_entry_is_refused() {
+    refused(
+        "replaces_empty.yaml",
+        r#"domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    descriptors:
+      - key: subkey1
+        rate_limit:
+          name: self
+          replaces:
+            - name:
+          unit: second
+          requests_per_unit: 5
+"#,
+        &["empty replaces entry"],
+    );
+}
+
+// envoyproxy/ratelimit test/config/config_test.go: TestBadYaml
+#[test]
+fn bad_yaml_is_refused() {
+    refused(
+        "bad_yaml.yaml",
+        "'''\n",
+        &["2:1", "unexpected end of stream"],
+    );
+}
+
+// envoyproxy/ratelimit test/config/config_test.go: TestMisspelledKey
+#[test]
+fn misspelled_keys_are_refused() {
+    refused(
+        "misspelled_key.yaml",
+        r#"domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    ratelimit:
+      unit: day
+      requests_per_unit: 5
+"#,
+        &["unknown field `ratelimit`"],
+    );
+    refused(
+        "misspelled_key2.yaml",
+        r#"domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    rate_limit:
+      unit: day
+      requestsperunit: 5
+"#,
+        &["unknown field `requestsperunit`"],
+    );
+}
+
+// envoyproxy/ratelimit test/config/config_test.go: TestNonStringKey
+#[test]
+fn non_string_key_is_refused() {
+    refused(
+        "non_string_key.yaml",
+        r#"0.25: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    rate_limit:
+      unit: day
+      requests_per_unit: 5
+"#,
+        &["`0.25`"],
+    );
+}
+
+// envoyproxy/ratelimit test/config/config_test.go: TestNonMapList
+#[test]
+fn list_of_non_maps_is_refused() {
+    refused(
+        "non_map_list.yaml",
+        "domain: test-domain\ndescriptors:\n  - a\n  - b\n  - c\n",
+        &["descriptors[0]", "\"a\"", "a descriptor: a map"],
+    );
+}
+
+// envoyproxy/ratelimit test/config/config_test.go: TestUnlimitedWithRateLimitUnit
+#[test]
+fn unlimited_with_a_unit_is_refused() {
+    refused(
+        "unlimited_with_unit.yaml",
+        r#"domain: test-domain
+descriptors:
+  - key: foo
+    rate_limit:
+      unlimited: true
+      unit: day
+      requests_per_unit: 25
+"#,
+        &["unlimited rate_limit must not also set unit"],
+    );
+}
+
+// envoyproxy/ratelimit test/config/config_test.go: TestDuplicateDomain
+//
+// The reference loads basic_config.yaml and duplicate_domain.yaml
+// together; drl serves several domains from one config's `envoy:` list,
+// so the two domains are written there.
+#[test]
+fn duplicate_domain_is_refused() {
+    refused(
+        "duplicate_domain.yaml",
+        r#"envoy:
+  - domain: test-domain
+    descriptors:
+      - key: key3
+        rate_limit:
+          unit: hour
+          requests_per_unit: 1
+  - domain: test-domain
+    descriptors:
+"#,
+        &["duplicate envoy domain \"test-domain\""],
+    );
+}

@@ -479,3 +479,250 @@ fn duplicate_domain_is_refused() {
         &["duplicate envoy domain \"test-domain\""],
     );
 }
+
+// envoyproxy/ratelimit test/config/config_test.go: TestConfigLimitOverride
+//
+// The reference names the stats of an override by the descriptor's keys
+// and values (test-domain.key1_value1.subkey1_something); drl labels
+// every override of a domain `DOMAIN.limit_override` and never labels by
+// request values, so the stats are asserted under that label: like the
+// reference, a changed override value keeps counting there.
+#[tokio::test]
+async fn config_limit_override() {
+    let mut s = Served::start(BASIC_CONFIG).await;
+    let with_override = |entries: &[(&str, &str)], rpu: u32, unit: i32| {
+        let mut d = descriptor(entries);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: rpu,
+            unit,
+        });
+        d
+    };
+
+    // An unknown domain: the override does not apply.
+    let resp = s
+        .request("foo_domain", vec![with_override(&[], 10, DAY)], 1)
+        .await;
+    assert_eq!(
+        (resp.statuses[0].code, limit(&resp.statuses[0])),
+        (OK, None)
+    );
+
+    let sub = [("key1", "value1"), ("subkey1", "something")];
+    let resp = s
+        .request("test-domain", vec![with_override(&sub, 10, DAY)], 1)
+        .await;
+    assert_eq!(
+        (resp.statuses[0].code, limit(&resp.statuses[0])),
+        (OK, lim(10, DAY))
+    );
+    let label = "test-domain.limit_override";
+    assert_eq!(decisions(&s.metrics(), label, "allowed"), Some(1.0));
+
+    // A changed override value: the new limit, the same stats.
+    let resp = s
+        .request("test-domain", vec![with_override(&sub, 42, HOUR)], 1)
+        .await;
+    assert_eq!(
+        (resp.statuses[0].code, limit(&resp.statuses[0])),
+        (OK, lim(42, HOUR))
+    );
+    assert_eq!(decisions(&s.metrics(), label, "allowed"), Some(2.0));
+
+    // Another value under the override: its own counter.
+    let other = [("key1", "value1"), ("subkey1", "something_else")];
+    let resp = s
+        .request("test-domain", vec![with_override(&other, 42, HOUR)], 1)
+        .await;
+    assert_eq!(
+        (
+            resp.statuses[0].code,
+            limit(&resp.statuses[0]),
+            resp.statuses[0].limit_remaining
+        ),
+        (OK, lim(42, HOUR), 41)
+    );
+}
+
+// envoyproxy/ratelimit test/config/config_test.go: TestShadowModeConfig
+#[tokio::test]
+async fn shadow_mode_config() {
+    let mut s = Served::start(
+        r#"domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    descriptors:
+      - key: subkey1
+        rate_limit:
+          unit: second
+          requests_per_unit: 5
+      - key: subkey1
+        value: subvalue1
+        rate_limit:
+          unit: second
+          requests_per_unit: 10
+        shadow_mode: true
+
+  - key: key2
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+    shadow_mode: true
+
+  - key: key2
+    value: value2
+    rate_limit:
+      unit: minute
+      requests_per_unit: 30
+"#,
+    )
+    .await;
+    // (descriptor, limit, shadow mode, stats key)
+    let cases: [(&[(&str, &str)], _, bool, &str); 4] = [
+        (
+            &[("key1", "value1"), ("subkey1", "something")],
+            lim(5, SECOND),
+            false,
+            "test-domain.key1_value1.subkey1",
+        ),
+        (
+            &[("key1", "value1"), ("subkey1", "subvalue1")],
+            lim(10, SECOND),
+            true,
+            "test-domain.key1_value1.subkey1_subvalue1",
+        ),
+        (
+            &[("key2", "something")],
+            lim(20, MINUTE),
+            true,
+            "test-domain.key2",
+        ),
+        (
+            &[("key2", "value2")],
+            lim(30, MINUTE),
+            false,
+            "test-domain.key2_value2",
+        ),
+    ];
+    for (entries, want, shadow, label) in cases {
+        // One hit more than the limit allows, in one request.
+        let over = want.as_ref().unwrap().0 + 1;
+        let resp = s
+            .request("test-domain", vec![descriptor(entries)], over)
+            .await;
+        let st = &resp.statuses[0];
+        let code = if shadow { OK } else { OVER };
+        assert_eq!((st.code, limit(st)), (code, want.clone()), "{entries:?}");
+        assert_eq!(resp.overall_code, code, "{entries:?}");
+        let text = s.metrics();
+        assert_eq!(decisions(&text, label, "denied"), Some(1.0), "{text}");
+        let shadowed = metric(
+            &text,
+            &format!(r#"drl_shadow_allowed_total{{limit="{label}"}}"#),
+        );
+        assert_eq!(shadowed, Some(if shadow { 1.0 } else { 0.0 }), "{text}");
+    }
+}
+
+// envoyproxy/ratelimit test/config/config_test.go: TestWildcardConfig
+#[tokio::test]
+async fn wildcard_config() {
+    let mut s = Served::start(
+        r#"domain: test-domain
+descriptors:
+  - key: wild
+    value: foo*
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+  - key: noWild
+    value: foo
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+  - key: noVal
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+  - key: midWild
+    value: bar*b
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+  - key: multiWild
+    value: foo*bar*baz
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+  - key: nestedWild
+    value: val1
+    descriptors:
+      - key: wild
+        value: goo*
+        rate_limit:
+          unit: minute
+          requests_per_unit: 20
+"#,
+    )
+    .await;
+    // Values that match, grouped by the rule (and stats key) they share.
+    let matching: [(&[&[(&str, &str)]], _, &str); 5] = [
+        (
+            &[&[("noVal", "foo1")], &[("noVal", "foo2")]],
+            lim(20, MINUTE),
+            "test-domain.noVal",
+        ),
+        (
+            &[&[("wild", "foo1")], &[("wild", "foo2")]],
+            lim(20, MINUTE),
+            "test-domain.wild_foo*",
+        ),
+        (
+            &[&[("nestedWild", "val1"), ("wild", "goo2")]],
+            lim(20, MINUTE),
+            "test-domain.nestedWild_val1.wild_goo*",
+        ),
+        (
+            &[
+                &[("midWild", "barab")],
+                &[("midWild", "bar123b")],
+                &[("midWild", "barb")],
+            ],
+            lim(20, MINUTE),
+            "test-domain.midWild_bar*b",
+        ),
+        (
+            &[
+                &[("multiWild", "foo123bar456baz")],
+                &[("multiWild", "foobarbaz")],
+            ],
+            lim(10, MINUTE),
+            "test-domain.multiWild_foo*bar*baz",
+        ),
+    ];
+    for (descriptors, want, label) in matching {
+        for entries in descriptors {
+            let st = s.one(entries).await;
+            assert_eq!((st.code, limit(&st)), (OK, want.clone()), "{entries:?}");
+        }
+        let text = s.metrics();
+        assert_eq!(
+            decisions(&text, label, "allowed"),
+            Some(descriptors.len() as f64),
+            "{label}: {text}"
+        );
+    }
+    // Values that match no rule: no limit.
+    for entries in [
+        &[("wild", "bar")][..],
+        &[("noWild", "foo1")][..],
+        &[("midWild", "bara")][..],
+        &[("midWild", "xbarb")][..],
+        &[("multiWild", "foo123baz")][..],
+        &[("multiWild", "bar456baz")][..],
+    ] {
+        let st = s.one(entries).await;
+        assert_eq!((st.code, limit(&st)), (OK, None), "{entries:?}");
+    }
+}

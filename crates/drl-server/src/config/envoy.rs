@@ -65,6 +65,13 @@ struct RawDescriptor {
     // not use.
     #[serde(default, rename = "quota_mode")]
     _quota_mode: Option<serde_norway::Value>,
+    // Metric naming by request values (drl never labels by request values).
+    #[serde(default, rename = "value_to_metric")]
+    _value_to_metric: bool,
+    // Returned by envoyproxy/ratelimit only as response dynamic metadata,
+    // off by default there; drl sends none.
+    #[serde(default, rename = "metadata")]
+    _metadata: Option<serde_norway::Value>,
 }
 
 #[derive(Deserialize)]

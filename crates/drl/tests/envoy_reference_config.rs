@@ -9,6 +9,23 @@
 //! to drl's `drl_decisions_total{limit="test-domain.key1_value1.subkey1"}`
 //! (`total_hits` = allowed + denied, `within_limit` = allowed,
 //! `over_limit` = denied; drl has no `near_limit`).
+//!
+//! Not yet passing, so not in this file:
+//! - TestEmptyDomain: a file with `descriptors:` and no `domain` is read
+//!   as a drl native config (the format is detected by a top-level
+//!   `domain`), so it is refused for an unknown field `descriptors`, not
+//!   for the missing domain. The fix is in the format detection
+//!   (`config/mod.rs`).
+//! - TestDomainMerge, TestDuplicateKeyDomainMerge: drl has no
+//!   MERGE_DOMAIN_CONFIG (one domain from several files).
+//! - TestShareThreshold (and the share_threshold subtests of
+//!   TestWildcardStatsBehavior): drl does not support `share_threshold`
+//!   (values matching one wildcard sharing one counter); it refuses the
+//!   field.
+//!
+//! Ported in part (see each test): per-value stats names of
+//! `detailed_metric` and `value_to_metric`, and response dynamic
+//! `metadata`, which drl does not produce.
 
 mod common;
 
@@ -1042,4 +1059,166 @@ descriptors:
     )
     .await;
     assert_eq!(decisions(&s.metrics(), "d.k1.k2", "allowed"), Some(1.0));
+}
+
+// envoyproxy/ratelimit test/config/config_test.go: TestDetailedMetric
+//
+// With `detailed_metric` the reference names stats by the request's
+// values (nested.key-1_value-1); drl never labels metrics by request
+// values, so those names are not ported (the limits are). Without it the
+// stats key is the rule's path, which is drl's label.
+#[tokio::test]
+async fn detailed_metric() {
+    let nested = |detailed_1: bool, detailed_2: bool| {
+        format!(
+            r#"domain: nested
+descriptors:
+  - key: key-1
+    detailed_metric: {detailed_1}
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+    descriptors:
+      - key: key-2
+        detailed_metric: {detailed_2}
+        rate_limit:
+          unit: minute
+          requests_per_unit: 5
+"#
+        )
+    };
+    let one: &[(&str, &str)] = &[("key-1", "value-1")];
+    let two: &[(&str, &str)] = &[("key-1", "value-1"), ("key-2", "value-2")];
+
+    // Detailed: the limits apply (stats names not ported).
+    limits_apply(&nested(true, false), "nested", &[(one, 100, MINUTE)]).await;
+    limits_apply(&nested(true, true), "nested", &[(two, 5, MINUTE)]).await;
+
+    // Not detailed: the stats key is the rule's path.
+    let s = limits_apply(
+        &nested(false, false),
+        "nested",
+        &[(one, 100, MINUTE), (two, 5, MINUTE)],
+    )
+    .await;
+    let text = s.metrics();
+    assert_eq!(
+        decisions(&text, "nested.key-1", "allowed"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        decisions(&text, "nested.key-1.key-2", "allowed"),
+        Some(1.0),
+        "{text}"
+    );
+
+    // The reference's realistic nested configuration.
+    limits_apply(
+        r#"domain: nested
+descriptors:
+  - key: key_1
+    detailed_metric: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 500
+  - key: key_1
+    value: some-value-for-key-1
+    rate_limit:
+      unit: minute
+      requests_per_unit: 500
+  - key: key_2
+    detailed_metric: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5000
+    descriptors:
+      - key: key_3
+        detailed_metric: true
+      - key: key_3
+        value: requested-key3-value
+        detailed_metric: true
+        rate_limit:
+          unit: minute
+          requests_per_unit: 5
+  - key: key_2
+    value: specific-id
+    detailed_metric: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 50000
+    descriptors:
+      - key: key_3
+        detailed_metric: true
+      - key: key_3
+        value: requested-key3-value
+        detailed_metric: true
+        rate_limit:
+          unit: minute
+          requests_per_unit: 100
+"#,
+        "nested",
+        &[
+            (&[("key_1", "value-for-key-1")], 500, MINUTE),
+            (&[("key_2", "key-2-value")], 5000, MINUTE),
+            (
+                &[("key_2", "key-2-value"), ("key_3", "requested-key3-value")],
+                5,
+                MINUTE,
+            ),
+        ],
+    )
+    .await;
+}
+
+// envoyproxy/ratelimit test/config/config_test.go: TestWildcardStatsBehavior
+//
+// Ported: the subtests without flags, where the stats key keeps the
+// wildcard pattern (drl's label too). Not ported: the `value_to_metric`
+// subtests (request values in stats names; drl never labels by them) and
+// the `share_threshold` ones (drl does not support share_threshold).
+#[tokio::test]
+async fn wildcard_stats_behavior() {
+    let s = limits_apply(
+        r#"domain: test-domain
+descriptors:
+  - key: wild
+    value: foo*
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+"#,
+        "test-domain",
+        &[(&[("wild", "foo1")], 20, MINUTE)],
+    )
+    .await;
+    let text = s.metrics();
+    assert_eq!(
+        decisions(&text, "test-domain.wild_foo*", "allowed"),
+        Some(1.0),
+        "{text}"
+    );
+
+    let s = limits_apply(
+        r#"domain: test-domain
+descriptors:
+  - key: wild
+    value: foo*bar*
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+"#,
+        "test-domain",
+        &[
+            (&[("wild", "foo123bar456")], 20, MINUTE),
+            (&[("wild", "fooXbarY")], 20, MINUTE),
+        ],
+    )
+    .await;
+    let text = s.metrics();
+    assert_eq!(
+        decisions(&text, "test-domain.wild_foo*bar*", "allowed"),
+        Some(2.0),
+        "{text}"
+    );
 }

@@ -38,6 +38,11 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
+/// A request descriptor's entries, (key, value).
+type Entries<'a> = &'a [(&'a str, &'a str)];
+/// A current limit as (requests_per_unit, unit, name).
+type Limit = Option<(u32, i32, String)>;
+
 const OK: i32 = Code::Ok as i32;
 const OVER: i32 = Code::OverLimit as i32;
 const SECOND: i32 = 1;
@@ -107,13 +112,13 @@ fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
 }
 
 /// The current limit as (requests_per_unit, unit, name).
-fn limit(s: &DescriptorStatus) -> Option<(u32, i32, String)> {
+fn limit(s: &DescriptorStatus) -> Limit {
     s.current_limit
         .as_ref()
         .map(|l| (l.requests_per_unit, l.unit, l.name.clone()))
 }
 
-fn lim(rpu: u32, unit: i32) -> Option<(u32, i32, String)> {
+fn lim(rpu: u32, unit: i32) -> Limit {
     Some((rpu, unit, String::new()))
 }
 
@@ -596,7 +601,7 @@ descriptors:
     )
     .await;
     // (descriptor, limit, shadow mode, stats key)
-    let cases: [(&[(&str, &str)], _, bool, &str); 4] = [
+    let cases: [(Entries, Limit, bool, &str); 4] = [
         (
             &[("key1", "value1"), ("subkey1", "something")],
             lim(5, SECOND),
@@ -684,7 +689,7 @@ descriptors:
     )
     .await;
     // Values that match, grouped by the rule (and stats key) they share.
-    let matching: [(&[&[(&str, &str)]], _, &str); 5] = [
+    let matching: [(&[Entries], Limit, &str); 5] = [
         (
             &[&[("noVal", "foo1")], &[("noVal", "foo2")]],
             lim(20, MINUTE),
@@ -811,7 +816,7 @@ descriptors:
 
 /// Serves `yaml` and asserts, per request descriptor, the limit that
 /// applies (and that the answer is OK).
-async fn limits_apply(yaml: &str, domain: &str, cases: &[(&[(&str, &str)], u32, i32)]) -> Served {
+async fn limits_apply(yaml: &str, domain: &str, cases: &[(Entries<'_>, u32, i32)]) -> Served {
     let mut s = Served::start(yaml).await;
     for (entries, rpu, unit) in cases {
         let st = s.one_in(domain, entries).await;

@@ -5,6 +5,9 @@
 //! prefix ending in `*`), an optional `rate_limit` (`unit` +
 //! `requests_per_unit`, or `unlimited: true`; optional `name` and
 //! `replaces`), `shadow_mode`, `detailed_metric` and nested `descriptors`.
+//! `value_to_metric`, `metadata` and `quota_mode` are accepted and ignored
+//! (drl labels no metric by request values and sends no dynamic metadata);
+//! `share_threshold` is refused (not supported).
 
 use std::collections::BTreeSet;
 

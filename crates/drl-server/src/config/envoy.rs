@@ -5,6 +5,9 @@
 //! prefix ending in `*`), an optional `rate_limit` (`unit` +
 //! `requests_per_unit`, or `unlimited: true`; optional `name` and
 //! `replaces`), `shadow_mode`, `detailed_metric` and nested `descriptors`.
+//! `value_to_metric`, `metadata` and `quota_mode` are accepted and ignored
+//! (drl labels no metric by request values and sends no dynamic metadata);
+//! `share_threshold` is refused (not supported).
 
 use std::collections::BTreeSet;
 
@@ -45,7 +48,10 @@ pub struct EnvoyDescriptor {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a descriptor: a map with key, and optionally value, rate_limit, descriptors"
+)]
 struct RawDescriptor {
     key: String,
     #[serde(default)]
@@ -62,6 +68,13 @@ struct RawDescriptor {
     // not use.
     #[serde(default, rename = "quota_mode")]
     _quota_mode: Option<serde_norway::Value>,
+    // Metric naming by request values (drl never labels by request values).
+    #[serde(default, rename = "value_to_metric")]
+    _value_to_metric: bool,
+    // Returned by envoyproxy/ratelimit only as response dynamic metadata,
+    // off by default there; drl sends none.
+    #[serde(default, rename = "metadata")]
+    _metadata: Option<serde_norway::Value>,
 }
 
 #[derive(Deserialize)]
@@ -245,7 +258,13 @@ impl TryFrom<RawRateLimit> for EnvoyRateLimit {
         let mut replaces = Vec::new();
         for rep in r.replaces {
             if rep.name.is_empty() {
-                return Err("a replaces entry needs a name".into());
+                return Err("should not have an empty replaces entry (each needs a name)".into());
+            }
+            if r.name.as_deref() == Some(rep.name.as_str()) {
+                return Err(format!(
+                    "replaces should not contain name of same descriptor ({:?})",
+                    rep.name
+                ));
             }
             replaces.push(rep.name);
         }

@@ -55,6 +55,14 @@ pub fn check(
             .map_err(|e| e.to_string())?;
     }
     let mut warnings = Vec::new();
+    // A gossip algorithm at a cluster size where the simulator showed it
+    // does not hold its limit within 10 % (EXPERIMENTS.md, "Scale matrix").
+    if let Some(c) = &config.cluster
+        && let Some(w) =
+            drl_cluster::cloud_control::scale_warning(c.algorithm, c.aggregation, c.cluster_size())
+    {
+        warnings.push(format!("cluster: {w}"));
+    }
     if files == Files::Skip {
         return Ok(warnings);
     }

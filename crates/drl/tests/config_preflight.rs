@@ -130,3 +130,35 @@ fn world_readable_secrets_and_expired_certificates_are_warned_about() {
     let (_, out) = config_check(&f);
     assert!(!out.contains("readable by every user"), "{out}");
 }
+
+/// A gossip algorithm at a cluster size where the simulator showed it
+/// does not hold its limit is warned about, naming the figure; at a size
+/// where it held, nothing is said.
+#[test]
+fn gossip_at_a_size_it_does_not_hold_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let yaml = |nodes: u32, aggregation: &str| {
+        format!(
+            "limits:\n  - name: g\n    quota: 1000/s\n    scope: gossip\ncluster:\n  node_id: 1\n  bind: 127.0.0.1:1\n  seeds: [127.0.0.1:1]\n  nodes: {nodes}\n  key_file: cluster.key\n  algorithm: grd\n  aggregation: {aggregation}\n"
+        )
+    };
+    let run = |text: String| {
+        let f = write(d, "g.yaml", &text, 0o600);
+        let out = Command::new(env!("CARGO_BIN_EXE_drl"))
+            .args(["config", "check", "--skip-files"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "warnings do not refuse");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let big = run(yaml(60, "peer-table"));
+    assert!(
+        big.contains("warning: cluster: grd with aggregation peer-table is not known to hold")
+            && big.contains("EXPERIMENTS.md"),
+        "{big}"
+    );
+    assert_eq!(run(yaml(12, "peer-table")), "");
+    assert_eq!(run(yaml(60, "push-sum")), "");
+}

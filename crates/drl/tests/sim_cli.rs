@@ -108,7 +108,11 @@ fn sim_rejects_bad_flags_with_a_clear_error() {
         ("--restart", "1@5.5.5s", "is not a number"),
         ("--partition", "0,1@1s-2s", "at least two groups"),
         ("--partition", "0/1@3s-2s", "ends"),
-        ("--aggregation", "gossip", "peer-table, push-sum or flow-updating"),
+        (
+            "--aggregation",
+            "gossip",
+            "peer-table, push-sum or flow-updating",
+        ),
     ] {
         let o = drl()
             .args(["sim", "baseline", "--duration", "3", "--warmup", "1"])

@@ -11,11 +11,6 @@
 //! `over_limit` = denied; drl has no `near_limit`).
 //!
 //! Not yet passing, so not in this file:
-//! - TestEmptyDomain: a file with `descriptors:` and no `domain` is read
-//!   as a drl native config (the format is detected by a top-level
-//!   `domain`), so it is refused for an unknown field `descriptors`, not
-//!   for the missing domain. The fix is in the format detection
-//!   (`config/mod.rs`).
 //! - TestDomainMerge, TestDuplicateKeyDomainMerge: drl has no
 //!   MERGE_DOMAIN_CONFIG (one domain from several files).
 //! - TestShareThreshold (and the share_threshold subtests of
@@ -349,6 +344,16 @@ descriptors:
       requests_per_unit: 5
 "#,
         &["invalid rate limit unit", "foo"],
+    );
+}
+
+// envoyproxy/ratelimit test/config/config_test.go: TestEmptyDomain
+#[test]
+fn a_file_without_a_domain_is_refused_for_it() {
+    refused(
+        "empty_domain.yaml",
+        "descriptors:\n  - key: key1\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n",
+        &["the domain must not be empty"],
     );
 }
 

@@ -21,7 +21,8 @@ use super::ConfigError;
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EnvoyDomain {
-    /// The domain (requests name it).
+    /// The domain (requests name it; missing or empty is refused).
+    #[serde(default)]
     pub domain: String,
     /// The top-level descriptors.
     #[serde(default)]

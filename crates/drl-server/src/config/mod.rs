@@ -45,7 +45,15 @@ pub enum Format {
 /// Detects the format: a top-level `domain` key means envoyproxy/ratelimit.
 pub fn detect(text: &str) -> Format {
     match serde_norway::from_str::<serde_norway::Value>(text) {
-        Ok(serde_norway::Value::Mapping(m)) if m.contains_key("domain") => Format::Envoy,
+        // A top-level `domain`, or `descriptors` without `limits`: an
+        // envoyproxy/ratelimit file (one missing its domain is refused for
+        // that, as the reference refuses it).
+        Ok(serde_norway::Value::Mapping(m))
+            if m.contains_key("domain")
+                || (m.contains_key("descriptors") && !m.contains_key("limits")) =>
+        {
+            Format::Envoy
+        }
         _ if limitador::looks_like(text) => Format::Limitador,
         _ => Format::Native,
     }

@@ -36,24 +36,20 @@ pub enum Files {
 /// Loads `path` and checks it as `drl serve` would at start.
 pub fn check_file(path: &Path, files: Files) -> Result<Checked, String> {
     let config = crate::engine::load_config_file(path).map_err(|e| e.to_string())?;
-    let warnings = check(&config, Some(path), SystemTime::now(), files)?;
+    // The limits compile, as `drl serve` compiles them when it builds its
+    // engine (those on stores compile once the store is up).
+    let all_local = config.limits.iter().all(|l| l.scope == Scope::Local);
+    if all_local && config.cluster.is_none() && config.orbit.is_none() && config.redis.is_none() {
+        crate::engine::Engine::new(&config, Some(path.to_path_buf())).map_err(|e| e.to_string())?;
+    }
+    let warnings = check(&config, SystemTime::now(), files)?;
     Ok(Checked { config, warnings })
 }
 
-/// The checks of [`check_file`] on a loaded `config` (`source`: its file),
-/// with certificate expiry judged at `now`. Returns the warnings.
-pub fn check(
-    config: &Config,
-    source: Option<&Path>,
-    now: SystemTime,
-    files: Files,
-) -> Result<Vec<String>, String> {
-    // Limits compile (those on stores compile once the store is up).
-    let all_local = config.limits.iter().all(|l| l.scope == Scope::Local);
-    if all_local && config.cluster.is_none() && config.orbit.is_none() && config.redis.is_none() {
-        crate::engine::Engine::new(config, source.map(Path::to_path_buf))
-            .map_err(|e| e.to_string())?;
-    }
+/// The checks of [`check_file`] on a loaded `config` but for compiling its
+/// limits (`drl serve` does that once, building its engine), with
+/// certificate expiry judged at `now`. Returns the warnings.
+pub fn check(config: &Config, now: SystemTime, files: Files) -> Result<Vec<String>, String> {
     let mut warnings = Vec::new();
     // A gossip algorithm at a cluster size where the simulator showed it
     // does not hold its limit within 10 % (EXPERIMENTS.md, "Scale matrix").

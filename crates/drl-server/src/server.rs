@@ -40,7 +40,6 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     // The checks `drl config check` makes, refused or warned alike.
     let warnings = crate::preflight::check(
         &cfg,
-        opts.config.as_deref(),
         std::time::SystemTime::now(),
         crate::preflight::Files::Read,
     )

@@ -23,33 +23,18 @@
 //! `WWW-Authenticate: Bearer`, or gRPC `UNAUTHENTICATED`; each denial is
 //! counted in `drl_auth_denied_total{api, reason}`.
 
+pub use drl_config::sections::AuthConfig;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use arc_swap::ArcSwap;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 /// The shortest token accepted in a token file, bytes.
 pub const MIN_TOKEN_LEN: usize = 16;
-
-/// The `auth:` section.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AuthConfig {
-    /// Tokens accepted by the APIs (HTTP checks, forward-auth, gRPC).
-    #[serde(default)]
-    pub tokens_file: Option<PathBuf>,
-    /// Tokens accepted by `/metrics` (unset: those of `tokens_file`).
-    #[serde(default)]
-    pub metrics_tokens_file: Option<PathBuf>,
-    /// Leave `/metrics` open when only `tokens_file` is set (default false).
-    #[serde(default)]
-    pub metrics_open: bool,
-}
 
 /// A set of accepted tokens (their digests only).
 #[derive(Clone)]

@@ -60,7 +60,7 @@ pub struct ConnLimits {
 
 impl ConnLimits {
     /// The limits of `s`, with the connection cap lowered to `fd_cap`.
-    pub fn from_server(s: &crate::config::ServerConfig, fd_cap: usize) -> Self {
+    pub fn from_server(s: &drl_config::ServerConfig, fd_cap: usize) -> Self {
         Self {
             max_connections: s.max_connections.min(fd_cap).max(1),
             header_read_timeout: Duration::from_millis(s.header_read_timeout_ms),

@@ -85,9 +85,9 @@ where
         {
             Ok(()) => Either::inner(Deadline {
                 api: if req.uri().path().starts_with("/envoy.") {
-                    crate::metrics::Api::EnvoyRls
+                    drl_service::metrics::Api::EnvoyRls
                 } else {
-                    crate::metrics::Api::GrpcCheck
+                    drl_service::metrics::Api::GrpcCheck
                 },
                 inner: bounded(
                     Instant::now(),
@@ -108,7 +108,7 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: Bounded<F>,
         limit: Duration,
-        api: crate::metrics::Api,
+        api: drl_service::metrics::Api,
     }
 }
 
@@ -124,7 +124,7 @@ where
             Poll::Pending => Poll::Pending,
             Poll::Ready(Some(r)) => Poll::Ready(r),
             Poll::Ready(None) => {
-                crate::metrics::rejected(*this.api, "timeout");
+                drl_service::metrics::rejected(*this.api, "timeout");
                 Poll::Ready(Ok(tonic::Status::deadline_exceeded(format!(
                     "the request took longer than request_timeout_ms ({} ms)",
                     this.limit.as_millis()

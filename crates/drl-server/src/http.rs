@@ -13,11 +13,11 @@ use axum::routing::{any, get, post};
 use drl_core::Decision;
 use metrics_exporter_prometheus::PrometheusHandle;
 
-use crate::check_body;
 use crate::deadline::bounded;
-use crate::engine::{self, CheckError, Engine};
-use crate::headers::ceil_ms;
-use crate::metrics::{Api, rejected};
+use drl_service::check_body;
+use drl_service::engine::{self, CheckError, Engine};
+use drl_service::headers::ceil_ms;
+use drl_service::metrics::{Api, rejected};
 
 /// Shared state of the HTTP handlers.
 #[derive(Debug, Clone)]
@@ -205,7 +205,7 @@ async fn check(State(app): State<AppState>, body: Body) -> Response {
 
 async fn check_bounded(
     app: &AppState,
-    limits: &crate::limits::Limits,
+    limits: &drl_service::limits::Limits,
     body: Body,
     started: Instant,
 ) -> Response {
@@ -223,7 +223,7 @@ async fn check_bounded(
 /// every outcome counted. Both HTTP transports call it.
 pub async fn check_answer(
     engine: &Engine,
-    limits: &crate::limits::Limits,
+    limits: &drl_service::limits::Limits,
     body: &[u8],
     started: Instant,
 ) -> Answer {
@@ -314,7 +314,7 @@ async fn forward_auth(
 
 async fn forward_auth_bounded(
     app: &AppState,
-    limits: &crate::limits::Limits,
+    limits: &drl_service::limits::Limits,
     name: String,
     query: Option<String>,
     headers: &HeaderMap,
@@ -437,7 +437,7 @@ async fn metrics(State(app): State<AppState>) -> Response {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4"),
         )],
-        crate::metrics::render(&app.metrics),
+        drl_service::metrics::render(&app.metrics),
     )
         .into_response()
 }

@@ -1,7 +1,7 @@
 //! The HTTP and gRPC listeners, and moving them when a reload changes
 //! `listen:`.
 //!
-//! A reload is two steps around [`crate::engine::Engine::apply`]:
+//! A reload is two steps around [`drl_service::engine::Engine::apply`]:
 //! [`Listeners::prepare`] binds every new address first (if one cannot be
 //! bound, the whole reload is refused and nothing changes), then
 //! [`Listeners::commit`] serves on the new sockets and stops the old
@@ -21,15 +21,15 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::auth::Auth;
-use crate::config::{Config, ServerConfig};
 use crate::conn::{ConnLimits, Registry};
-use crate::engine::Engine;
 use crate::grpc::native::NativeService;
-use crate::grpc::pb::rate_limiter_server::RateLimiterServer;
 use crate::grpc::rls::RlsService;
 use crate::guard::{GrpcGuard, HttpGuard};
 use crate::http::{AppState, router};
 use crate::tls::{self, TlsSlot};
+use drl_api::pb::rate_limiter_server::RateLimiterServer;
+use drl_config::{Config, ServerConfig};
+use drl_service::engine::Engine;
 
 /// Which API a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -488,8 +488,7 @@ mod tests {
     use super::*;
 
     fn cfg(http: Option<SocketAddr>, grpc: Option<SocketAddr>) -> Config {
-        let mut c =
-            crate::config::parse("limits:\n  - name: a\n    quota: 1/s\n", "<test>").unwrap();
+        let mut c = drl_config::parse("limits:\n  - name: a\n    quota: 1/s\n", "<test>").unwrap();
         c.listen.http = http;
         c.listen.grpc = grpc;
         c
@@ -498,7 +497,7 @@ mod tests {
     fn listeners(flags: (Option<SocketAddr>, Option<SocketAddr>)) -> Arc<Listeners> {
         let c = cfg(None, None);
         let engine = Arc::new(Engine::new(&c, None).unwrap());
-        Listeners::new(engine, crate::metrics::install(), flags.0, flags.1).0
+        Listeners::new(engine, drl_service::metrics::install(), flags.0, flags.1).0
     }
 
     fn any_port() -> SocketAddr {

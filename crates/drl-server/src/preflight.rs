@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use crate::config::{Config, Scope};
+use drl_config::{Config, Scope};
 
 /// A certificate expiring within this long is warned about.
 pub const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 3600);
@@ -35,12 +35,13 @@ pub enum Files {
 
 /// Loads `path` and checks it as `drl serve` would at start.
 pub fn check_file(path: &Path, files: Files) -> Result<Checked, String> {
-    let config = crate::engine::load_config_file(path).map_err(|e| e.to_string())?;
+    let config = drl_service::engine::load_config_file(path).map_err(|e| e.to_string())?;
     // The limits compile, as `drl serve` compiles them when it builds its
     // engine (those on stores compile once the store is up).
     let all_local = config.limits.iter().all(|l| l.scope == Scope::Local);
     if all_local && config.cluster.is_none() && config.orbit.is_none() && config.redis.is_none() {
-        crate::engine::Engine::new(&config, Some(path.to_path_buf())).map_err(|e| e.to_string())?;
+        drl_service::engine::Engine::new(&config, Some(path.to_path_buf()))
+            .map_err(|e| e.to_string())?;
     }
     let warnings = check(&config, SystemTime::now(), files)?;
     Ok(Checked { config, warnings })

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use crate::config::{self, Config};
-use crate::engine::{Engine, ReloadReport, Trigger};
 use crate::listeners::Listeners;
+use drl_config::{self as config, Config};
+use drl_service::engine::{Engine, ReloadReport, Trigger};
 
 /// What `drl serve` was asked to do.
 #[derive(Debug, Clone, Default)]
@@ -28,7 +28,7 @@ pub struct ServeOptions {
 /// file is refused.
 pub fn load(opts: &ServeOptions) -> Result<Config, config::ConfigError> {
     match &opts.config {
-        Some(p) => crate::engine::load_config_file(p),
+        Some(p) => drl_service::engine::load_config_file(p),
         None => Ok(config::embedded()),
     }
 }
@@ -47,8 +47,8 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     for w in warnings {
         tracing::warn!("{w}");
     }
-    let metrics = crate::metrics::install();
-    let stores = crate::scope::Stores::new();
+    let metrics = drl_service::metrics::install();
+    let stores = drl_service::scope::Stores::new();
     if let Some(r) = &cfg.redis {
         stores
             .connect_redis(&(r.clone(), cfg.redis_resilience.clone()))
@@ -95,7 +95,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         });
     }
     // The status page's once-a-second history.
-    crate::status::spawn_sampler(engine.clone());
+    drl_service::status::tick::spawn_sampler(engine.clone());
     // Calls decided at their read's stamp convert it to wall-clock time
     // (crate::wall): follow a step of the system clock within a second.
     tokio::spawn(async {

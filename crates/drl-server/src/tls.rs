@@ -9,39 +9,14 @@
 //! A new certificate is served to new connections; open connections keep
 //! the one they were made with and are never dropped by a rotation.
 
+pub use drl_config::sections::TlsConfig;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use parking_lot::RwLock;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use serde::Deserialize;
 use tokio_rustls::TlsAcceptor;
-
-/// The TLS settings of one listener.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsConfig {
-    /// PEM file with the server certificate, then its intermediates.
-    pub cert_file: PathBuf,
-    /// PEM file with the certificate's private key (PKCS#8, PKCS#1 or SEC1).
-    pub key_file: PathBuf,
-    /// PEM file of CA certificates: when set, every client must present a
-    /// certificate that chains to one of them (mutual TLS).
-    #[serde(default)]
-    pub client_ca_file: Option<PathBuf>,
-}
-
-impl TlsConfig {
-    /// The files this config reads.
-    pub fn files(&self) -> Vec<&Path> {
-        let mut v = vec![self.cert_file.as_path(), self.key_file.as_path()];
-        if let Some(ca) = &self.client_ca_file {
-            v.push(ca);
-        }
-        v
-    }
-}
 
 /// Why a listener's TLS material could not be loaded.
 #[derive(Debug, thiserror::Error)]

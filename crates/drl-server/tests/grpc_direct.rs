@@ -10,16 +10,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use drl_api::pb::rate_limiter_server::RateLimiterServer;
+use drl_api::pb::{CheckItem, CheckRequest};
 use drl_server::auth::Auth;
 use drl_server::conn::{self, ConnLimits, Registry};
-use drl_server::engine::Engine;
 use drl_server::grpc::hot::{CHECK_PATH, HotPath, RLS_PATH};
 use drl_server::grpc::native::NativeService;
-use drl_server::grpc::pb::rate_limiter_server::RateLimiterServer;
-use drl_server::grpc::pb::{CheckItem, CheckRequest};
 use drl_server::grpc::rls::RlsService;
 use drl_server::guard::GrpcGuard;
 use drl_server::tls::TlsSlot;
+use drl_service::engine::Engine;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -70,7 +70,7 @@ async fn start(timeout: Duration) -> Pair {
 }
 
 async fn start_with(timeout: Duration, limits: ConnLimits) -> Pair {
-    let cfg = drl_server::config::parse(CONFIG, "<test>").unwrap();
+    let cfg = drl_config::parse(CONFIG, "<test>").unwrap();
     let engine = Arc::new(Engine::new(&cfg, None).unwrap());
     let guard = {
         let native = RateLimiterServer::new(NativeService::new(engine.clone()))
@@ -445,7 +445,7 @@ proptest! {
 /// at these costs).
 fn check_answer(a: &Answer) -> (u16, Vec<(String, String)>, String, String) {
     let body = if a.body.len() > 5 {
-        let mut r = drl_server::grpc::pb::CheckResponse::decode(&a.body[5..]).unwrap();
+        let mut r = drl_api::pb::CheckResponse::decode(&a.body[5..]).unwrap();
         for x in &mut r.results {
             x.remaining = 0;
             x.reset_after_ms = 0;

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use drl_server::grpc::pb::rate_limiter_client::RateLimiterClient;
-use drl_server::grpc::pb::{CheckItem, CheckRequest};
+use drl_api::pb::rate_limiter_client::RateLimiterClient;
+use drl_api::pb::{CheckItem, CheckRequest};
 use parking_lot_free::Mutex;
 use tonic::transport::{Channel, Endpoint};
 

@@ -3,7 +3,7 @@
 //! readers give the same limits, and both refuse the same bad files.
 
 use drl_client::ClientConfig;
-use drl_server::config;
+use drl_config as config;
 
 /// (name, algorithm, quotas, max_keys, max_bytes, shadow, scope) of each limit.
 type Summary = Vec<(String, String, Vec<String>, usize, usize, bool, String)>;

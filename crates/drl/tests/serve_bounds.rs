@@ -225,13 +225,12 @@ async fn keys_longer_than_max_key_bytes_are_refused_on_every_api() {
     assert!(b.contains("server.max_key_bytes"), "{b}");
 
     // Native gRPC.
-    let mut c =
-        drl_server::grpc::pb::rate_limiter_client::RateLimiterClient::connect(drl.grpc_url())
-            .await
-            .unwrap();
+    let mut c = drl_api::pb::rate_limiter_client::RateLimiterClient::connect(drl.grpc_url())
+        .await
+        .unwrap();
     let e = c
-        .check(drl_server::grpc::pb::CheckRequest {
-            requests: vec![drl_server::grpc::pb::CheckItem {
+        .check(drl_api::pb::CheckRequest {
+            requests: vec![drl_api::pb::CheckItem {
                 limit: "api".into(),
                 key: long.clone(),
                 cost: None,

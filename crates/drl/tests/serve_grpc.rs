@@ -4,8 +4,8 @@
 mod common;
 
 use common::{Drl, http_get, metric};
-use drl_server::grpc::pb::rate_limiter_client::RateLimiterClient;
-use drl_server::grpc::pb::{CheckItem, CheckRequest};
+use drl_api::pb::rate_limiter_client::RateLimiterClient;
+use drl_api::pb::{CheckItem, CheckRequest};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;

@@ -10,9 +10,9 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
 use common::{Drl, free_port, parse_response, post_json, wait_for};
-use drl_server::grpc::pb::CheckItem;
-use drl_server::grpc::pb::CheckRequest;
-use drl_server::grpc::pb::rate_limiter_client::RateLimiterClient;
+use drl_api::pb::CheckItem;
+use drl_api::pb::CheckRequest;
+use drl_api::pb::rate_limiter_client::RateLimiterClient;
 use serde_json::json;
 
 fn config(http: SocketAddr, grpc: SocketAddr, extra_limit: bool) -> String {

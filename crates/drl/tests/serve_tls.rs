@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use certs::{Ca, Pair};
 use common::{DEADLINE, Drl};
-use drl_server::grpc::pb::rate_limiter_client::RateLimiterClient;
-use drl_server::grpc::pb::{CheckItem, CheckRequest};
+use drl_api::pb::rate_limiter_client::RateLimiterClient;
+use drl_api::pb::{CheckItem, CheckRequest};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -17,11 +17,11 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::http::Request;
-use drl_server::engine::Engine;
+use drl_api::pb::rate_limiter_server::RateLimiter;
+use drl_api::pb::{CheckItem, CheckRequest};
 use drl_server::grpc::native::NativeService;
-use drl_server::grpc::pb::rate_limiter_server::RateLimiter;
-use drl_server::grpc::pb::{CheckItem, CheckRequest};
 use drl_server::http::{AppState, router};
+use drl_service::engine::Engine;
 use prost::Message;
 use tower::ServiceExt;
 
@@ -33,8 +33,7 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(args.len() == 4, "{usage}");
     let n: usize = args[2].parse()?;
     let iters: usize = args[3].parse()?;
-    let cfg =
-        drl_server::config::parse(CONFIG, "bench.yaml").map_err(|e| anyhow::anyhow!("{e}"))?;
+    let cfg = drl_config::parse(CONFIG, "bench.yaml").map_err(|e| anyhow::anyhow!("{e}"))?;
     let engine = Arc::new(Engine::new(&cfg, None).map_err(|e| anyhow::anyhow!("{e}"))?);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -48,7 +47,7 @@ fn main() -> anyhow::Result<()> {
         "http" => {
             let app = router(AppState {
                 engine,
-                metrics: drl_server::metrics::install(),
+                metrics: drl_service::metrics::install(),
             });
             let items: Vec<String> = (0..n)
                 .map(|_| {

@@ -37,8 +37,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use drl_server::grpc::pb::rate_limiter_client::RateLimiterClient;
-use drl_server::grpc::pb::{CheckItem, CheckRequest};
+use drl_api::pb::rate_limiter_client::RateLimiterClient;
+use drl_api::pb::{CheckItem, CheckRequest};
 use tonic::transport::Channel;
 
 struct Args {

@@ -13,8 +13,8 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use drl_server::status::sampling;
-use drl_server::status::topkeys::TopKeys;
+use drl_service::status::sampling;
+use drl_service::status::topkeys::TopKeys;
 
 /// Observations per measurement.
 const N: usize = 2_000_000;

@@ -8,11 +8,8 @@ use tonic::transport::{Channel, Endpoint};
 use super::{Item, SendError, SendFuture, Transport, decision};
 use crate::Error;
 
-/// Code generated from `crates/drl-server/proto/drl/v1/ratelimit.proto`.
-#[allow(missing_docs, clippy::all)]
-pub(crate) mod pb {
-    tonic::include_proto!("drl.v1");
-}
+/// drl's native API (`crates/drl-api/proto/drl/v1/ratelimit.proto`).
+pub(crate) use drl_api::pb;
 
 use pb::rate_limiter_client::RateLimiterClient;
 

@@ -4,7 +4,7 @@
 //! Each connection is one task: it accepts request streams and polls them
 //! together with the connection (no task per request). A stream whose path
 //! the service [routes](Unary::route) is read whole
-//! ([`super::frame::UnaryDecoder`]), answered by [`Unary::call`] and sent as
+//! ([`drl_api::frame::UnaryDecoder`]), answered by [`Unary::call`] and sent as
 //! HEADERS (`:status 200`, `content-type: application/grpc`), one DATA
 //! frame and trailers (`grpc-status: 0`); a failed call as a trailers-only
 //! response, built by tonic's own [`Status::into_http`], so errors look
@@ -24,7 +24,7 @@ use http::{HeaderMap, HeaderValue, Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tonic::Status;
 
-use super::frame::UnaryDecoder;
+use drl_api::frame::UnaryDecoder;
 
 /// The unary gRPC methods a connection answers.
 pub trait Unary: Send + Sync {
@@ -37,7 +37,7 @@ pub trait Unary: Send + Sync {
 
     /// The largest request message accepted, in bytes.
     fn max_message(&self) -> usize {
-        super::frame::DEFAULT_MAX_MESSAGE
+        drl_api::frame::DEFAULT_MAX_MESSAGE
     }
 
     /// Checks a call's head before its body is read (e.g. its token): an
@@ -60,7 +60,7 @@ pub trait Unary: Send + Sync {
     }
 
     /// Answers one call: the response message framed by
-    /// [`super::frame::encode`], or the status to answer.
+    /// [`drl_api::frame::encode`], or the status to answer.
     fn call(
         &self,
         method: Self::Method,

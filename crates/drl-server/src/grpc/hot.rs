@@ -24,14 +24,14 @@ use prost::Message as _;
 use tonic::Status;
 
 use super::direct::{self, RecvBody, Unary};
-use super::frame;
-use super::pb::CheckRequest;
-use super::rls_request::{self, RequestView};
-use super::wire;
 use crate::auth::{Auth, Class};
-use crate::engine::Engine;
 use crate::guard::GrpcGuard;
-use crate::metrics::{Api, rejected};
+use drl_api::frame;
+use drl_api::pb::CheckRequest;
+use drl_api::rls_request::{self, RequestView};
+use drl_api::wire;
+use drl_service::engine::Engine;
+use drl_service::metrics::{Api, rejected};
 
 /// The path of the native `Check`.
 pub const CHECK_PATH: &str = "/drl.v1.RateLimiter/Check";

@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::pb::rate_limiter_server::RateLimiter;
-use super::pb::{CheckRequest, CheckResponse};
-use super::wire::ResultFields;
-use crate::engine::{self, CheckError, Engine};
-use crate::metrics::{Api, rejected};
+use drl_api::pb::rate_limiter_server::RateLimiter;
+use drl_api::pb::{CheckRequest, CheckResponse};
+use drl_api::wire::ResultFields;
+use drl_service::engine::{self, CheckError, Engine};
+use drl_service::metrics::{Api, rejected};
 
 /// The `drl.v1.RateLimiter` service.
 #[derive(Debug, Clone)]
@@ -42,11 +42,11 @@ impl RateLimiter for NativeService {
 }
 
 /// One `Check` call, whichever transport carried it (tonic's service
-/// above, or [`super::hot`] when [`super::wire`] does not take the
+/// above, or [`super::hot`] when [`drl_api::wire`] does not take the
 /// message): the response, or the status to answer, counted in the
 /// metrics either way.
 pub async fn check(engine: &Engine, req: CheckRequest) -> Result<CheckResponse, Status> {
-    fn item(i: &super::pb::CheckItem) -> engine::CheckRequest<'_> {
+    fn item(i: &drl_api::pb::CheckItem) -> engine::CheckRequest<'_> {
         engine::CheckRequest {
             limit: &i.limit,
             key: &i.key,

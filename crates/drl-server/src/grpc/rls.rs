@@ -1,12 +1,12 @@
 //! Envoy RLS v3 `ShouldRateLimit`, deciding as envoyproxy/ratelimit does:
 //! each request descriptor is matched against its domain's descriptor tree
-//! ([`crate::limits::match_descriptor`]); every matched rule decides on its
+//! ([`drl_service::limits::match_descriptor`]); every matched rule decides on its
 //! own (a fixed window per unit, one counter per distinct descriptor
 //! value); `replaces` drops the rules it names; `shadow_mode` answers OK
 //! whatever the decision; `unlimited` answers OK with `limit_remaining` =
 //! `u32::MAX`; the overall code is OVER_LIMIT if any descriptor is. A
 //! descriptor's `limit` override replaces the configured rule
-//! ([`crate::envoy_override`]).
+//! ([`drl_service::envoy_override`]).
 //!
 //! One difference, per docs/semantics.md: a denied request consumes
 //! nothing (envoyproxy/ratelimit counts hits over the limit too).
@@ -28,15 +28,15 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use smallvec::SmallVec;
 use tonic::{Request, Response, Status};
 
-use super::rls_answer::{Answer, HeaderFields, LimitFields, StatusFields};
-use super::rls_request::{EntryView, INLINE_DESCRIPTORS, RequestView};
-use crate::config::UnknownDomain;
-use crate::engine::{self, Engine};
-use crate::envoy_override::{OverrideError, state_key};
-use crate::headers::ceil_secs;
-use crate::limits::{EnvoyRule, Limits, RuleKind, match_descriptor};
-use crate::metrics::{Api, rejected};
+use drl_api::rls_answer::{Answer, HeaderFields, LimitFields, StatusFields};
+use drl_api::rls_request::{EntryView, INLINE_DESCRIPTORS, RequestView};
+use drl_config::UnknownDomain;
 use drl_core::time::Nanos;
+use drl_service::engine::{self, Engine};
+use drl_service::envoy_override::{OverrideError, state_key};
+use drl_service::headers::ceil_secs;
+use drl_service::limits::{EnvoyRule, Limits, RuleKind, match_descriptor};
+use drl_service::metrics::{Api, rejected};
 
 /// The `envoy.service.ratelimit.v3.RateLimitService`.
 #[derive(Debug, Clone)]
@@ -168,9 +168,14 @@ pub async fn should_rate_limit_on<R>(
         && let Some(rules) = limits.limitador.get(req.domain)
     {
         let hits = u64::from(req.hits_addend.max(1));
-        let answer =
-            crate::limitador::should_rate_limit(engine, limits, rules, &req.descriptors, hits)
-                .await?;
+        let answer = drl_service::limitador::should_rate_limit(
+            engine,
+            limits,
+            rules,
+            &req.descriptors,
+            hits,
+        )
+        .await?;
         let took = engine.now().saturating_sub(started);
         engine.api_metrics.observe_ns(Api::EnvoyRls, took);
         return Ok(render(&answer));
@@ -383,8 +388,8 @@ pub async fn should_rate_limit_on<R>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::envoy::Unit;
     use crate::http::push_u64;
+    use drl_config::envoy::Unit;
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
     use proptest::prelude::*;
 
@@ -501,8 +506,8 @@ mod tests {
     /// first poll: what the hot path's `answer_rls_now` relies on.
     #[test]
     fn in_memory_calls_are_ready_at_the_first_poll() {
-        use crate::config;
-        use crate::grpc::rls_request::{DescriptorView, OverrideView};
+        use drl_api::rls_request::{DescriptorView, OverrideView};
+        use drl_config as config;
         use futures::FutureExt as _;
 
         let envoy = Engine::new(

@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use super::snapshot::{LimitInfo, RankingInfo, Status};
+use drl_service::status::snapshot::{LimitInfo, RankingInfo, Status};
 
 const CSS: &str = include_str!("assets/page.css");
 const JS: &str = include_str!("assets/page.js");

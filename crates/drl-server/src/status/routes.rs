@@ -30,7 +30,7 @@ pub async fn page(State(app): State<AppState>) -> Response {
     if !app.engine.status.enabled() {
         return disabled();
     }
-    let body = super::page::render(&super::snapshot::build(&app.engine));
+    let body = super::page::render(&drl_service::status::snapshot::build(&app.engine));
     (
         [
             (header::CONTENT_TYPE, HTML.clone()),
@@ -51,7 +51,7 @@ pub async fn json(State(app): State<AppState>) -> Response {
     if !app.engine.status.enabled() {
         return disabled();
     }
-    let s = super::snapshot::build(&app.engine);
+    let s = drl_service::status::snapshot::build(&app.engine);
     match serde_json::to_string(&s) {
         Ok(body) => (
             [

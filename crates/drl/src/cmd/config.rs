@@ -62,7 +62,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         },
         Sub::Default => {
-            print!("{}", drl_server::config::EMBEDDED_DEFAULT);
+            print!("{}", drl_config::EMBEDDED_DEFAULT);
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn encode_frames_the_message() {
-        let m = crate::grpc::pb::CheckItem {
+        let m = crate::pb::CheckItem {
             limit: "l".into(),
             key: "k".into(),
             cost: Some(2),

@@ -6,9 +6,9 @@ use serde::Serialize;
 use super::history::Series;
 use super::latency::quantile_ns;
 use super::topkeys::{self, Ranking};
-use crate::config::Scope;
 use crate::engine::Engine;
 use crate::limits::Limit;
+use drl_config::Scope;
 
 /// Keys shown per ranking and per cluster table.
 pub const TOP_N: usize = 10;
@@ -30,7 +30,7 @@ pub struct Status {
     /// The Redis connection, with `redis:`.
     pub redis: Option<RedisInfo>,
     /// How client keys appear below (`status.keys`: `show`, `hash`, `hide`).
-    pub keys: super::KeyDisplay,
+    pub keys: drl_config::sections::KeyDisplay,
 }
 
 /// The process.
@@ -451,8 +451,8 @@ pub fn build(engine: &Engine) -> Status {
 }
 
 /// Rewrites every client key of `l` as `mode` shows it (hidden: dropped).
-fn shown(l: &mut LimitInfo, mode: super::KeyDisplay) {
-    if mode == super::KeyDisplay::Show {
+fn shown(l: &mut LimitInfo, mode: drl_config::sections::KeyDisplay) {
+    if mode == drl_config::sections::KeyDisplay::Show {
         return;
     }
     if let Some(t) = &mut l.top_keys {

@@ -3,7 +3,7 @@ use proptest::prelude::*;
 use prost::Message as _;
 
 use super::*;
-use crate::grpc::frame;
+use crate::frame;
 
 /// The message behind a framed response.
 fn unframe(b: &Bytes) -> RateLimitResponse {

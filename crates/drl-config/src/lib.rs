@@ -1,14 +1,16 @@
-//! The service configuration: drl's native YAML format, or an
-//! envoyproxy/ratelimit file loaded unchanged (see [`envoy`]).
+//! drl-config: the service configuration: drl's native YAML format, an
+//! envoyproxy/ratelimit file loaded unchanged (see [`envoy`]), or a
+//! limitador limits file (see [`limitador`]).
 //!
 //! Parsing is two steps: [`parse`] turns text into a [`Config`] (syntax and
-//! every per-field check, with line and column), and
-//! [`crate::limits::Limits::build`] turns a `Config` into decidable limits
-//! (store wiring).
+//! every per-field check, with line and column); `drl-service`'s
+//! `Limits::build` then turns a `Config` into decidable limits (store
+//! wiring). Nothing here opens a socket or a store.
 
 pub mod envoy;
 pub mod limitador;
 mod native;
+pub mod sections;
 
 use std::path::Path;
 
@@ -23,7 +25,7 @@ pub const EMBEDDED_DEFAULT: &str = include_str!("default.yaml");
 pub use drl_core::ConfigError;
 
 /// A serde_norway error as a [`ConfigError`] at the place it reports.
-pub(crate) fn yaml_error(source_name: &str, e: &serde_norway::Error) -> ConfigError {
+pub fn yaml_error(source_name: &str, e: &serde_norway::Error) -> ConfigError {
     ConfigError::from_parser(
         source_name,
         e.to_string(),

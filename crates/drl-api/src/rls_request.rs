@@ -18,7 +18,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use smallvec::SmallVec;
 
-use super::wire::{LEN, Reader, VARINT};
+use crate::wire::{LEN, Reader, VARINT};
 
 /// Descriptors held on the stack (more go to the heap).
 pub const INLINE_DESCRIPTORS: usize = 4;

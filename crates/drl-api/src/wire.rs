@@ -11,7 +11,7 @@
 //!   unknown fields are skipped). Anything it does not take (a malformed
 //!   message, invalid UTF-8, a group) is `None`, and the caller decodes
 //!   with prost, which then answers the error it always did.
-//! - [`encode_response`] writes the bytes [`super::frame::encode`] writes for the
+//! - [`encode_response`] writes the bytes [`crate::frame::encode`] writes for the
 //!   same `CheckResponse`: fields in number order, proto3 defaults (false,
 //!   0, "") left out, `retry_after_ms` present whenever it is set.
 //!
@@ -21,11 +21,11 @@ use bytes::Bytes;
 use prost::encoding::{decode_varint, encoded_len_varint};
 use smallvec::SmallVec;
 
-use super::frame::PREFIX;
-use super::pb::CheckResult;
-use crate::engine::{CheckRequest, INLINE_BATCH};
-use crate::headers::ceil_ms;
+use crate::frame::PREFIX;
+use crate::pb::CheckResult;
+use crate::{CheckRequest, INLINE_BATCH};
 use drl_core::Decision;
+use drl_http::headers::ceil_ms;
 
 /// A decoded request's checks, borrowed from its bytes (small batches on
 /// the stack).

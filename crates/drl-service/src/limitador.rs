@@ -1,5 +1,5 @@
 //! limitador's decision rules on Envoy RLS v3, for limits read from a
-//! limitador limits file ([`crate::config::limitador`]).
+//! limitador limits file ([`drl_config::limitador`]).
 //!
 //! A request's `domain` is the namespace. Every limit of the namespace
 //! whose conditions all hold and whose variables are all present applies,
@@ -18,21 +18,21 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::grpc::rls_answer::{Answer, HeaderFields};
-use crate::grpc::rls_request::DescriptorView;
+use drl_api::rls_answer::{Answer, HeaderFields};
+use drl_api::rls_request::DescriptorView;
 use drl_core::{Algorithm, Quota};
 use drl_store::LimitSpec;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use smallvec::SmallVec;
 use tonic::Status;
 
-use crate::config::limitador::{Condition, LimitadorSource, Op, Selector};
-use crate::config::{ConfigError, KeyConfig};
 use crate::engine::{self, Engine};
 use crate::headers;
 use crate::limits::{KeyMapping, Limit, Limits, envoy_bounds};
 use crate::metrics::{Api, LimitMetrics, rejected};
 use crate::scope::{Backend, Stores};
+use drl_config::limitador::{Condition, LimitadorSource, Op, Selector};
+use drl_config::{ConfigError, KeyConfig};
 
 /// One limit of a limits file, compiled.
 #[derive(Debug)]

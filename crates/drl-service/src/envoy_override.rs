@@ -37,12 +37,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use drl_core::{Algorithm, KeyedLimiter, Nanos, Quota};
 use drl_store::LimitSpec;
 
-use crate::config::envoy::Unit;
-use crate::config::{KeyConfig, Scope};
 use crate::headers;
 use crate::limits::{EnvoyRule, KeyMapping, Limit, RuleKind};
 use crate::metrics::LimitMetrics;
 use crate::scope::{Backend, KeyBounds};
+use drl_config::envoy::Unit;
+use drl_config::{KeyConfig, Scope};
 
 type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
@@ -84,11 +84,10 @@ pub const OVERRIDE_BYTES: usize = 64 << 20;
 /// The most keys one override holds: its share of [`OVERRIDE_BYTES`] at
 /// the default bytes per key (4,096 keys, 512 KiB).
 pub const OVERRIDE_MAX_KEYS: usize =
-    OVERRIDE_BYTES / MAX_OVERRIDE_LIMITS / crate::config::DEFAULT_BYTES_PER_KEY;
+    OVERRIDE_BYTES / MAX_OVERRIDE_LIMITS / drl_config::DEFAULT_BYTES_PER_KEY;
 
 const _: () = assert!(
-    MAX_OVERRIDE_LIMITS * OVERRIDE_MAX_KEYS * crate::config::DEFAULT_BYTES_PER_KEY
-        <= OVERRIDE_BYTES
+    MAX_OVERRIDE_LIMITS * OVERRIDE_MAX_KEYS * drl_config::DEFAULT_BYTES_PER_KEY <= OVERRIDE_BYTES
 );
 
 /// An override unused for this long may be evicted to make room for a new

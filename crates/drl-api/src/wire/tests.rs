@@ -1,7 +1,7 @@
 use super::*;
-use crate::grpc::frame;
-use crate::grpc::pb::{CheckItem, CheckRequest as PbRequest, CheckResponse};
-use crate::grpc::proto_gen::{Field, field, put_fields, put_len, put_varint};
+use crate::frame;
+use crate::pb::{CheckItem, CheckRequest as PbRequest, CheckResponse};
+use crate::proto_gen::{Field, field, put_fields, put_len, put_varint};
 use drl_core::DenyReason;
 use proptest::prelude::*;
 use prost::Message as _;

@@ -10,9 +10,9 @@
 //! sequences go through both, request by request, and every decision
 //! must agree.
 
-use drl_server::config;
-use drl_server::engine::{CheckRequest, Engine};
-use drl_server::grpc::rls_request::DescriptorView;
+use drl_api::rls_request::DescriptorView;
+use drl_config as config;
+use drl_service::engine::{CheckRequest, Engine};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use proptest::prelude::*;
@@ -242,7 +242,7 @@ impl Pair {
         let rules = limits.limitador.get(self.namespace).expect("namespace");
         let views: Vec<DescriptorView<'_>> = d.iter().map(DescriptorView::of).collect();
         let (allowed, _) =
-            drl_server::limitador::decide(&self.limitador, &limits, rules, &views, hits)
+            drl_service::limitador::decide(&self.limitador, &limits, rules, &views, hits)
                 .await
                 .unwrap();
         allowed

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use drl_server::status::space_saving::{HeavyKey, SpaceSaving, merge};
+use drl_service::status::space_saving::{HeavyKey, SpaceSaving, merge};
 use proptest::prelude::*;
 
 /// A skewed stream: key `i` of `keys` drawn with weight ~ 1/(i+1)

@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use prost::encoding::encode_varint;
 
-use super::wire::{FIXED32, FIXED64, LEN, VARINT};
+use crate::wire::{FIXED32, FIXED64, LEN, VARINT};
 
 /// A varint.
 pub fn put_varint(out: &mut Vec<u8>, v: u64) {

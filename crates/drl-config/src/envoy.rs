@@ -15,7 +15,7 @@ use drl_core::Nanos;
 use drl_core::time::{DAY, HOUR, MINUTE, SECOND};
 use serde::Deserialize;
 
-use super::ConfigError;
+use crate::ConfigError;
 
 /// One domain: a file of envoyproxy/ratelimit.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -315,7 +315,7 @@ pub fn composite(key: &str, value: Option<&str>) -> String {
 
 /// Parses one envoyproxy/ratelimit file.
 pub fn parse_domain(text: &str, source: &str) -> Result<EnvoyDomain, ConfigError> {
-    let d: EnvoyDomain = serde_norway::from_str(text).map_err(|e| super::yaml_error(source, &e))?;
+    let d: EnvoyDomain = serde_norway::from_str(text).map_err(|e| crate::yaml_error(source, &e))?;
     d.check(text, source)?;
     Ok(d)
 }

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use prost::Message as _;
 
 use super::*;
-use crate::grpc::proto_gen::{Field, field, put_fields, put_len};
+use crate::proto_gen::{Field, field, put_fields, put_len};
 
 /// A view as owned values, to compare.
 type Owned = (String, Vec<OwnedDescriptor>, u32);

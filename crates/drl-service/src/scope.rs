@@ -35,7 +35,7 @@ use drl_store::{
 };
 use parking_lot::Mutex;
 
-use crate::config::Scope;
+use drl_config::Scope;
 
 /// `Ok` if this build can serve `scope`; otherwise why not.
 pub fn check_supported(scope: Scope) -> Result<(), String> {
@@ -55,11 +55,11 @@ pub struct KeyBounds {
 
 impl KeyBounds {
     /// `max_keys` with the default byte budget (`max_keys` x
-    /// [`crate::config::DEFAULT_BYTES_PER_KEY`]).
+    /// [`drl_config::DEFAULT_BYTES_PER_KEY`]).
     pub fn keys(max_keys: usize) -> Self {
         Self {
             max_keys,
-            max_bytes: max_keys.saturating_mul(crate::config::DEFAULT_BYTES_PER_KEY),
+            max_bytes: max_keys.saturating_mul(drl_config::DEFAULT_BYTES_PER_KEY),
         }
     }
 

@@ -10,22 +10,13 @@ use drl_core::{Clock, Decision, Nanos, SystemClock};
 use drl_store::StoreError;
 use smallvec::SmallVec;
 
-use crate::config::{self, Config, ConfigError};
 use crate::envoy_override::Overrides;
 use crate::limits::{Limit, Limits};
 use crate::metrics::ApiMetrics;
 use crate::scope::Stores;
+use drl_config::{self as config, Config, ConfigError};
 
-/// One check of a batch.
-#[derive(Debug, Clone, Copy)]
-pub struct CheckRequest<'a> {
-    /// The limit's name.
-    pub limit: &'a str,
-    /// The key within the limit.
-    pub key: &'a str,
-    /// The cost (0 queries).
-    pub cost: u64,
-}
+pub use drl_api::{CheckRequest, INLINE_BATCH};
 
 /// Why a batch was refused (nothing was decided).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -446,9 +437,6 @@ fn source_name(p: Option<&PathBuf>) -> String {
 /// The limits of a batch's checks, in order (small batches, the common
 /// case, on the stack).
 pub type Resolved<'l> = SmallVec<[&'l Arc<Limit>; INLINE_BATCH]>;
-
-/// Checks per batch held without a heap allocation.
-pub const INLINE_BATCH: usize = 4;
 
 /// Looks every check's limit up and validates it.
 pub fn resolve<'l>(

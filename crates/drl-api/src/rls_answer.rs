@@ -3,7 +3,7 @@
 //! bytes written directly (the hot path: no `Vec` of statuses, no
 //! `String` per header, nothing to drop).
 //!
-//! [`Answer::encode`] writes exactly the bytes [`super::frame::encode`]
+//! [`Answer::encode`] writes exactly the bytes [`crate::frame::encode`]
 //! writes for [`Answer::message`]: fields in number order, proto3 defaults
 //! (0, "") left out, a present message (`current_limit`,
 //! `duration_until_reset`) written even when empty.
@@ -18,8 +18,8 @@ use envoy_types::pb::google::protobuf::Duration;
 use prost::encoding::encoded_len_varint;
 use smallvec::SmallVec;
 
-use super::frame::PREFIX;
-use super::wire::{put_raw, put_varint};
+use crate::frame::PREFIX;
+use crate::wire::{put_raw, put_varint};
 
 /// Statuses held on the stack (more go to the heap).
 pub const INLINE_STATUSES: usize = 4;

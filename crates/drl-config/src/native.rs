@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use drl_core::{Algorithm, Quota};
 use serde::Deserialize;
 
-use super::ConfigError;
-use super::envoy::EnvoyDomain;
+use crate::ConfigError;
+use crate::envoy::EnvoyDomain;
 
 /// The default bound on keys held per limit.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -39,7 +39,7 @@ pub struct Config {
     pub envoy: Vec<EnvoyDomain>,
     /// limitador limits files, read unchanged (see docs/limitador.md).
     #[serde(default)]
-    pub limitador: Vec<super::limitador::LimitadorSource>,
+    pub limitador: Vec<crate::limitador::LimitadorSource>,
     /// The Redis server or cluster of `scope: redis` limits.
     #[serde(default)]
     pub redis: Option<drl_store::RedisConfig>,
@@ -55,10 +55,10 @@ pub struct Config {
     pub cluster: Option<drl_node::GossipConfig>,
     /// Who may ask: bearer tokens for the APIs and for `/metrics`.
     #[serde(default)]
-    pub auth: crate::auth::AuthConfig,
+    pub auth: crate::sections::AuthConfig,
     /// The status page at `/` and `GET /v1/status`.
     #[serde(default)]
-    pub status: crate::status::StatusConfig,
+    pub status: crate::sections::StatusConfig,
 }
 
 impl Config {
@@ -74,8 +74,8 @@ impl Config {
             redis_resilience: drl_store::ResilienceConfig::default(),
             orbit: None,
             cluster: None,
-            auth: crate::auth::AuthConfig::default(),
-            status: crate::status::StatusConfig::default(),
+            auth: crate::sections::AuthConfig::default(),
+            status: crate::sections::StatusConfig::default(),
         }
     }
 
@@ -215,10 +215,10 @@ pub struct ListenConfig {
     pub grpc: Option<SocketAddr>,
     /// TLS of the HTTP listener (none: plain HTTP).
     #[serde(default)]
-    pub http_tls: Option<crate::tls::TlsConfig>,
+    pub http_tls: Option<crate::sections::TlsConfig>,
     /// TLS of the gRPC listener (none: plain HTTP/2).
     #[serde(default)]
-    pub grpc_tls: Option<crate::tls::TlsConfig>,
+    pub grpc_tls: Option<crate::sections::TlsConfig>,
 }
 
 fn default_http() -> Option<SocketAddr> {
@@ -603,7 +603,6 @@ impl TryFrom<RawLimit> for LimitConfig {
         if quotas.len() > 8 {
             return Err(format!("limit {name:?}: at most 8 quotas per limit"));
         }
-        crate::scope::check_supported(r.scope).map_err(|e| format!("limit {name:?}: {e}"))?;
         let max_keys = r.max_keys.unwrap_or(DEFAULT_MAX_KEYS);
         if max_keys == 0 {
             return Err(format!("limit {name:?}: max_keys must be at least 1"));
@@ -623,7 +622,7 @@ impl TryFrom<RawLimit> for LimitConfig {
             ));
         }
         for h in &key.headers {
-            if axum::http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+            if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
                 return Err(format!("limit {name:?}: {h:?} is not a valid header name"));
             }
         }

@@ -5,15 +5,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::http::{HeaderName, HeaderValue};
 use drl_core::{Algorithm, Quota};
 use drl_store::LimitSpec;
+use http::{HeaderName, HeaderValue};
 
-use crate::config::envoy::{EnvoyDescriptor, EnvoyDomain, EnvoyLimitKind, Unit, composite};
-use crate::config::{Config, ConfigError, KeyConfig, ListenConfig, Scope, ServerConfig};
 use crate::headers;
 use crate::metrics::LimitMetrics;
 use crate::scope::{Backend, KeyBounds, Stores};
+use drl_config::envoy::{EnvoyDescriptor, EnvoyDomain, EnvoyLimitKind, Unit, composite};
+use drl_config::{Config, ConfigError, KeyConfig, ListenConfig, Scope, ServerConfig};
 
 type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
@@ -304,7 +304,7 @@ impl Limits {
 /// The bounds of every limit made from an Envoy descriptor (the file
 /// format has no field for them): the defaults.
 pub fn envoy_bounds() -> KeyBounds {
-    KeyBounds::keys(crate::config::DEFAULT_MAX_KEYS)
+    KeyBounds::keys(drl_config::DEFAULT_MAX_KEYS)
 }
 
 fn build_domain(
@@ -398,7 +398,7 @@ fn build_level(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config;
+    use drl_config as config;
 
     fn limits(yaml: &str) -> Limits {
         let cfg = config::parse(yaml, "<test>").unwrap();

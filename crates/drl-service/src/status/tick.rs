@@ -1,0 +1,97 @@
+//! The status page's once-a-second sample of the engine ([`spawn_sampler`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::history::LATENCY_EVERY;
+use super::topkeys::GENERATION_S;
+use super::{SeenMember, StatusHub};
+use crate::engine::Engine;
+
+impl StatusHub {
+    /// One sample, a second after the previous: per-limit counts, each
+    /// limit's top-keys sampling from its decisions per second since the
+    /// previous sample, latency snapshots every [`LATENCY_EVERY`] s, a new
+    /// top-keys generation every [`GENERATION_S`] s, gossip members.
+    pub fn tick(&self, engine: &Engine) {
+        if !self.enabled() {
+            return;
+        }
+        let limits = engine.limits();
+        let mut st = self.state();
+        st.ticks += 1;
+        let ticks = st.ticks;
+        let now = Instant::now();
+        // Seconds since the previous sample (a delayed tick must not
+        // read as a higher rate).
+        let secs = st
+            .last_tick
+            .replace(now)
+            .map_or(1.0, |t| now.duration_since(t).as_secs_f64().max(0.001));
+        let all: Vec<_> = limits
+            .limits
+            .iter()
+            .chain(limits.envoy_limits.iter())
+            .collect();
+        // Prune the series of removed limits once per reload, not every
+        // second (10,000 names hashed a second was most of the idle cost).
+        let at = std::sync::Arc::as_ptr(&*limits) as usize;
+        if st.pruned_for != at {
+            st.pruned_for = at;
+            let names: std::collections::HashSet<&str> = all.iter().map(|l| &*l.name).collect();
+            st.series.retain(|name, _| names.contains(name.as_str()));
+        }
+        for l in &all {
+            let (a, d, _) = l.metrics.totals();
+            // A limit that never decided has no history yet (and costs
+            // nothing here): its series starts at its first decision.
+            if (a, d) == (0, 0) && !st.series.contains_key(&*l.name) {
+                continue;
+            }
+            let s = st.series.entry(l.name.to_string()).or_default();
+            let decided = s.sample((a, d));
+            if let (Some(n), Some(t)) = (decided, l.metrics.status().and_then(|s| s.top_keys())) {
+                t.set_rate((n as f64 / secs) as u64);
+            }
+            if let Some(ls) = l.metrics.status()
+                && (ticks - 1) % LATENCY_EVERY == 0
+            {
+                s.snapshot_latency(ls.latency_snapshot());
+            }
+        }
+        if ticks % GENERATION_S == 0 {
+            for l in limits.limits.iter() {
+                if let Some(t) = l.metrics.status().and_then(|s| s.top_keys()) {
+                    t.rotate();
+                }
+            }
+        }
+        if let Some((_, store)) = engine.stores().gossip() {
+            let up = store.members();
+            for m in st.members.values_mut() {
+                m.up = false;
+            }
+            for m in up {
+                st.members.insert(
+                    m.id,
+                    SeenMember {
+                        addr: m.addr,
+                        up: true,
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// Samples `engine`'s status once a second while the runtime runs.
+pub fn spawn_sampler(engine: Arc<Engine>) {
+    tokio::spawn(async move {
+        let mut t = tokio::time::interval(Duration::from_secs(1));
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            t.tick().await;
+            engine.status.tick(&engine);
+        }
+    });
+}

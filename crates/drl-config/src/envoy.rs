@@ -315,7 +315,8 @@ pub fn composite(key: &str, value: Option<&str>) -> String {
 
 /// Parses one envoyproxy/ratelimit file.
 pub fn parse_domain(text: &str, source: &str) -> Result<EnvoyDomain, ConfigError> {
-    let d: EnvoyDomain = serde_norway::from_str(text).map_err(|e| crate::yaml_error(source, &e))?;
+    let d: EnvoyDomain =
+        serde_norway::from_str(text).map_err(|e| crate::yaml::yaml_error(source, &e))?;
     d.check(text, source)?;
     Ok(d)
 }

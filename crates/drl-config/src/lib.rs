@@ -11,6 +11,7 @@ pub mod envoy;
 pub mod limitador;
 mod native;
 pub mod sections;
+mod yaml;
 
 use std::path::Path;
 
@@ -23,15 +24,7 @@ pub use native::{
 pub const EMBEDDED_DEFAULT: &str = include_str!("default.yaml");
 
 pub use drl_core::ConfigError;
-
-/// A serde_norway error as a [`ConfigError`] at the place it reports.
-pub fn yaml_error(source_name: &str, e: &serde_norway::Error) -> ConfigError {
-    ConfigError::from_parser(
-        source_name,
-        e.to_string(),
-        e.location().map(|l| (l.line(), l.column())),
-    )
-}
+pub use yaml::yaml_error;
 
 /// Which format a file is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

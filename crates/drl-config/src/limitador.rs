@@ -136,7 +136,7 @@ pub fn looks_like(text: &str) -> bool {
 /// carry the line and column.
 pub fn parse(text: &str, source: &str) -> Result<Vec<LimitadorLimit>, ConfigError> {
     let raw: Vec<RawLimit> =
-        serde_norway::from_str(text).map_err(|e| crate::yaml_error(source, &e))?;
+        serde_norway::from_str(text).map_err(|e| crate::yaml::yaml_error(source, &e))?;
     let mut out = Vec::with_capacity(raw.len());
     // How often each condition/variable text was seen before: errors go to
     // the nth line holding it.

@@ -203,7 +203,7 @@ pub struct Limits {
     /// limitador limits files).
     pub envoy_limits: Vec<Arc<Limit>>,
     /// limitador limits by namespace (RLS domain).
-    pub limitador: crate::limitador::Namespaces,
+    pub limitador: crate::limitador::rules::Namespaces,
     /// True when every limit in `envoy_limits` is in memory (`local`): an
     /// Envoy RLS call then never waits on a store, and is answered without
     /// a future ([`crate::grpc::hot`]). Overrides are always in memory.
@@ -257,7 +257,7 @@ impl Limits {
             domains.insert(d.domain.clone(), level);
         }
         let limitador =
-            crate::limitador::build(&config.limitador, stores, source, &mut envoy_limits)?;
+            crate::limitador::rules::build(&config.limitador, stores, source, &mut envoy_limits)?;
         let rls_in_memory = envoy_limits.iter().all(|l| l.backend.local().is_some());
         let names = limits.iter().map(|l| Box::from(&*l.name)).collect();
         Ok(Limits {

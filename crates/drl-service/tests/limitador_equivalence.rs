@@ -242,7 +242,7 @@ impl Pair {
         let rules = limits.limitador.get(self.namespace).expect("namespace");
         let views: Vec<DescriptorView<'_>> = d.iter().map(DescriptorView::of).collect();
         let (allowed, _) =
-            drl_service::limitador::decide(&self.limitador, &limits, rules, &views, hits)
+            drl_service::limitador::decide::decide(&self.limitador, &limits, rules, &views, hits)
                 .await
                 .unwrap();
         allowed

@@ -168,7 +168,7 @@ pub async fn should_rate_limit_on<R>(
         && let Some(rules) = limits.limitador.get(req.domain)
     {
         let hits = u64::from(req.hits_addend.max(1));
-        let answer = drl_service::limitador::should_rate_limit(
+        let answer = drl_service::limitador::decide::should_rate_limit(
             engine,
             limits,
             rules,

@@ -17,8 +17,8 @@
 
 mod future;
 mod key;
+mod target;
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -28,32 +28,13 @@ use drl_core::Decision;
 use http::{HeaderValue, Request, Response, StatusCode};
 use tower::{Layer, Service};
 
+use self::future::BoxError;
 pub use self::future::ResponseFuture;
 pub use self::key::Key;
+pub use self::target::Target;
+use crate::client::Backend;
 use crate::extract::RequestView;
-use crate::{Backend, Client, Error};
-
-/// What to check for one request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    /// The configured limit's name.
-    pub limit: Cow<'static, str>,
-    /// The key within the limit (inline when short: see [`Key`]).
-    pub key: Key,
-    /// The cost.
-    pub cost: u64,
-}
-
-impl Target {
-    /// A check of `cost` on `limit` for `key`.
-    pub fn new(limit: impl Into<Cow<'static, str>>, key: impl Into<Key>, cost: u64) -> Self {
-        Self {
-            limit: limit.into(),
-            key: key.into(),
-            cost,
-        }
-    }
-}
+use crate::{Client, Error};
 
 /// Wraps services in [`RateLimit`].
 pub struct RateLimitLayer<F> {
@@ -148,8 +129,6 @@ impl<S, F> std::fmt::Debug for RateLimit<S, F> {
             .finish_non_exhaustive()
     }
 }
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The answer to a check that failed (not a denial).
 fn check_failed(e: &Error) -> Response<Body> {

@@ -6,9 +6,7 @@ pub mod memory;
 pub mod redis_store;
 pub mod resilient;
 pub mod spec;
-
-use async_trait::async_trait;
-use drl_core::{Decision, Nanos};
+pub mod store;
 
 pub use memory::MemoryStore;
 pub use redis_store::{Engine, RedisConfig, RedisStore, RedisTls, TimeSource};
@@ -17,56 +15,4 @@ pub use resilient::{
     ResilientStats,
 };
 pub use spec::LimitSpec;
-
-/// A store could not decide.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StoreError {
-    /// The backend did not answer within the configured timeout.
-    #[error("store timed out after {0} ms")]
-    Timeout(u64),
-    /// The circuit breaker is open: the backend is considered down.
-    #[error("store unavailable (circuit open)")]
-    Unavailable,
-    /// The backend answered with an error.
-    #[error("store error: {0}")]
-    Backend(String),
-    /// The request itself is invalid for this store.
-    #[error("invalid request: {0}")]
-    Invalid(String),
-}
-
-/// One decision to make: `cost` for `key` under `spec`.
-#[derive(Debug, Clone, Copy)]
-pub struct Check<'a> {
-    /// The limit (algorithm and quotas, all-or-nothing).
-    pub spec: &'a LimitSpec,
-    /// The limit key (e.g. a tenant id).
-    pub key: &'a str,
-    /// The cost; 0 is a query.
-    pub cost: u64,
-    /// The caller's clock. Stores configured to use their own clock (Redis
-    /// `TIME`) ignore it.
-    pub now: Nanos,
-}
-
-/// Where rate-limit state lives. Implementations decide exactly as
-/// `docs/semantics.md` says (the same decisions as drl-core on the same trace).
-#[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// Decides one request (all quotas of `check.spec` all-or-nothing).
-    async fn decide(&self, check: Check<'_>) -> Result<Decision, StoreError>;
-
-    /// Decides several independent requests, answering in order. Backends
-    /// that can (Redis) pipeline them in one round trip.
-    async fn decide_many(&self, checks: &[Check<'_>]) -> Vec<Result<Decision, StoreError>> {
-        let mut out = Vec::with_capacity(checks.len());
-        for c in checks {
-            out.push(self.decide(*c).await);
-        }
-        out
-    }
-
-    /// The configuration changed: keep state for `specs` that are unchanged,
-    /// drop state of limits that are gone or changed.
-    fn retain(&self, _specs: &[LimitSpec]) {}
-}
+pub use store::{Check, Store, StoreError};

@@ -12,7 +12,8 @@ use bytes::Bytes;
 use http::{HeaderValue, Response};
 use pin_project_lite::pin_project;
 
-use super::BoxError;
+/// A boxed error of the wrapped service or its body.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A remote check and then the service, boxed.
 pub(super) type BoxedCall<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;

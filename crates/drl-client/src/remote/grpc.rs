@@ -5,7 +5,7 @@ use tonic::Code;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
-use super::{Item, SendError, SendFuture, Transport, decision};
+use super::transport::{Item, SendError, SendFuture, Transport, decision};
 use crate::Error;
 
 /// drl's native API (`crates/drl-api/proto/drl/v1/ratelimit.proto`).

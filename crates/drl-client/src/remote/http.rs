@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Item, SendError, SendFuture, Transport, decision};
+use super::transport::{Item, SendError, SendFuture, Transport, decision};
 use crate::Error;
 
 pub(crate) struct Http {

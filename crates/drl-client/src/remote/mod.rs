@@ -12,9 +12,8 @@
 
 mod grpc;
 mod http;
+mod transport;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -25,32 +24,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use crate::config::ClientConfig;
 use crate::policy::{FailurePolicy, Fallback};
 use crate::{CacheConfig, Error};
-
-/// One check on the wire.
-#[derive(Debug, Clone)]
-pub(crate) struct Item {
-    pub(crate) limit: String,
-    pub(crate) key: String,
-    pub(crate) cost: u64,
-}
-
-/// Why a batch got no decisions.
-#[derive(Debug, Clone)]
-pub(crate) enum SendError {
-    /// The service could not be reached or did not answer: the failure
-    /// policy applies.
-    Unavailable(String),
-    /// The service refused the batch (bad limit, key, cost, token).
-    Refused { not_found: bool, message: String },
-}
-
-/// Boxed future of one batch.
-pub(crate) type SendFuture = Pin<Box<dyn Future<Output = Result<Vec<Decision>, SendError>> + Send>>;
-
-/// A wire protocol: sends one batch, answers its decisions in order.
-pub(crate) trait Transport: Send + Sync + 'static {
-    fn send(&self, batch: Vec<Item>) -> SendFuture;
-}
+pub(crate) use transport::{Item, SendError, Transport};
 
 /// The wire protocol of a [`RemoteBuilder`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -325,40 +299,5 @@ async fn send_timed(
             "no answer within the deadline ({} ms)",
             deadline.as_millis()
         ))),
-    }
-}
-
-/// Milliseconds (as the APIs give them) to a decision's nanoseconds.
-pub(crate) fn ms(v: u64) -> u64 {
-    v.saturating_mul(1_000_000)
-}
-
-/// A decision from the wire fields.
-pub(crate) fn decision(
-    allowed: bool,
-    limit: u64,
-    remaining: u64,
-    retry_after_ms: Option<u64>,
-    reset_after_ms: u64,
-    delay_ms: u64,
-    reason: &str,
-) -> Decision {
-    Decision {
-        allowed,
-        remaining,
-        limit,
-        retry_after: if allowed {
-            Some(0)
-        } else {
-            retry_after_ms.map(ms)
-        },
-        reset_after: ms(reset_after_ms),
-        delay: ms(delay_ms),
-        reason: match reason {
-            "over_limit" => Some(drl_core::DenyReason::OverLimit),
-            "cost_exceeds_capacity" => Some(drl_core::DenyReason::CostExceedsCapacity),
-            _ if allowed => None,
-            _ => Some(drl_core::DenyReason::OverLimit),
-        },
     }
 }

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::transport::fault::FaultConfig;
 use crate::transport::{ClusterKey, KeyRing};
 
-use super::OrbitError;
+use super::error::OrbitError;
 
 const MS: Nanos = 1_000_000;
 

@@ -17,8 +17,9 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::config::OrbitConfig;
+use super::error::OrbitError;
+use super::ring_id::limit_id;
 use super::wire::{self, Payload, Reassembler};
-use super::{OrbitError, limit_id};
 use crate::transport::fault::{FaultHandle, FaultyTransport};
 use crate::transport::{
     Datagram, Transport, TransportError, TransportStats, UdpTransport, channel,

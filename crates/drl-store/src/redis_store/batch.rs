@@ -26,8 +26,9 @@ use redis::cluster_routing::Slot;
 use redis::{Arg, Cmd, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use super::conn::{Conn, backend, is_noscript};
 use super::script::{self, Kind};
-use super::{Conn, Engine, backend, is_noscript, module};
+use super::{Engine, module};
 use crate::StoreError;
 
 /// Which calls a decision may share: the same script and, on a cluster,

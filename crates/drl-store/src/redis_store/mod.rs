@@ -21,6 +21,7 @@
 //! See `docs/redis.md` for the configuration and the arithmetic.
 
 pub(crate) mod batch;
+pub(crate) mod conn;
 pub(crate) mod credentials;
 pub(crate) mod errors;
 pub(crate) mod module;
@@ -36,12 +37,12 @@ use async_trait::async_trait;
 use drl_core::Decision;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
-use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::{Cmd, ErrorKind, IntoConnectionInfo, RedisError, ServerErrorKind, Value};
+use redis::{Cmd, IntoConnectionInfo, RedisError};
 use serde::{Deserialize, Serialize};
 
 use crate::{Check, LimitSpec, Store, StoreError};
+use conn::{Conn, backend};
 use credentials::{Credentials, redact};
 pub use tls::RedisTls;
 
@@ -321,21 +322,6 @@ impl std::fmt::Debug for RedisConfig {
     }
 }
 
-#[derive(Clone)]
-pub(crate) enum Conn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-impl Conn {
-    pub(crate) async fn query(&self, cmd: &Cmd) -> redis::RedisResult<Value> {
-        match self {
-            Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
-            Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await,
-        }
-    }
-}
-
 /// Rate-limit state in Redis or Redis Cluster (see the module docs).
 #[derive(Clone)]
 pub struct RedisStore {
@@ -351,21 +337,6 @@ impl std::fmt::Debug for RedisStore {
             .field("shas", &self.shared.shas)
             .finish_non_exhaustive()
     }
-}
-
-/// A redis error as a store error. Connection-level timeouts (the
-/// `response_timeout_ms` of the config) are reported as `Timeout(0)` when
-/// the configured value is not at hand; [`RedisStore`] methods fill it in.
-pub(crate) fn backend(e: RedisError) -> StoreError {
-    if e.is_timeout() {
-        StoreError::Timeout(0)
-    } else {
-        StoreError::Backend(errors::describe(&e))
-    }
-}
-
-pub(crate) fn is_noscript(e: &RedisError) -> bool {
-    e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
 }
 
 impl RedisStore {

@@ -22,7 +22,7 @@ use drl_redis_wire::decide_spec::{self, Clock};
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{Cmd, RedisError, Value};
 
-use super::{Conn, backend};
+use super::conn::{Conn, backend};
 use crate::{LimitSpec, StoreError};
 
 /// The protocol version `DRL.VERSION` must answer.

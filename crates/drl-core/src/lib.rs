@@ -21,7 +21,7 @@ pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use config_error::ConfigError;
 pub use decision::{Decision, DenyReason};
 pub use keyed::{AtomicLimiter, KeyBytes, KeyedConfig, KeyedLimiter, KeyedStats};
-pub use limiter::{Limiter, State};
+pub use limiter::{Limiter, Mark, State};
 pub use multi::MultiLimiter;
 pub use quota::{Quota, QuotaError};
 pub use time::{Clock, ManualClock, Nanos, SystemClock};

@@ -38,6 +38,16 @@ use crate::decision::{Decision, DenyReason};
 use crate::quota::Quota;
 use crate::time::Nanos;
 
+/// The nanoseconds a refund of `units` returns to a bucket-family state at
+/// (clamped) `now`, for a reservation whose admission left the theoretical
+/// arrival time at `mark`: `min(units * T, mark - now)`, 0 once `now >=
+/// mark`. What of the reservation is still ahead of `now` can be given back;
+/// what time has already drained cannot (docs/semantics.md).
+pub(crate) fn refund_ns(quota: &Quota, now: Nanos, mark: u64, units: u64) -> u64 {
+    let per = units as u128 * quota.emission_interval() as u128;
+    sat(per.min(mark.saturating_sub(now) as u128))
+}
+
 /// Saturates a `u128` into a `u64`.
 pub(crate) fn sat(x: u128) -> u64 {
     u64::try_from(x).unwrap_or(u64::MAX)

@@ -1,6 +1,10 @@
 //! Sliding window counter (Cloudflare style), strict form: the estimate
 //! `prev * (window - elapsed) / window + curr` never exceeds `limit`,
 //! checked in exact integers.
+//!
+//! **Debt.** A charge may take `curr` past `limit` (saturating at
+//! `2^64 - 1`); requests are denied until the weighted estimate is back
+//! within the limit (at the latest, two windows later).
 
 use super::{impossible, sat};
 use crate::decision::{Decision, DenyReason};
@@ -112,6 +116,49 @@ pub fn commit(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
         prev,
         curr: curr + cost,
     };
+}
+
+/// Consumes `cost` at `now` whatever the estimate (`curr` may pass `limit`).
+pub fn charge(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
+    if cost == 0 {
+        return;
+    }
+    let now = now.max(s.last);
+    let index = now / quota.window();
+    let (prev, curr) = counts_at(s, index);
+    *s = State {
+        last: now,
+        index,
+        prev,
+        curr: curr.saturating_add(cost),
+    };
+}
+
+/// Returns up to `units` of a reservation admitted in window `mark`: from
+/// `curr` while that window lasts, from `prev` during the next one,
+/// nothing later.
+pub fn refund(quota: &Quota, s: &mut State, now: Nanos, mark: u64, units: u64) {
+    let now = now.max(s.last);
+    let index = now / quota.window();
+    let (mut prev, mut curr) = counts_at(s, index);
+    if index == mark {
+        curr -= units.min(curr);
+    } else if index == mark.wrapping_add(1) {
+        prev -= units.min(prev);
+    } else {
+        return;
+    }
+    *s = State {
+        last: now,
+        index,
+        prev,
+        curr,
+    };
+}
+
+/// The window index of (clamped) `now`.
+pub fn mark(quota: &Quota, s: &State, now: Nanos) -> u64 {
+    now.max(s.last) / quota.window()
 }
 
 /// True when both counts are zero (or rolled out) at `now`.

@@ -14,7 +14,9 @@ pub mod decision;
 pub mod keyed;
 pub mod limiter;
 pub mod multi;
+pub mod ledger;
 pub mod quota;
+pub mod reservation;
 pub mod time;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
@@ -23,5 +25,7 @@ pub use decision::{Decision, DenyReason};
 pub use keyed::{AtomicLimiter, KeyBytes, KeyedConfig, KeyedLimiter, KeyedStats};
 pub use limiter::{Limiter, Mark, State};
 pub use multi::MultiLimiter;
+pub use ledger::Ledger;
 pub use quota::{Quota, QuotaError};
+pub use reservation::{Reservation, Settlement};
 pub use time::{Clock, ManualClock, Nanos, SystemClock};

@@ -32,6 +32,7 @@
 //! limiter". Size `max_keys` so that `evicted_live` stays at zero.
 
 pub mod cell;
+mod costs;
 mod direct;
 mod envelope;
 mod slot;

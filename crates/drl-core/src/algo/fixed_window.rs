@@ -54,7 +54,8 @@ pub fn step(quota: &Quota, s: &State, now: Nanos, cost: u64) -> (Decision, Optio
             None,
         );
     }
-    if cost <= limit.saturating_sub(count) {
+    // `count` may pass `limit` (debt): then nothing fits, not even a query.
+    if count.checked_add(cost).is_some_and(|after| after <= limit) {
         let after = count + cost;
         let d = Decision {
             allowed: true,

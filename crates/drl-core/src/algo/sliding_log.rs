@@ -53,7 +53,8 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
     if cost > limit {
         return impossible(quota, limit.saturating_sub(used), reset_live);
     }
-    if cost <= limit.saturating_sub(used) {
+    // `used` may pass `limit` (debt): then nothing fits, not even a query.
+    if used.checked_add(cost).is_some_and(|after| after <= limit) {
         Decision {
             allowed: true,
             remaining: limit.saturating_sub(used) - cost,
@@ -70,7 +71,7 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
         let mut retry = reset_live;
         for &(ts, c) in s.log.range(live..) {
             left = left.saturating_sub(c);
-            if cost <= limit.saturating_sub(left) {
+            if left.checked_add(cost).is_some_and(|x| x <= limit) {
                 retry = expires_in(quota, ts, now);
                 break;
             }

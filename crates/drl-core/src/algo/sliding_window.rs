@@ -59,7 +59,7 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
         return impossible(quota, remaining_with(curr), reset(curr));
     }
     // `curr + cost <= limit` first, so the products below stay in u128.
-    let fits = cost <= limit.saturating_sub(curr)
+    let fits = curr.checked_add(cost).is_some_and(|x| x <= limit)
         && weighted
             .checked_add((curr + cost) as u128 * w)
             .is_some_and(|x| x <= limit as u128 * w);
@@ -77,7 +77,7 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
     }
     // Shortest wait: prev's weight falls while this window lasts; after the
     // rollover `curr` becomes the weighted count and falls in turn.
-    let retry = if cost <= limit.saturating_sub(curr) {
+    let retry = if curr.checked_add(cost).is_some_and(|x| x <= limit) {
         // Fits within this window once prev * (to_end - wait) <= room * w.
         let room = (limit - curr - cost) as u128 * w;
         to_end - room / prev as u128
@@ -141,13 +141,17 @@ pub fn refund(quota: &Quota, s: &mut State, now: Nanos, mark: u64, units: u64) {
     let now = now.max(s.last);
     let index = now / quota.window();
     let (mut prev, mut curr) = counts_at(s, index);
-    if index == mark {
-        curr -= units.min(curr);
+    let count = if index == mark {
+        &mut curr
     } else if index == mark.wrapping_add(1) {
-        prev -= units.min(prev);
+        &mut prev
     } else {
         return;
+    };
+    if units == 0 || *count == 0 {
+        return;
     }
+    *count -= units.min(*count);
     *s = State {
         last: now,
         index,

@@ -22,11 +22,17 @@ enum Model {
     /// Token bucket, leaky meter, GCRA, shaper: a theoretical arrival time.
     Tat { last: u64, tat: u128, shaper: bool },
     /// Fixed window: a count per window index.
-    Fixed { last: u64, counts: HashMap<u64, u64> },
+    Fixed {
+        last: u64,
+        counts: HashMap<u64, u64>,
+    },
     /// Sliding log: every admission and charge, unmerged.
     Log { last: u64, log: Vec<(u64, u64)> },
     /// Sliding window: a count per window index.
-    Sliding { last: u64, counts: HashMap<u64, u64> },
+    Sliding {
+        last: u64,
+        counts: HashMap<u64, u64>,
+    },
 }
 
 fn denied(q: &Quota, remaining: u64, retry: Option<u64>, reset: u64) -> Decision {
@@ -59,7 +65,9 @@ fn admitted(q: &Quota, remaining: u64, reset: u64, delay: u64) -> Decision {
 
 /// The least `d >= 1` (up to `limit`) with `fits(t + d)`.
 fn shortest_wait(t: u64, limit: u64, fits: impl Fn(u64) -> bool) -> u64 {
-    (1..=limit).find(|&d| fits(t + d)).expect("fits within the bound")
+    (1..=limit)
+        .find(|&d| fits(t + d))
+        .expect("fits within the bound")
 }
 
 impl Model {
@@ -128,7 +136,12 @@ impl Model {
                     let delay = if *shaper && c > 0 { queued as u64 } else { 0 };
                     admitted(q, room(queued + need), (queued + need) as u64, delay)
                 } else {
-                    denied(q, room(queued), Some((queued + need - cap) as u64), queued as u64)
+                    denied(
+                        q,
+                        room(queued),
+                        Some((queued + need - cap) as u64),
+                        queued as u64,
+                    )
                 }
             }
             Model::Fixed { counts, .. } => {
@@ -175,7 +188,11 @@ impl Model {
                 let (w128, l128) = (w as u128, limit as u128);
                 let at = |s: u64, extra: u64| {
                     let i = s / w;
-                    let prev = if i == 0 { 0 } else { counts.get(&(i - 1)).copied().unwrap_or(0) };
+                    let prev = if i == 0 {
+                        0
+                    } else {
+                        counts.get(&(i - 1)).copied().unwrap_or(0)
+                    };
                     let curr = counts.get(&i).copied().unwrap_or(0) + extra;
                     let weighted = prev as u128 * (w128 - (s % w) as u128);
                     (prev, curr, weighted)
@@ -273,7 +290,11 @@ impl Model {
             Model::Sliding { counts, .. } => {
                 let i = t / w;
                 let n = counts.entry(mark).or_default();
-                let back = if i == mark || i == mark + 1 { units.min(*n) } else { 0 };
+                let back = if i == mark || i == mark + 1 {
+                    units.min(*n)
+                } else {
+                    0
+                };
                 *n -= back;
                 back > 0
             }
@@ -385,10 +406,21 @@ fn replay(alg: Algorithm, q: Quota, steps: &[(u64, u64, Op)]) -> Result<(), Test
                 } else {
                     model.query(&q, now)
                 };
-                prop_assert_eq!(got.decision, want, "settle {} of {} at {}", actual, cost, now);
+                prop_assert_eq!(
+                    got.decision,
+                    want,
+                    "settle {} of {} at {}",
+                    actual,
+                    cost,
+                    now
+                );
                 prop_assert_eq!(got.expired, expired);
                 prop_assert_eq!(got.charged, actual.saturating_sub(cost));
-                let refunded = if expired { 0 } else { cost.saturating_sub(actual) };
+                let refunded = if expired {
+                    0
+                } else {
+                    cost.saturating_sub(actual)
+                };
                 prop_assert_eq!(got.refunded, refunded);
             }
             Op::Settle(..) | Op::Release(_) => {}
@@ -551,10 +583,8 @@ proptest! {
 fn the_token_quota_scenario_admits_three_and_denies_the_fourth() {
     let q = Quota::parse("2/min").unwrap();
     for alg in Algorithm::ALL {
-        let keyed = KeyedLimiter::<String>::new(
-            MultiLimiter::uniform(alg, &[q]),
-            KeyedConfig::default(),
-        );
+        let keyed =
+            KeyedLimiter::<String>::new(MultiLimiter::uniform(alg, &[q]), KeyedConfig::default());
         let t0 = 60_000_000_000 * 1_000;
         let mut answers = Vec::new();
         for i in 0..4u64 {
@@ -571,8 +601,16 @@ fn the_token_quota_scenario_admits_three_and_denies_the_fourth() {
         let d = keyed.check("service_2", t0 + 4_000_000, 0);
         assert!(!d.allowed && d.remaining == 0, "{alg}: {d:?}");
         let wait = d.retry_after.expect("time repays a debt");
-        assert!(!keyed.check("service_2", t0 + 4_000_000 + wait - 1, 0).allowed, "{alg}");
-        assert!(keyed.check("service_2", t0 + 4_000_000 + wait, 0).allowed, "{alg}");
+        assert!(
+            !keyed
+                .check("service_2", t0 + 4_000_000 + wait - 1, 0)
+                .allowed,
+            "{alg}"
+        );
+        assert!(
+            keyed.check("service_2", t0 + 4_000_000 + wait, 0).allowed,
+            "{alg}"
+        );
     }
 }
 
@@ -583,7 +621,10 @@ fn a_charge_above_capacity_is_consumed_and_repaid_by_time() {
     for alg in Algorithm::ALL {
         let l = Limiter::new(alg, q);
         let mut s = l.new_state();
-        assert_eq!(l.decide(&mut s, 5_000, 25).reason, Some(DenyReason::CostExceedsCapacity));
+        assert_eq!(
+            l.decide(&mut s, 5_000, 25).reason,
+            Some(DenyReason::CostExceedsCapacity)
+        );
         let d = l.charge(&mut s, 5_000, 25);
         assert!(!d.allowed, "{alg}: {d:?}");
         assert_eq!(d.reason, Some(DenyReason::OverLimit), "{alg}");

@@ -62,7 +62,11 @@ fn racing_settles_end_in_the_sequential_state() {
                 sequential.settle(r, now, actual(i));
                 sequential.charge(&9, now, 1);
             }
-            assert_eq!(raced.snapshot(&9), sequential.snapshot(&9), "{alg}, two: {two}");
+            assert_eq!(
+                raced.snapshot(&9),
+                sequential.snapshot(&9),
+                "{alg}, two: {two}"
+            );
             // And the state counts exactly what was spent.
             let spent: u64 = (0..N).map(|i| actual(i) + 1).sum();
             let d = raced.check(&9, now, 0);
@@ -92,9 +96,18 @@ fn a_flood_of_keys_never_forgives_a_debt() {
             keyed.charge(&k, t, 5_000);
         }
         assert!(keyed.stats().evicted_live > 0, "{alg}");
-        assert!(keyed.snapshot(&0).is_none(), "{alg}: the victim was evicted");
-        assert!(!keyed.check(&0, t, 0).allowed, "{alg}: query after the flood");
-        assert!(!keyed.decide(&0, t, 1).allowed, "{alg}: take after the flood");
+        assert!(
+            keyed.snapshot(&0).is_none(),
+            "{alg}: the victim was evicted"
+        );
+        assert!(
+            !keyed.check(&0, t, 0).allowed,
+            "{alg}: query after the flood"
+        );
+        assert!(
+            !keyed.decide(&0, t, 1).allowed,
+            "{alg}: take after the flood"
+        );
     }
 }
 
@@ -137,7 +150,13 @@ fn replay(
             _ => {
                 let got = keyed.charge(&k, now, cost * 3);
                 let d = m.charge(states, now, cost * 3);
-                prop_assert!(!got.allowed || d.allowed, "key {} charge at {}: {:?}", k, now, d);
+                prop_assert!(
+                    !got.allowed || d.allowed,
+                    "key {} charge at {}: {:?}",
+                    k,
+                    now,
+                    d
+                );
             }
         }
     }
@@ -184,7 +203,10 @@ fn the_ledger_hands_back_a_reservation_once_and_only_for_its_key() {
     let mut ledger = Ledger::new(2);
     let (_, r) = keyed.reserve("a", 1_000, 4, 500);
     let id = ledger.insert(r.unwrap(), 1_000);
-    assert!(ledger.take(id, "b").is_none(), "another key's id settles nothing");
+    assert!(
+        ledger.take(id, "b").is_none(),
+        "another key's id settles nothing"
+    );
     let r = ledger.take(id, "a").expect("held");
     assert!(ledger.take(id, "a").is_none(), "taken once");
     let s = keyed.release(r, 1_100);

@@ -87,7 +87,10 @@ pub fn step(quota: &Quota, s: &State, now: Nanos, cost: u64) -> (Decision, Optio
     let now = now.max(s.last);
     let c = credit_at(quota, s, now);
     if cost > quota.burst() {
-        return (impossible(quota, permits(quota, c), to_full(quota, c)), None);
+        return (
+            impossible(quota, permits(quota, c), to_full(quota, c)),
+            None,
+        );
     }
     let need = (cost * quota.emission_interval()) as i128;
     if c >= need {

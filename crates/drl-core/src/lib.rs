@@ -1,5 +1,6 @@
 //! drl-core: the seven local rate-limiting algorithms of the contract in
-//! `docs/semantics.md`, multi-limit decisions, and a concurrent keyed
+//! `docs/semantics.md`, multi-limit decisions, costs known afterwards
+//! (check, charge into debt, reserve and settle), and a concurrent keyed
 //! limiter with bounded memory. Pure and synchronous: time is always
 //! passed in as `u64` nanoseconds; the decisions read no clock and do no
 //! I/O ([`time`] holds the clocks callers read, through rustix's safe

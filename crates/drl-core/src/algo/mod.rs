@@ -5,8 +5,15 @@
 //! bit, and multi-limit all-or-nothing is `check` everything, then `commit`
 //! everything.
 //!
+//! Costs known afterwards (docs/semantics.md): each module also has
+//! `charge` (consume whatever the state holds, into debt if need be),
+//! `mark` (what a reservation admitted at `now` keeps) and `refund` (give
+//! back what of a reservation still holds the state back). These write;
+//! checks, denials and queries still never do.
+//!
 //! Clock clamping: each state remembers `last`, the `now` of the last
-//! admitted request of non-zero cost; an earlier `now` is treated as `last`.
+//! write (an admission of non-zero cost, a charge, a refund); an earlier
+//! `now` is treated as `last`.
 
 /// Defines `check` and `commit` of an algorithm module from its `step`
 /// (decision and next state in one pass).

@@ -355,44 +355,102 @@ fn steps() -> impl Strategy<Value = Vec<(u64, u64, Op)>> {
     )
 }
 
+/// One model per quota of a multi-quota limit: all-or-nothing takes, every
+/// quota charged and refunded on its own, answers combined.
+struct Models(Vec<(Quota, Model)>);
+
+impl Models {
+    fn new(alg: Algorithm, quotas: &[Quota]) -> Self {
+        Models(quotas.iter().map(|q| (*q, Model::new(alg))).collect())
+    }
+
+    fn combine(parts: Vec<Decision>) -> Decision {
+        Decision::combine(&parts).unwrap()
+    }
+
+    fn take(&mut self, now: u64, c: u64, commit: bool) -> Decision {
+        let all = Self::combine(
+            self.0
+                .iter_mut()
+                .map(|(q, m)| m.take(q, now, c, false))
+                .collect(),
+        );
+        if commit && all.allowed {
+            for (q, m) in &mut self.0 {
+                m.take(q, now, c, true);
+            }
+        }
+        all
+    }
+
+    fn query(&mut self, now: u64) -> Decision {
+        self.take(now, 0, false)
+    }
+
+    fn charge(&mut self, now: u64, c: u64) -> Decision {
+        Self::combine(
+            self.0
+                .iter_mut()
+                .map(|(q, m)| m.charge(q, now, c))
+                .collect(),
+        )
+    }
+
+    fn marks(&self, now: u64) -> Vec<u64> {
+        self.0.iter().map(|(q, m)| m.mark(q, now)).collect()
+    }
+
+    fn refund(&mut self, now: u64, marks: &[u64], u: u64) -> Decision {
+        Self::combine(
+            self.0
+                .iter_mut()
+                .zip(marks)
+                .map(|((q, m), &mark)| m.refund(q, now, mark, u))
+                .collect(),
+        )
+    }
+}
+
 /// Replays `steps` on a keyed limiter (one key, never evicted) and on the
-/// model; every answer must agree field for field.
-fn replay(alg: Algorithm, q: Quota, steps: &[(u64, u64, Op)]) -> Result<(), TestCaseError> {
-    let keyed = KeyedLimiter::<u32>::new(MultiLimiter::uniform(alg, &[q]), KeyedConfig::default());
+/// models; every answer must agree field for field.
+fn replay(alg: Algorithm, quotas: &[Quota], steps: &[(u64, u64, Op)]) -> Result<(), TestCaseError> {
+    let keyed =
+        KeyedLimiter::<u32>::new(MultiLimiter::uniform(alg, quotas), KeyedConfig::default());
     let clock = ManualClock::new(1_000);
-    let mut model = Model::new(alg);
-    let mut open: Vec<(Reservation<u32>, u64)> = Vec::new();
+    let mut model = Models::new(alg, quotas);
+    let mut open: Vec<(Reservation<u32>, Vec<u64>)> = Vec::new();
     for (dt, back, op) in steps {
         clock.advance(*dt);
         let now = drl_core::Clock::now(&clock).saturating_sub(*back);
         match *op {
             Op::Take(c) => {
                 let got = keyed.decide(&7, now, c);
-                prop_assert_eq!(got, model.take(&q, now, c, true), "take {} at {}", c, now);
+                prop_assert_eq!(got, model.take(now, c, true), "take {} at {}", c, now);
             }
             Op::Check(c) => {
                 let got = keyed.check(&7, now, c);
-                prop_assert_eq!(got, model.take(&q, now, c, false), "check {} at {}", c, now);
+                prop_assert_eq!(got, model.take(now, c, false), "check {} at {}", c, now);
             }
             Op::Charge(c) => {
                 let got = keyed.charge(&7, now, c);
-                prop_assert_eq!(got, model.charge(&q, now, c), "charge {} at {}", c, now);
+                prop_assert_eq!(got, model.charge(now, c), "charge {} at {}", c, now);
             }
             Op::Reserve(c, ttl) => {
                 let (got, r) = keyed.reserve(&7, now, c, ttl);
-                let want = model.take(&q, now, c, true);
+                let want = model.take(now, c, true);
                 prop_assert_eq!(got, want, "reserve {} at {}", c, now);
                 prop_assert_eq!(r.is_some(), want.allowed);
                 if let Some(r) = r {
-                    let mark = model.mark(&q, now);
-                    prop_assert_eq!(r.marks(), &[Mark(mark)][..]);
+                    let marks = model.marks(now);
+                    let want: Vec<Mark> = marks.iter().map(|&m| Mark(m)).collect();
+                    prop_assert_eq!(r.marks(), &want[..]);
                     prop_assert_eq!((r.cost(), r.expires_at()), (c, now + ttl));
-                    open.push((r, mark));
+                    open.push((r, marks));
                 }
             }
             Op::Settle(i, _) | Op::Release(i) if !open.is_empty() => {
                 let actual = if let Op::Settle(_, a) = *op { a } else { 0 };
-                let (r, mark) = open.swap_remove(i % open.len());
+                let (r, marks) = open.swap_remove(i % open.len());
                 let (cost, expired) = (r.cost(), now >= r.expires_at());
                 let got = if let Op::Settle(..) = op {
                     keyed.settle(r, now, actual)
@@ -400,11 +458,11 @@ fn replay(alg: Algorithm, q: Quota, steps: &[(u64, u64, Op)]) -> Result<(), Test
                     keyed.release(r, now)
                 };
                 let want = if actual > cost {
-                    model.charge(&q, now, actual - cost)
+                    model.charge(now, actual - cost)
                 } else if actual < cost && !expired {
-                    model.refund(&q, now, mark, cost - actual)
+                    model.refund(now, &marks, cost - actual)
                 } else {
-                    model.query(&q, now)
+                    model.query(now)
                 };
                 prop_assert_eq!(
                     got.decision,
@@ -434,37 +492,53 @@ proptest! {
 
     #[test]
     fn token_bucket_matches_the_model(q in quota(), s in steps()) {
-        replay(Algorithm::TokenBucket, q, &s)?;
+        replay(Algorithm::TokenBucket, &[q], &s)?;
     }
 
     #[test]
     fn leaky_bucket_matches_the_model(q in quota(), s in steps()) {
-        replay(Algorithm::LeakyBucket, q, &s)?;
+        replay(Algorithm::LeakyBucket, &[q], &s)?;
     }
 
     #[test]
     fn gcra_matches_the_model(q in quota(), s in steps()) {
-        replay(Algorithm::Gcra, q, &s)?;
+        replay(Algorithm::Gcra, &[q], &s)?;
     }
 
     #[test]
     fn leaky_queue_matches_the_model(q in quota(), s in steps()) {
-        replay(Algorithm::LeakyQueue, q, &s)?;
+        replay(Algorithm::LeakyQueue, &[q], &s)?;
     }
 
     #[test]
     fn fixed_window_matches_the_model(q in quota(), s in steps()) {
-        replay(Algorithm::FixedWindow, q, &s)?;
+        replay(Algorithm::FixedWindow, &[q], &s)?;
     }
 
     #[test]
     fn sliding_log_matches_the_model(q in quota(), s in steps()) {
-        replay(Algorithm::SlidingLog, q, &s)?;
+        replay(Algorithm::SlidingLog, &[q], &s)?;
     }
 
     #[test]
     fn sliding_window_matches_the_model(q in quota(), s in steps()) {
-        replay(Algorithm::SlidingWindow, q, &s)?;
+        replay(Algorithm::SlidingWindow, &[q], &s)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Two quotas at once (per-key mutexes): takes and reservations
+    /// all-or-nothing, charges and refunds in each quota on its own.
+    #[test]
+    fn two_quotas_match_the_models(
+        alg in prop::sample::select(Algorithm::ALL.to_vec()),
+        q1 in quota(),
+        q2 in quota(),
+        s in steps(),
+    ) {
+        replay(alg, &[q1, q2], &s)?;
     }
 }
 

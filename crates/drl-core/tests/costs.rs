@@ -251,7 +251,23 @@ impl Model {
                 Model::Fixed { counts, .. } | Model::Sliding { counts, .. } => {
                     *counts.entry(t / w).or_default() += c;
                 }
-                Model::Log { log, .. } => log.push((t, c)),
+                Model::Log { log, .. } => {
+                    log.push((t, c));
+                    // At most `limit` distinct live stamps: the oldest
+                    // moves to the next (counted longer).
+                    log.retain(|e| t - e.0 < w);
+                    loop {
+                        let mut stamps: Vec<u64> = log.iter().map(|e| e.0).collect();
+                        stamps.sort_unstable();
+                        stamps.dedup();
+                        if stamps.len() as u64 <= q.limit() {
+                            break;
+                        }
+                        for e in log.iter_mut().filter(|e| e.0 == stamps[0]) {
+                            e.0 = stamps[1];
+                        }
+                    }
+                }
             }
             self.set_last(t);
         }

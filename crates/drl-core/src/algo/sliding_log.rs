@@ -2,8 +2,8 @@
 //! entry logged at `ts` counts while `now - ts < window`.
 //!
 //! Entries with the same timestamp are merged, so the log holds at most
-//! `min(limit, distinct admission times in one window)` entries (charges
-//! add one entry per distinct stamp too).
+//! `min(limit, distinct admission times in one window)` entries; a charge
+//! that would pass `limit` entries folds the oldest into the next.
 //!
 //! **Debt.** A charge logs its cost whatever is used, so `used` may pass
 //! `limit` (sums saturate at `2^64 - 1`); requests are denied until enough
@@ -103,9 +103,17 @@ pub fn commit(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
     s.last = now;
 }
 
-/// Logs `cost` at `now` whatever is used (it may pass `limit`).
+/// Logs `cost` at `now` whatever is used (it may pass `limit`). The log
+/// keeps at most `limit` entries: past that, the oldest entry's cost moves
+/// into the next one, which counts it longer (stricter, never laxer), so
+/// a flood of charges at distinct stamps cannot grow it.
 pub fn charge(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
     commit(quota, s, now, cost);
+    while s.log.len() as u64 > quota.limit() {
+        let (_, c) = s.log.pop_front().expect("longer than limit >= 1");
+        let next = &mut s.log[0].1;
+        *next = next.saturating_add(c);
+    }
 }
 
 /// Returns up to `units` of a reservation logged at `mark`, while its entry

@@ -128,3 +128,50 @@ impl Limiter {
         );
     }
 }
+
+/// What a reservation keeps, per quota, to bound its refund: for token
+/// bucket, leaky meter, GCRA and the shaper the theoretical arrival time
+/// its admission left; for the fixed and sliding windows the index of its
+/// window; for the sliding log the stamp it was logged at
+/// (docs/semantics.md, "Costs known afterwards").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Mark(pub u64);
+
+/// Costs known afterwards: charge, reserve and refund
+/// (docs/semantics.md, "Costs known afterwards").
+impl Limiter {
+    /// Consumes `cost` at `now` whatever the state holds: a cost that does
+    /// not fit (even one above the capacity) takes the state into debt,
+    /// and every request is denied until time has repaid it. Returns what
+    /// a query (`cost = 0`) gets right after: `allowed` is false exactly
+    /// when the state is in debt.
+    pub fn charge(&self, state: &mut State, now: Nanos, cost: u64) -> Decision {
+        self.assert_matches(state);
+        dispatch!(self, state, charge(now, cost));
+        self.check(state, now, 0)
+    }
+
+    /// Decides a request like [`Limiter::decide`]; when admitted, also
+    /// returns the [`Mark`] that bounds a later [`Limiter::refund`] of it.
+    pub fn reserve(&self, state: &mut State, now: Nanos, cost: u64) -> (Decision, Option<Mark>) {
+        let d = self.decide(state, now, cost);
+        (d, d.allowed.then(|| self.mark(state, now)))
+    }
+
+    /// The [`Mark`] of a reservation just admitted on `state` at `now`.
+    pub(crate) fn mark(&self, state: &State, now: Nanos) -> Mark {
+        Mark(dispatch!(self, state, mark(now)))
+    }
+
+    /// Gives back up to `units` permits of a reservation admitted with
+    /// `mark`, at `now`: only what of it still holds the state back (a
+    /// bucket-family reservation's part still ahead of `now`, a window's
+    /// count while its window counts), so that the state never ends up more
+    /// generous than without the reservation. Returns what a query gets
+    /// right after.
+    pub fn refund(&self, state: &mut State, now: Nanos, mark: Mark, units: u64) -> Decision {
+        self.assert_matches(state);
+        dispatch!(self, state, refund(now, mark.0, units));
+        self.check(state, now, 0)
+    }
+}

@@ -2,7 +2,7 @@
 
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
-use crate::limiter::{Limiter, State};
+use crate::limiter::{Limiter, Mark, State};
 use crate::quota::Quota;
 use crate::time::Nanos;
 
@@ -76,6 +76,69 @@ impl MultiLimiter {
             }
         }
         combined
+    }
+
+    /// What a request of `cost` at `now` would get, all-or-nothing, without
+    /// changing `states` (a *check*).
+    pub fn check(&self, states: &[State], now: Nanos, cost: u64) -> Decision {
+        assert_eq!(states.len(), self.parts.len(), "one state per limiter");
+        let decisions: Vec<Decision> = self
+            .parts
+            .iter()
+            .zip(states)
+            .map(|(l, s)| l.check(s, now, cost))
+            .collect();
+        Decision::combine(&decisions).expect("non-empty")
+    }
+
+    /// Consumes `cost` at `now` in every quota, whatever they hold (see
+    /// [`Limiter::charge`]); returns the combined query right after.
+    pub fn charge(&self, states: &mut [State], now: Nanos, cost: u64) -> Decision {
+        assert_eq!(states.len(), self.parts.len(), "one state per limiter");
+        let decisions: Vec<Decision> = self
+            .parts
+            .iter()
+            .zip(states.iter_mut())
+            .map(|(l, s)| l.charge(s, now, cost))
+            .collect();
+        Decision::combine(&decisions).expect("non-empty")
+    }
+
+    /// Decides like [`MultiLimiter::decide`]; when admitted, also returns
+    /// each quota's [`Mark`] (same order) for a later refund.
+    pub fn reserve(
+        &self,
+        states: &mut [State],
+        now: Nanos,
+        cost: u64,
+    ) -> (Decision, Option<Box<[Mark]>>) {
+        let d = self.decide(states, now, cost);
+        if !d.allowed {
+            return (d, None);
+        }
+        let marks = self
+            .parts
+            .iter()
+            .zip(states.iter())
+            .map(|(l, s)| l.mark(s, now))
+            .collect();
+        (d, Some(marks))
+    }
+
+    /// Gives back up to `units` of a reservation admitted with `marks` (one
+    /// per quota), each quota on its own (see [`Limiter::refund`]); returns
+    /// the combined query right after.
+    pub fn refund(&self, states: &mut [State], now: Nanos, marks: &[Mark], units: u64) -> Decision {
+        assert_eq!(states.len(), self.parts.len(), "one state per limiter");
+        assert_eq!(marks.len(), self.parts.len(), "one mark per limiter");
+        let decisions: Vec<Decision> = self
+            .parts
+            .iter()
+            .zip(states.iter_mut())
+            .zip(marks)
+            .map(|((l, s), &m)| l.refund(s, now, m, units))
+            .collect();
+        Decision::combine(&decisions).expect("non-empty")
     }
 
     /// True when every state is fresh.

@@ -3,6 +3,9 @@
 //!
 //! A choice of the contract (docs/semantics.md): `reset_after` is `window_end - now`
 //! while the window holds a count, and 0 for an empty window (already fresh).
+//!
+//! **Debt.** A charge may take the count past `limit` (saturating at
+//! `2^64 - 1`); every request is denied until the window ends.
 
 use super::impossible;
 use crate::decision::{Decision, DenyReason};
@@ -51,7 +54,8 @@ pub fn step(quota: &Quota, s: &State, now: Nanos, cost: u64) -> (Decision, Optio
             None,
         );
     }
-    if cost <= limit.saturating_sub(count) {
+    // `count` may pass `limit` (debt): then nothing fits, not even a query.
+    if count.checked_add(cost).is_some_and(|after| after <= limit) {
         let after = count + cost;
         let d = Decision {
             allowed: true,
@@ -91,6 +95,36 @@ pub fn commit(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
     s.count = count_at(quota, s, now) + cost;
     s.index = quota.window_index(now);
     s.last = now;
+}
+
+/// Consumes `cost` at `now` whatever the count (it may pass `limit`).
+pub fn charge(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
+    if cost == 0 {
+        return;
+    }
+    let now = now.max(s.last);
+    *s = State {
+        last: now,
+        index: quota.window_index(now),
+        count: count_at(quota, s, now).saturating_add(cost),
+    };
+}
+
+/// Returns up to `units` of a reservation admitted in window `mark`: only
+/// while that window lasts (its count is gone after it).
+pub fn refund(quota: &Quota, s: &mut State, now: Nanos, mark: u64, units: u64) {
+    let now = now.max(s.last);
+    if quota.window_index(now) != mark || s.index != mark || units == 0 || s.count == 0 {
+        return;
+    }
+    s.count -= units.min(s.count);
+    s.last = now;
+}
+
+/// The window index of (clamped) `now`: the mark a reservation admitted
+/// at `now` keeps for its refund.
+pub fn mark(quota: &Quota, s: &State, now: Nanos) -> u64 {
+    quota.window_index(now.max(s.last))
 }
 
 /// True when the current window is empty at `now`.

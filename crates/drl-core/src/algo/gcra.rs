@@ -84,6 +84,42 @@ pub fn step(quota: &Quota, s: &State, now: Nanos, cost: u64) -> (Decision, Optio
 
 via_step!();
 
+/// Consumes `cost` at `now` whatever is queued: `tat = max(tat, now) +
+/// cost * T`, which may pass `now + cap` (debt; `tat - now` is kept at
+/// most `2^64 - 1`).
+pub fn charge(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
+    if cost == 0 {
+        return;
+    }
+    let now = now.max(s.last);
+    let queued = (s.last as u128 + s.ahead as u128).saturating_sub(now as u128);
+    let add = cost as u128 * quota.emission_interval() as u128;
+    *s = State {
+        last: now,
+        ahead: super::sat(queued + add),
+    };
+}
+
+/// Returns up to `units` permits of a reservation whose admission left
+/// `tat` at `mark`: `tat` moves back by `min(units * T, mark - now)`.
+pub fn refund(quota: &Quota, s: &mut State, now: Nanos, mark: u64, units: u64) {
+    let now = now.max(s.last);
+    let back = super::refund_ns(quota, now, mark, units);
+    if back == 0 {
+        return;
+    }
+    let queued = (s.last as u128 + s.ahead as u128).saturating_sub(now as u128) as u64;
+    *s = State {
+        last: now,
+        ahead: queued.saturating_sub(back),
+    };
+}
+
+/// The theoretical arrival time `last + ahead` (saturated).
+pub fn mark(_quota: &Quota, s: &State, _now: Nanos) -> u64 {
+    s.last.saturating_add(s.ahead)
+}
+
 /// True when `tat <= now`.
 pub fn is_fresh(_quota: &Quota, s: &State, now: Nanos) -> bool {
     let now = now.max(s.last);

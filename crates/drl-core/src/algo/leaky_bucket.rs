@@ -2,6 +2,10 @@
 //! `limit` per `window`. Its decisions equal the token bucket's field for
 //! field; it is written in its own terms (a level that drains) and the two
 //! are checked against each other by property tests.
+//!
+//! **Debt.** A charge may fill the bucket past its capacity (`level >
+//! cap`, at most `2^64 - 1`); every request is denied until it has leaked
+//! back to `cap`.
 
 use super::{impossible, sat};
 use crate::decision::{Decision, DenyReason};
@@ -13,7 +17,7 @@ use crate::time::Nanos;
 pub struct State {
     /// `now` of the last write.
     pub last: Nanos,
-    /// Fill level times `T`, at `last`.
+    /// Fill level times `T`, at `last` (above the capacity in debt).
     pub level: Nanos,
 }
 
@@ -28,11 +32,9 @@ pub fn step(quota: &Quota, s: &State, now: Nanos, cost: u64) -> (Decision, Optio
     let now = now.max(s.last);
     let cap = quota.capacity_ns();
     let level = level_at(s, now);
+    let room = quota.permits_in(cap.saturating_sub(level));
     if cost > quota.burst() {
-        return (
-            impossible(quota, quota.permits_in(cap - level), level),
-            None,
-        );
+        return (impossible(quota, room, level), None);
     }
     let add = cost * quota.emission_interval();
     let after = level as u128 + add as u128;
@@ -55,7 +57,7 @@ pub fn step(quota: &Quota, s: &State, now: Nanos, cost: u64) -> (Decision, Optio
     } else {
         let d = Decision {
             allowed: false,
-            remaining: quota.permits_in(cap - level),
+            remaining: room,
             limit: quota.limit(),
             retry_after: Some(sat(after - cap as u128)),
             reset_after: level,
@@ -67,6 +69,39 @@ pub fn step(quota: &Quota, s: &State, now: Nanos, cost: u64) -> (Decision, Optio
 }
 
 via_step!();
+
+/// Consumes `cost` at `now` whatever the level: it may pass the capacity
+/// (debt), up to `2^64 - 1`.
+pub fn charge(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
+    if cost == 0 {
+        return;
+    }
+    let now = now.max(s.last);
+    let add = cost as u128 * quota.emission_interval() as u128;
+    *s = State {
+        last: now,
+        level: sat(level_at(s, now) as u128 + add),
+    };
+}
+
+/// Returns up to `units` permits of a reservation whose admission left the
+/// theoretical arrival time at `mark` (see [`super::token_bucket::refund`]).
+pub fn refund(quota: &Quota, s: &mut State, now: Nanos, mark: u64, units: u64) {
+    let now = now.max(s.last);
+    let back = super::refund_ns(quota, now, mark, units);
+    if back == 0 {
+        return;
+    }
+    *s = State {
+        last: now,
+        level: level_at(s, now).saturating_sub(back),
+    };
+}
+
+/// The theoretical arrival time `last + level` (saturated).
+pub fn mark(_quota: &Quota, s: &State, _now: Nanos) -> u64 {
+    s.last.saturating_add(s.level)
+}
 
 /// True when the bucket has drained empty at `now`.
 pub fn is_fresh(_quota: &Quota, s: &State, now: Nanos) -> bool {

@@ -27,6 +27,8 @@ pub fn step(quota: &Quota, s: &State, now: Nanos, cost: u64) -> (Decision, Optio
 
 via_step!();
 
+pub use gcra::{charge, mark, refund};
+
 /// True when the queue is empty at `now`.
 pub fn is_fresh(quota: &Quota, s: &State, now: Nanos) -> bool {
     gcra::is_fresh(quota, s, now)

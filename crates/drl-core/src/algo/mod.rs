@@ -5,8 +5,15 @@
 //! bit, and multi-limit all-or-nothing is `check` everything, then `commit`
 //! everything.
 //!
+//! Costs known afterwards (docs/semantics.md): each module also has
+//! `charge` (consume whatever the state holds, into debt if need be),
+//! `mark` (what a reservation admitted at `now` keeps) and `refund` (give
+//! back what of a reservation still holds the state back). These write;
+//! checks, denials and queries still never do.
+//!
 //! Clock clamping: each state remembers `last`, the `now` of the last
-//! admitted request of non-zero cost; an earlier `now` is treated as `last`.
+//! write (an admission of non-zero cost, a charge, a refund); an earlier
+//! `now` is treated as `last`.
 
 /// Defines `check` and `commit` of an algorithm module from its `step`
 /// (decision and next state in one pass).
@@ -37,6 +44,16 @@ pub mod token_bucket;
 use crate::decision::{Decision, DenyReason};
 use crate::quota::Quota;
 use crate::time::Nanos;
+
+/// The nanoseconds a refund of `units` returns to a bucket-family state at
+/// (clamped) `now`, for a reservation whose admission left the theoretical
+/// arrival time at `mark`: `min(units * T, mark - now)`, 0 once `now >=
+/// mark`. What of the reservation is still ahead of `now` can be given back;
+/// what time has already drained cannot (docs/semantics.md).
+pub(crate) fn refund_ns(quota: &Quota, now: Nanos, mark: u64, units: u64) -> u64 {
+    let per = units as u128 * quota.emission_interval() as u128;
+    sat(per.min(mark.saturating_sub(now) as u128))
+}
 
 /// Saturates a `u128` into a `u64`.
 pub(crate) fn sat(x: u128) -> u64 {

@@ -2,7 +2,12 @@
 //! entry logged at `ts` counts while `now - ts < window`.
 //!
 //! Entries with the same timestamp are merged, so the log holds at most
-//! `min(limit, distinct admission times in one window)` entries.
+//! `min(limit, distinct admission times in one window)` entries; a charge
+//! that would pass `limit` entries folds the oldest into the next.
+//!
+//! **Debt.** A charge logs its cost whatever is used, so `used` may pass
+//! `limit` (sums saturate at `2^64 - 1`); requests are denied until enough
+//! entries have expired.
 
 use std::collections::VecDeque;
 
@@ -35,7 +40,10 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
     let now = now.max(s.last);
     let limit = quota.limit();
     let live = first_live(quota, s, now);
-    let used: u64 = s.log.range(live..).map(|&(_, c)| c).sum();
+    let used = s
+        .log
+        .range(live..)
+        .fold(0u64, |a, &(_, c)| a.saturating_add(c));
     let newest = s
         .log
         .back()
@@ -45,7 +53,8 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
     if cost > limit {
         return impossible(quota, limit.saturating_sub(used), reset_live);
     }
-    if cost <= limit.saturating_sub(used) {
+    // `used` may pass `limit` (debt): then nothing fits, not even a query.
+    if used.checked_add(cost).is_some_and(|after| after <= limit) {
         Decision {
             allowed: true,
             remaining: limit.saturating_sub(used) - cost,
@@ -56,13 +65,14 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
             reason: None,
         }
     } else {
-        // Free entries oldest first until the cost fits.
+        // Free entries oldest first until the cost fits (at the latest
+        // when the newest expires; only a saturated sum can get there).
         let mut left = used;
-        let mut retry = None;
+        let mut retry = reset_live;
         for &(ts, c) in s.log.range(live..) {
-            left -= c;
-            if cost <= limit.saturating_sub(left) {
-                retry = Some(expires_in(quota, ts, now));
+            left = left.saturating_sub(c);
+            if left.checked_add(cost).is_some_and(|x| x <= limit) {
+                retry = expires_in(quota, ts, now);
                 break;
             }
         }
@@ -70,7 +80,7 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
             allowed: false,
             remaining: limit.saturating_sub(used),
             limit,
-            retry_after: Some(retry.expect("cost <= limit fits in an empty log")),
+            retry_after: Some(retry),
             reset_after: reset_live,
             delay: 0,
             reason: Some(DenyReason::OverLimit),
@@ -87,10 +97,46 @@ pub fn commit(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
     let live = first_live(quota, s, now);
     s.log.drain(..live);
     match s.log.back_mut() {
-        Some((ts, c)) if *ts == now => *c += cost,
+        Some((ts, c)) if *ts == now => *c = c.saturating_add(cost),
         _ => s.log.push_back((now, cost)),
     }
     s.last = now;
+}
+
+/// Logs `cost` at `now` whatever is used (it may pass `limit`). The log
+/// keeps at most `limit` entries: past that, the oldest entry's cost moves
+/// into the next one, which counts it longer (stricter, never laxer), so
+/// a flood of charges at distinct stamps cannot grow it.
+pub fn charge(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
+    commit(quota, s, now, cost);
+    while s.log.len() as u64 > quota.limit() {
+        let (_, c) = s.log.pop_front().expect("longer than limit >= 1");
+        let next = &mut s.log[0].1;
+        *next = next.saturating_add(c);
+    }
+}
+
+/// Returns up to `units` of a reservation logged at `mark`, while its entry
+/// still counts; an entry brought to 0 is dropped.
+pub fn refund(quota: &Quota, s: &mut State, now: Nanos, mark: u64, units: u64) {
+    let now = now.max(s.last);
+    if units == 0 || now - mark.min(now) >= quota.window() {
+        return;
+    }
+    let Ok(at) = s.log.binary_search_by_key(&mark, |&(ts, _)| ts) else {
+        return;
+    };
+    let c = &mut s.log[at].1;
+    *c -= units.min(*c);
+    if *c == 0 {
+        s.log.remove(at);
+    }
+    s.last = now;
+}
+
+/// The stamp an admission at (clamped) `now` is logged at.
+pub fn mark(_quota: &Quota, s: &State, now: Nanos) -> u64 {
+    now.max(s.last)
 }
 
 /// True when no entry counts any more at `now`.

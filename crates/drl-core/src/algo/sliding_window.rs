@@ -1,6 +1,10 @@
 //! Sliding window counter (Cloudflare style), strict form: the estimate
 //! `prev * (window - elapsed) / window + curr` never exceeds `limit`,
 //! checked in exact integers.
+//!
+//! **Debt.** A charge may take `curr` past `limit` (saturating at
+//! `2^64 - 1`); requests are denied until the weighted estimate is back
+//! within the limit (at the latest, two windows later).
 
 use super::{impossible, sat};
 use crate::decision::{Decision, DenyReason};
@@ -55,7 +59,7 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
         return impossible(quota, remaining_with(curr), reset(curr));
     }
     // `curr + cost <= limit` first, so the products below stay in u128.
-    let fits = cost <= limit.saturating_sub(curr)
+    let fits = curr.checked_add(cost).is_some_and(|x| x <= limit)
         && weighted
             .checked_add((curr + cost) as u128 * w)
             .is_some_and(|x| x <= limit as u128 * w);
@@ -73,7 +77,7 @@ pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
     }
     // Shortest wait: prev's weight falls while this window lasts; after the
     // rollover `curr` becomes the weighted count and falls in turn.
-    let retry = if cost <= limit.saturating_sub(curr) {
+    let retry = if curr.checked_add(cost).is_some_and(|x| x <= limit) {
         // Fits within this window once prev * (to_end - wait) <= room * w.
         let room = (limit - curr - cost) as u128 * w;
         to_end - room / prev as u128
@@ -112,6 +116,53 @@ pub fn commit(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
         prev,
         curr: curr + cost,
     };
+}
+
+/// Consumes `cost` at `now` whatever the estimate (`curr` may pass `limit`).
+pub fn charge(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
+    if cost == 0 {
+        return;
+    }
+    let now = now.max(s.last);
+    let index = now / quota.window();
+    let (prev, curr) = counts_at(s, index);
+    *s = State {
+        last: now,
+        index,
+        prev,
+        curr: curr.saturating_add(cost),
+    };
+}
+
+/// Returns up to `units` of a reservation admitted in window `mark`: from
+/// `curr` while that window lasts, from `prev` during the next one,
+/// nothing later.
+pub fn refund(quota: &Quota, s: &mut State, now: Nanos, mark: u64, units: u64) {
+    let now = now.max(s.last);
+    let index = now / quota.window();
+    let (mut prev, mut curr) = counts_at(s, index);
+    let count = if index == mark {
+        &mut curr
+    } else if index == mark.wrapping_add(1) {
+        &mut prev
+    } else {
+        return;
+    };
+    if units == 0 || *count == 0 {
+        return;
+    }
+    *count -= units.min(*count);
+    *s = State {
+        last: now,
+        index,
+        prev,
+        curr,
+    };
+}
+
+/// The window index of (clamped) `now`.
+pub fn mark(quota: &Quota, s: &State, now: Nanos) -> u64 {
+    now.max(s.last) / quota.window()
 }
 
 /// True when both counts are zero (or rolled out) at `now`.

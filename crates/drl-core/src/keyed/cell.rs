@@ -80,6 +80,17 @@ fn window_state(quota: &Quota, last: Nanos, count: u64) -> fixed_window::State {
 }
 
 impl CellKind {
+    /// The algorithm the cell holds.
+    pub fn algorithm(self) -> crate::algorithm::Algorithm {
+        use crate::algorithm::Algorithm;
+        match self {
+            CellKind::TokenBucket => Algorithm::TokenBucket,
+            CellKind::LeakyBucket => Algorithm::LeakyBucket,
+            CellKind::Gcra => Algorithm::Gcra,
+            CellKind::FixedWindow => Algorithm::FixedWindow,
+        }
+    }
+
     /// The packed fresh state.
     pub fn fresh(self, quota: &Quota) -> u128 {
         match self {

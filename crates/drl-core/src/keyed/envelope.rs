@@ -49,12 +49,13 @@ fn tat(last: Nanos, ahead: Nanos) -> u64 {
 pub(crate) fn envelope(limiter: &Limiter, state: &State) -> Lanes {
     let q = limiter.quota();
     match state {
-        State::TokenBucket(s) => [tat(s.last, q.capacity_ns().saturating_sub(s.credit)), 0, 0],
+        // `cap - credit` modulo 2^64 is the level, past `cap` in debt.
+        State::TokenBucket(s) => [tat(s.last, q.capacity_ns().wrapping_sub(s.credit)), 0, 0],
         State::LeakyBucket(s) => [tat(s.last, s.level), 0, 0],
         State::Gcra(s) | State::LeakyQueue(s) => [tat(s.last, s.ahead), 0, 0],
         State::FixedWindow(s) if s.count > 0 => [s.last, s.count, 0],
         State::SlidingLog(s) => {
-            let used: u64 = s.log.iter().map(|&(_, c)| c).sum();
+            let used = s.log.iter().fold(0u64, |a, &(_, c)| a.saturating_add(c));
             if used > 0 { [s.last, used, 0] } else { [0; 3] }
         }
         State::SlidingWindow(s) if s.prev > 0 || s.curr > 0 => {
@@ -64,25 +65,25 @@ pub(crate) fn envelope(limiter: &Limiter, state: &State) -> Lanes {
     }
 }
 
-/// A state no more generous than any state whose envelope is at most
-/// `lanes`, lane by lane.
-pub(crate) fn restore(limiter: &Limiter, lanes: &Lanes) -> State {
+/// A state no more generous, at `now` and at every later stamp, than any
+/// state whose envelope is at most `lanes`, lane by lane (debt included).
+pub(crate) fn restore(limiter: &Limiter, lanes: &Lanes, now: Nanos) -> State {
     let q = limiter.quota();
     let [a, b, c] = *lanes;
     match limiter.algorithm() {
         Algorithm::TokenBucket => {
-            let (last, ahead) = tat_state(q, a);
+            let (last, ahead) = tat_state(q, a, now);
             State::TokenBucket(token_bucket::State {
                 last,
-                credit: q.capacity_ns() - ahead,
+                credit: q.capacity_ns().wrapping_sub(ahead),
             })
         }
         Algorithm::LeakyBucket => {
-            let (last, level) = tat_state(q, a);
+            let (last, level) = tat_state(q, a, now);
             State::LeakyBucket(leaky_bucket::State { last, level })
         }
         Algorithm::Gcra | Algorithm::LeakyQueue => {
-            let (last, ahead) = tat_state(q, a);
+            let (last, ahead) = tat_state(q, a, now);
             let s = gcra::State { last, ahead };
             if limiter.algorithm() == Algorithm::Gcra {
                 State::Gcra(s)
@@ -96,7 +97,7 @@ pub(crate) fn restore(limiter: &Limiter, lanes: &Lanes) -> State {
             fixed_window::State {
                 last: a,
                 index: q.window_index(a),
-                count: b.min(q.limit()),
+                count: b,
             }
         }),
         Algorithm::SlidingLog => State::SlidingLog(if b == 0 {
@@ -121,11 +122,15 @@ pub(crate) fn restore(limiter: &Limiter, lanes: &Lanes) -> State {
 }
 
 /// `(last, ahead)` of a state with theoretical arrival time `tat` that
-/// holds the most it can (`ahead = min(tat, cap)`): at any stamp it
-/// queues at least as much as any state with that `tat` or less.
-fn tat_state(q: &Quota, tat: u64) -> (Nanos, Nanos) {
-    let ahead = tat.min(q.capacity_ns());
-    (tat - ahead, ahead)
+/// holds the most it can: `ahead = min(tat, cap)`, or, when that leaves
+/// more than `cap` still queued at `now` (an evicted state in debt), the
+/// mark at `now` and `ahead = tat - now`. At `now` and after it queues at
+/// least as much as any state with that `tat` or less and a mark no later
+/// than `now` (a restored state is used at `now`, and written only by an
+/// operation at `now`, which moves the mark there anyway).
+fn tat_state(q: &Quota, tat: u64, now: Nanos) -> (Nanos, Nanos) {
+    let last = (tat - tat.min(q.capacity_ns())).min(now.min(tat));
+    (last, tat - last)
 }
 
 /// True if the state [`restore`] builds from `lanes` decides at `now`, and

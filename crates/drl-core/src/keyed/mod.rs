@@ -30,8 +30,14 @@
 //! the exact limiter would refuse. The bound, the summary's size and what
 //! it costs are in docs/semantics.md, "Bounded memory in the keyed
 //! limiter". Size `max_keys` so that `evicted_live` stays at zero.
+//!
+//! **Costs known afterwards** (`costs`): [`KeyedLimiter::check`],
+//! [`KeyedLimiter::charge`], [`KeyedLimiter::reserve`],
+//! [`KeyedLimiter::settle`] and [`KeyedLimiter::release`], under the same
+//! bounds; a key in debt that is evicted comes back in debt.
 
 pub mod cell;
+mod costs;
 mod direct;
 mod envelope;
 mod slot;

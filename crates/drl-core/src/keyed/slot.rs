@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 
 use super::cell::{self, CellKind, Word128};
 use crate::decision::Decision;
-use crate::limiter::State;
+use crate::limiter::{Limiter, Mark, State};
 use crate::multi::MultiLimiter;
 use crate::quota::Quota;
 use crate::time::Nanos;
@@ -19,14 +19,76 @@ use crate::time::Nanos;
 /// The 128-bit atomic word of a cell.
 pub(crate) type Word = portable_atomic::AtomicU128;
 
+/// One operation on a key's states (docs/semantics.md: take, check,
+/// charge, reserve, and a reservation's refund).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Op<'a> {
+    /// Admit and consume, or deny and consume nothing.
+    Take(u64),
+    /// Decide, change nothing.
+    Check(u64),
+    /// Consume whatever the state holds (debt).
+    Charge(u64),
+    /// A take that returns its marks when admitted.
+    Reserve(u64),
+    /// Give back up to `units` of a reservation with these marks.
+    Refund(&'a [Mark], u64),
+}
+
+/// What an [`Op`] did.
+#[derive(Debug)]
+pub(crate) struct Applied {
+    /// The decision (for a charge or a refund: a query right after).
+    pub decision: Decision,
+    /// A reservation's marks, one per quota, when admitted.
+    pub marks: Option<Box<[Mark]>>,
+    /// True if the state changed (a key without an entry is then inserted).
+    pub wrote: bool,
+}
+
+/// Applies `op` to the states of a multi-limiter (in place).
+pub(crate) fn apply_states(m: &MultiLimiter, states: &mut [State], now: Nanos, op: Op) -> Applied {
+    let (decision, marks, wrote) = match op {
+        Op::Take(c) => {
+            let d = m.decide(states, now, c);
+            (d, None, d.allowed && c > 0)
+        }
+        Op::Check(c) => (m.check(states, now, c), None, false),
+        Op::Charge(c) => (m.charge(states, now, c), None, c > 0),
+        Op::Reserve(c) => {
+            let (d, marks) = m.reserve(states, now, c);
+            (d, marks, d.allowed && c > 0)
+        }
+        Op::Refund(marks, u) => (m.refund(states, now, marks, u), None, u > 0),
+    };
+    Applied {
+        decision,
+        marks,
+        wrote,
+    }
+}
+
+/// Applies `op` (not a take) to one limiter's state, in place.
+fn apply_one(l: &Limiter, state: &mut State, now: Nanos, op: Op) -> (Decision, Option<Mark>) {
+    match op {
+        Op::Take(c) => (l.decide(state, now, c), None),
+        Op::Check(c) => (l.check(state, now, c), None),
+        Op::Charge(c) => (l.charge(state, now, c), None),
+        Op::Reserve(c) => l.reserve(state, now, c),
+        Op::Refund(marks, u) => (l.refund(state, now, marks[0], u), None),
+    }
+}
+
 /// Per-key state of one kind, decided under a shared context.
 pub(crate) trait Slot: Send + Sync + Sized {
     /// What every slot of a table shares (the quotas).
     type Ctx: Send + Sync;
 
-    /// Decides a request on a fresh state; returns the decision and a slot
+    /// Applies `op` to a fresh state; returns what it did and a slot
     /// holding the state after it.
-    fn decide_fresh(ctx: &Self::Ctx, now: Nanos, cost: u64) -> (Decision, Self);
+    fn apply_fresh(ctx: &Self::Ctx, now: Nanos, op: Op) -> (Applied, Self);
+    /// Applies `op` (atomically for the key).
+    fn apply(&self, ctx: &Self::Ctx, now: Nanos, op: Op) -> Applied;
     /// A slot holding `states` (one per quota, of the table's algorithm).
     fn from_states(ctx: &Self::Ctx, states: Vec<State>) -> Self;
     /// Decides a request of `cost` at `now`.
@@ -54,9 +116,41 @@ pub(crate) struct CellSlot(Word);
 impl Slot for CellSlot {
     type Ctx = CellCtx;
 
-    fn decide_fresh(ctx: &CellCtx, now: Nanos, cost: u64) -> (Decision, Self) {
+    fn apply_fresh(ctx: &CellCtx, now: Nanos, op: Op) -> (Applied, Self) {
         let slot = CellSlot(Word::new(ctx.kind.fresh(&ctx.quota)));
-        (slot.decide(ctx, now, cost), slot)
+        (slot.apply(ctx, now, op), slot)
+    }
+
+    fn apply(&self, ctx: &CellCtx, now: Nanos, op: Op) -> Applied {
+        if let Op::Take(c) = op {
+            let decision = self.decide(ctx, now, c);
+            return Applied {
+                decision,
+                marks: None,
+                wrote: decision.allowed && c > 0,
+            };
+        }
+        // Load, apply to the unpacked state, compare-exchange the packed
+        // result; retry on interference. Nothing changed: no write.
+        let l = Limiter::new(ctx.kind.algorithm(), ctx.quota);
+        let mut cur = Word128::load(&self.0);
+        loop {
+            let mut state = ctx.kind.unpack_state(&ctx.quota, cur);
+            let (decision, mark) = apply_one(&l, &mut state, now, op);
+            let next = ctx
+                .kind
+                .pack_state(&ctx.quota, &state)
+                .expect("a cell's operations keep a cell's state");
+            let done = next == cur || Word128::compare_exchange(&self.0, cur, next).is_ok();
+            if done {
+                return Applied {
+                    decision,
+                    marks: mark.map(|m| Box::from([m])),
+                    wrote: next != cur,
+                };
+            }
+            cur = Word128::load(&self.0);
+        }
     }
 
     fn from_states(ctx: &CellCtx, states: Vec<State>) -> Self {
@@ -92,10 +186,14 @@ pub(crate) struct LockedSlot(Mutex<Box<[State]>>);
 impl Slot for LockedSlot {
     type Ctx = MultiLimiter;
 
-    fn decide_fresh(ctx: &MultiLimiter, now: Nanos, cost: u64) -> (Decision, Self) {
+    fn apply_fresh(ctx: &MultiLimiter, now: Nanos, op: Op) -> (Applied, Self) {
         let mut states = ctx.new_states().into_boxed_slice();
-        let d = ctx.decide(&mut states, now, cost);
-        (d, LockedSlot(Mutex::new(states)))
+        let a = apply_states(ctx, &mut states, now, op);
+        (a, LockedSlot(Mutex::new(states)))
+    }
+
+    fn apply(&self, ctx: &MultiLimiter, now: Nanos, op: Op) -> Applied {
+        apply_states(ctx, &mut self.0.lock(), now, op)
     }
 
     fn from_states(_: &MultiLimiter, states: Vec<State>) -> Self {

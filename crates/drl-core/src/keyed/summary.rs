@@ -197,7 +197,7 @@ impl Summary {
             self.parts
                 .iter()
                 .zip(envs.iter())
-                .map(|(part, env)| envelope::restore(part, env))
+                .map(|(part, env)| envelope::restore(part, env, now))
                 .collect(),
         )
     }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use hashbrown::HashTable;
 use parking_lot::RwLock;
 
-use super::slot::Slot;
+use super::slot::{Applied, Op, Slot};
 use super::summary::Summary;
 use super::{EVICTION_SAMPLE, KeyBytes, KeyedConfig};
 use crate::decision::Decision;
@@ -130,31 +130,56 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
                 return e.slot.decide(ctx, now, cost);
             }
         }
-        self.decide_unknown(ctx, hash, shard, key, now, cost)
+        self.apply_unknown(ctx, hash, shard, key, now, Op::Take(cost))
+            .decision
     }
 
-    /// Unknown key: a query or a denial writes nothing, so decide first
-    /// (on the state the summary restores for the key, or a fresh one) and
-    /// insert only when admitted with a cost. This keeps floods of
-    /// impossible or zero-cost requests from filling the table.
+    /// Applies `op` to `key`'s states. A refund for a key without an entry
+    /// is dropped (its state left the table, folded into the summary,
+    /// which only ever holds back): the answer is then a query.
+    pub fn apply<Q>(&self, ctx: &S::Ctx, key: &Q, now: Nanos, op: Op) -> Applied
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let (hash, shard) = self.shard(key);
+        let eq = |e: &Entry<K, S>| e.key.borrow() == key;
+        {
+            let map = shard.map.read();
+            if let Some(e) = map.table.find(hash, eq) {
+                return e.slot.apply(ctx, now, op);
+            }
+        }
+        let op = match op {
+            Op::Refund(..) => Op::Check(0),
+            op => op,
+        };
+        self.apply_unknown(ctx, hash, shard, key, now, op)
+    }
+
+    /// Unknown key: an operation that writes nothing (a query, a check, a
+    /// denial) creates no entry, so apply it first (on the state the
+    /// summary restores for the key, or a fresh one) and insert only when
+    /// it wrote. This keeps floods of impossible or zero-cost requests from
+    /// filling the table.
     #[cold]
-    fn decide_unknown<Q>(
+    fn apply_unknown<Q>(
         &self,
         ctx: &S::Ctx,
         hash: u64,
         shard: &Shard<K, S>,
         key: &Q,
         now: Nanos,
-        cost: u64,
-    ) -> Decision
+        op: Op,
+    ) -> Applied
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let folds = self.summary.folds();
-        let (d, slot) = self.decide_restored(ctx, hash, now, cost);
-        if !d.allowed || cost == 0 {
-            return d;
+        let (a, slot) = self.apply_restored(ctx, hash, now, op);
+        if !a.wrote {
+            return a;
         }
         // The owned key is made before taking the write lock (an allocation
         // for a String key); it is dropped unused in the rare case that
@@ -164,20 +189,20 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
         let eq = |e: &Entry<K, S>| e.key.borrow() == key;
         let mut map = shard.map.write();
         if let Some(e) = map.table.find(hash, eq) {
-            // Someone inserted it meanwhile: decide on the real state.
-            return e.slot.decide(ctx, now, cost);
+            // Someone inserted it meanwhile: apply to the real state.
+            return e.slot.apply(ctx, now, op);
         }
         // Someone may have inserted and evicted it meanwhile (an eviction
         // of this key folds under this shard's lock, which is held now):
-        // decide again on what the summary holds now.
-        let (d, slot) = if self.summary.folds() == folds {
-            (d, slot)
+        // apply again to what the summary holds now.
+        let (a, slot) = if self.summary.folds() == folds {
+            (a, slot)
         } else {
-            let (d, slot) = self.decide_restored(ctx, hash, now, cost);
-            if !d.allowed {
-                return d;
+            let (a, slot) = self.apply_restored(ctx, hash, now, op);
+            if !a.wrote {
+                return a;
             }
-            (d, slot)
+            (a, slot)
         };
         if self.is_full(&map, need) {
             self.make_room(ctx, shard, &mut map, now, need);
@@ -186,22 +211,23 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes, S: Slot> Table<K, S> {
         let entry = Entry { key: owned, slot };
         map.table
             .insert_unique(hash, entry, |e| self.hasher.hash_one(&e.key));
-        d
+        a
     }
 
-    /// Decides a request on the state the summary restores for `hash` (a
-    /// fresh one if it holds nothing back for it); a denial that a fresh
-    /// state would have admitted is counted in `summary_denials`.
-    fn decide_restored(&self, ctx: &S::Ctx, hash: u64, now: Nanos, cost: u64) -> (Decision, S) {
+    /// Applies `op` to the state the summary restores for `hash` (a fresh
+    /// one if it holds nothing back for it); a denial that a fresh state
+    /// would not have given is counted in `summary_denials`.
+    fn apply_restored(&self, ctx: &S::Ctx, hash: u64, now: Nanos, op: Op) -> (Applied, S) {
         let Some(states) = self.summary.restore(hash, now) else {
-            return S::decide_fresh(ctx, now, cost);
+            return S::apply_fresh(ctx, now, op);
         };
         let slot = S::from_states(ctx, states);
-        let d = slot.decide(ctx, now, cost);
-        if !d.allowed && S::decide_fresh(ctx, now, cost).0.allowed {
+        let a = slot.apply(ctx, now, op);
+        let decides = matches!(op, Op::Take(_) | Op::Check(_) | Op::Reserve(_));
+        if decides && !a.decision.allowed && S::apply_fresh(ctx, now, op).0.decision.allowed {
             self.summary_denials.fetch_add(1, Ordering::Relaxed);
         }
-        (d, slot)
+        (a, slot)
     }
 
     /// Bytes an entry holding `key` counts against the budget: the entry

@@ -54,6 +54,17 @@ pub trait Store: Send + Sync + 'static {
         out
     }
 
+    /// Charges `check.cost` whatever remains: the key may go into debt
+    /// (docs/semantics.md, "Costs known afterwards"); the answer is a query
+    /// right after. A store that cannot charge answers
+    /// [`StoreError::Invalid`], never a silent take.
+    async fn charge(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        let _ = check;
+        Err(StoreError::Invalid(
+            "this store cannot charge costs known afterwards".into(),
+        ))
+    }
+
     /// The configuration changed: keep state for `specs` that are unchanged,
     /// drop state of limits that are gone or changed.
     fn retain(&self, _specs: &[LimitSpec]) {}

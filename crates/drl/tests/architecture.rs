@@ -86,6 +86,7 @@ const RULES: &[Rule] = &[
             "drl-store",
             "drl-node",
             "drl-server",
+            "drl-service",
             "drl-sim",
             "drl-redis-module",
             "drl",
@@ -108,6 +109,31 @@ const RULES: &[Rule] = &[
             // Formats only: no runtime.
             "tokio",
         ],
+    },
+    Rule {
+        krate: "drl-api",
+        forbidden: &[
+            "drl-cluster",
+            "drl-store",
+            "drl-node",
+            "drl-config",
+            "drl-service",
+            "drl-server",
+            "drl-sim",
+            "drl-redis-module",
+            "drl",
+        ],
+    },
+    Rule {
+        krate: "drl-config",
+        forbidden: &["drl-api", "drl-service", "drl-server", "drl-sim", "drl"],
+    },
+    // The service core: no listeners, no file watching (tonic and the
+    // Redis client still bring their own transports in, for the status
+    // type and the stores).
+    Rule {
+        krate: "drl-service",
+        forbidden: &["drl-server", "drl-bench", "drl-sim", "drl", "notify"],
     },
     // The bench wing ships in nothing.
     Rule {

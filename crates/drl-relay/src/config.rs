@@ -259,8 +259,59 @@ impl RelayConfig {
 
     /// Parses and checks `text` (named `source_name` in errors).
     pub fn parse(source_name: &str, text: &str) -> Result<Self, ConfigError> {
+        let raw = Self::read(source_name, text)?;
+        let err = |m: String, needles: &[&str]| -> ConfigError {
+            ConfigError::new(source_name, m).locate(text, needles)
+        };
+        let classes = Self::classes(raw.classes, &err)?;
+        if raw.queue_max_len == 0 {
+            return Err(err(
+                "queue_max_len must be at least 1".into(),
+                &["queue_max_len"],
+            ));
+        }
+        if raw.delay_ms > 10_000 {
+            return Err(err("delay_ms must be at most 10000".into(), &["delay_ms"]));
+        }
+        if let Some(i) = &raw.interface
+            && (i.is_empty() || i.len() > 15 || i.contains(['/', ' ', '\0']))
+        {
+            return Err(err(
+                format!("interface {i:?} is not a valid interface name"),
+                &["interface"],
+            ));
+        }
+        let cluster = Self::cluster(raw.scope, raw.cluster, raw.algorithm, &err)?;
+        let algorithm = match (&cluster, raw.algorithm) {
+            (Some(c), _) => c.algorithm,
+            (None, Some(a)) => a,
+            (None, None) => AlgorithmKind::Ctb,
+        };
+        Ok(Self {
+            queue: raw.queue,
+            chain: raw.chain,
+            interface: raw.interface,
+            install_rules: raw.install_rules,
+            queue_bypass: raw.queue_bypass,
+            accept_when_full: raw.accept_when_full,
+            queue_max_len: raw.queue_max_len,
+            delay_ms: raw.delay_ms,
+            ipv6: raw.ipv6,
+            listen: raw.listen,
+            algorithm,
+            scope: raw.scope,
+            cluster,
+            classes,
+            seed: raw.seed.unwrap_or(1),
+            accept_all: false,
+        })
+    }
+
+    /// The YAML read into its raw form, an error at the value a `de_*`
+    /// function refused when there is one.
+    fn read(source_name: &str, text: &str) -> Result<RawConfig, ConfigError> {
         BAD_VALUE.with(|b| b.borrow_mut().take());
-        let raw: RawConfig = serde_norway::from_str(text).map_err(|e| {
+        serde_norway::from_str(text).map_err(|e| {
             let located = ConfigError::from_parser(
                 source_name,
                 e.to_string(),
@@ -280,18 +331,22 @@ impl RelayConfig {
                 }
             }
             located
-        })?;
-        let err = |m: String, needles: &[&str]| -> ConfigError {
-            ConfigError::new(source_name, m).locate(text, needles)
-        };
-        if raw.classes.is_empty() {
+        })
+    }
+
+    /// The classes, each checked (name, ports, IP versions).
+    fn classes(
+        raw: Vec<RawClass>,
+        err: &impl Fn(String, &[&str]) -> ConfigError,
+    ) -> Result<Vec<Class>, ConfigError> {
+        if raw.is_empty() {
             return Err(err(
                 "classes: at least one class is needed".into(),
                 &["classes"],
             ));
         }
-        let mut classes = Vec::with_capacity(raw.classes.len());
-        for c in raw.classes {
+        let mut out = Vec::with_capacity(raw.len());
+        for c in raw {
             if c.name.is_empty() || c.name.len() > 64 || c.name.contains(['\0', '#']) {
                 return Err(err(
                     format!(
@@ -301,7 +356,7 @@ impl RelayConfig {
                     &["name:", &c.name],
                 ));
             }
-            if classes.iter().any(|x: &Class| x.name == c.name) {
+            if out.iter().any(|x: &Class| x.name == c.name) {
                 return Err(err(
                     format!("class {:?} is defined twice", c.name),
                     &["name:", &c.name],
@@ -330,7 +385,7 @@ impl RelayConfig {
                     &["src:"],
                 ));
             }
-            classes.push(Class {
+            out.push(Class {
                 matches: Match {
                     src: m.src,
                     dst: m.dst,
@@ -345,24 +400,17 @@ impl RelayConfig {
                 name: c.name,
             });
         }
-        if raw.queue_max_len == 0 {
-            return Err(err(
-                "queue_max_len must be at least 1".into(),
-                &["queue_max_len"],
-            ));
-        }
-        if raw.delay_ms > 10_000 {
-            return Err(err("delay_ms must be at most 10000".into(), &["delay_ms"]));
-        }
-        if let Some(i) = &raw.interface
-            && (i.is_empty() || i.len() > 15 || i.contains(['/', ' ', '\0']))
-        {
-            return Err(err(
-                format!("interface {i:?} is not a valid interface name"),
-                &["interface"],
-            ));
-        }
-        let cluster = match (raw.scope, raw.cluster) {
+        Ok(out)
+    }
+
+    /// The `cluster:` section as `scope` and `algorithm` allow it.
+    fn cluster(
+        scope: Scope,
+        cluster: Option<GossipConfig>,
+        algorithm: Option<AlgorithmKind>,
+        err: &impl Fn(String, &[&str]) -> ConfigError,
+    ) -> Result<Option<GossipConfig>, ConfigError> {
+        Ok(match (scope, cluster) {
             (Scope::Local, Some(_)) => {
                 return Err(err(
                     "cluster: is only used with scope: gossip (set scope: gossip or remove it)"
@@ -378,7 +426,7 @@ impl RelayConfig {
                 ));
             }
             (Scope::Gossip, Some(mut c)) => {
-                if let Some(a) = raw.algorithm {
+                if let Some(a) = algorithm {
                     if a.is_central() {
                         return Err(err(
                             format!(
@@ -396,29 +444,6 @@ impl RelayConfig {
                     .map_err(|e| err(format!("cluster: {e}"), &["cluster"]))?;
                 Some(c)
             }
-        };
-        let algorithm = match (&cluster, raw.algorithm) {
-            (Some(c), _) => c.algorithm,
-            (None, Some(a)) => a,
-            (None, None) => AlgorithmKind::Ctb,
-        };
-        Ok(Self {
-            queue: raw.queue,
-            chain: raw.chain,
-            interface: raw.interface,
-            install_rules: raw.install_rules,
-            queue_bypass: raw.queue_bypass,
-            accept_when_full: raw.accept_when_full,
-            queue_max_len: raw.queue_max_len,
-            delay_ms: raw.delay_ms,
-            ipv6: raw.ipv6,
-            listen: raw.listen,
-            algorithm,
-            scope: raw.scope,
-            cluster,
-            classes,
-            seed: raw.seed.unwrap_or(1),
-            accept_all: false,
         })
     }
 }

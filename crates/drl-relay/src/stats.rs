@@ -94,12 +94,18 @@ impl Stats {
     /// The Prometheus text exposition of everything.
     pub fn render(&self, snaps: &Snapshots, kernel: Option<KernelQueueStats>) -> String {
         let mut o = String::with_capacity(4096);
+        self.render_classes(&mut o);
+        self.render_estimates(&mut o, snaps);
+        self.render_queue(&mut o, kernel);
+        render_gossip(&mut o, snaps);
+        o
+    }
+
+    /// Per class: packets and bytes by verdict, and the configured limit.
+    fn render_classes(&self, o: &mut String) {
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let head = |o: &mut String, name: &str, ty: &str, help: &str| {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {ty}");
-        };
         head(
-            &mut o,
+            o,
             "drl_relay_packets_total",
             "counter",
             "Packets decided, by class and verdict.",
@@ -117,7 +123,7 @@ impl Stats {
             );
         }
         head(
-            &mut o,
+            o,
             "drl_relay_bytes_total",
             "counter",
             "IP bytes decided, by class and verdict.",
@@ -135,7 +141,7 @@ impl Stats {
             );
         }
         head(
-            &mut o,
+            o,
             "drl_relay_limit_bytes_per_second",
             "gauge",
             "Configured limit of each class (global for scope: gossip).",
@@ -143,6 +149,10 @@ impl Stats {
         for (n, l) in self.names.iter().zip(&self.limits) {
             let _ = writeln!(o, "drl_relay_limit_bytes_per_second{{class=\"{n}\"}} {l}");
         }
+    }
+
+    /// Per class: the limit in force and the estimates behind it.
+    fn render_estimates(&self, o: &mut String, snaps: &Snapshots) {
         let per_class = [
             (
                 "drl_relay_effective_limit_bytes_per_second",
@@ -163,7 +173,7 @@ impl Stats {
             ("drl_relay_drop_probability", "GRD's drop probability."),
         ];
         for (i, (name, help)) in per_class.iter().enumerate() {
-            head(&mut o, name, "gauge", help);
+            head(o, name, "gauge", help);
             for n in &self.names {
                 let Some(s) = snaps.snapshot(n) else { continue };
                 let v = match i {
@@ -178,6 +188,11 @@ impl Stats {
                 }
             }
         }
+    }
+
+    /// The relay's own counters and the kernel queue's.
+    fn render_queue(&self, o: &mut String, kernel: Option<KernelQueueStats>) {
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let simple: [(&str, &str, &str, u64); 8] = [
             (
                 "drl_relay_unclassified_packets_total",
@@ -229,7 +244,7 @@ impl Stats {
             ),
         ];
         for (name, ty, help, v) in simple {
-            head(&mut o, name, ty, help);
+            head(o, name, ty, help);
             let _ = writeln!(o, "{name} {v}");
         }
         let k = kernel.unwrap_or_default();
@@ -260,57 +275,65 @@ impl Stats {
             ),
         ];
         for (name, ty, help, v) in kernel_rows {
-            head(&mut o, name, ty, help);
+            head(o, name, ty, help);
             let _ = writeln!(o, "{name}{{queue=\"{}\"}} {v}", self.queue);
         }
-        head(
-            &mut o,
-            "drl_relay_live_nodes",
-            "gauge",
-            "Relays counted live, this one included.",
-        );
-        let _ = writeln!(o, "drl_relay_live_nodes {}", snaps.live_nodes());
-        if let Some(store) = snaps.store() {
-            let t = store.transport_stats();
-            let rows = [
-                ("drl_relay_gossip_datagrams_sent_total", t.sent),
-                ("drl_relay_gossip_bytes_sent_total", t.sent_bytes),
-                ("drl_relay_gossip_send_errors_total", t.send_errors),
-                ("drl_relay_gossip_datagrams_received_total", t.accepted),
-                ("drl_relay_gossip_bytes_received_total", t.received_bytes),
-                ("drl_relay_gossip_rejected_total", store.gossip_rejected()),
-            ];
-            for (name, v) in rows {
-                head(
-                    &mut o,
-                    name,
-                    "counter",
-                    "Gossip and membership traffic (drl-node transport).",
-                );
-                let _ = writeln!(o, "{name} {v}");
-            }
+    }
+}
+
+/// One metric's `# HELP` and `# TYPE` lines.
+fn head(o: &mut String, name: &str, ty: &str, help: &str) {
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {ty}");
+}
+
+/// Live relays, and the gossip transport's traffic when clustered.
+fn render_gossip(o: &mut String, snaps: &Snapshots) {
+    head(
+        o,
+        "drl_relay_live_nodes",
+        "gauge",
+        "Relays counted live, this one included.",
+    );
+    let _ = writeln!(o, "drl_relay_live_nodes {}", snaps.live_nodes());
+    if let Some(store) = snaps.store() {
+        let t = store.transport_stats();
+        let rows = [
+            ("drl_relay_gossip_datagrams_sent_total", t.sent),
+            ("drl_relay_gossip_bytes_sent_total", t.sent_bytes),
+            ("drl_relay_gossip_send_errors_total", t.send_errors),
+            ("drl_relay_gossip_datagrams_received_total", t.accepted),
+            ("drl_relay_gossip_bytes_received_total", t.received_bytes),
+            ("drl_relay_gossip_rejected_total", store.gossip_rejected()),
+        ];
+        for (name, v) in rows {
             head(
-                &mut o,
-                "drl_relay_gossip_refused_datagrams_total",
+                o,
+                name,
                 "counter",
-                "Datagrams the transport refused, by reason.",
+                "Gossip and membership traffic (drl-node transport).",
             );
-            for (reason, v) in [
-                ("truncated", t.truncated),
-                ("oversized", t.oversized),
-                ("bad_version", t.bad_version),
-                ("forged", t.forged),
-                ("unknown_key", t.unknown_key),
-                ("misdirected", t.misdirected),
-                ("replayed", t.replayed),
-                ("unknown_sender", t.unknown_sender),
-            ] {
-                let _ = writeln!(
-                    o,
-                    "drl_relay_gossip_refused_datagrams_total{{reason=\"{reason}\"}} {v}"
-                );
-            }
+            let _ = writeln!(o, "{name} {v}");
         }
-        o
+        head(
+            o,
+            "drl_relay_gossip_refused_datagrams_total",
+            "counter",
+            "Datagrams the transport refused, by reason.",
+        );
+        for (reason, v) in [
+            ("truncated", t.truncated),
+            ("oversized", t.oversized),
+            ("bad_version", t.bad_version),
+            ("forged", t.forged),
+            ("unknown_key", t.unknown_key),
+            ("misdirected", t.misdirected),
+            ("replayed", t.replayed),
+            ("unknown_sender", t.unknown_sender),
+        ] {
+            let _ = writeln!(
+                o,
+                "drl_relay_gossip_refused_datagrams_total{{reason=\"{reason}\"}} {v}"
+            );
+        }
     }
 }

@@ -9,6 +9,9 @@ use super::topkeys::{self, Ranking};
 use crate::engine::Engine;
 use crate::limits::Limit;
 use drl_config::Scope;
+use drl_node::orbit::OrbitStore;
+use drl_node::{GossipConfig, GossipStore};
+use drl_store::{RedisStore, Resilient};
 
 /// Keys shown per ranking and per cluster table.
 pub const TOP_N: usize = 10;
@@ -294,56 +297,11 @@ pub fn build(engine: &Engine) -> Status {
             .map(|(d, _)| d.keys.iter().map(|k| k.key.clone()).collect())
             .unwrap_or_default();
         let gossip_keys = match (&gossip, l.scope) {
-            (Some((cfg, store)), Scope::Gossip) => {
-                let mut seen: Vec<String> = Vec::new();
-                let mut v = Vec::new();
-                for k in &demand_keys {
-                    let agg = match &cfg.flow_separator {
-                        Some(sep) => k.rfind(sep.as_str()).map_or(k.as_str(), |i| &k[..i]),
-                        None => k.as_str(),
-                    };
-                    if seen.iter().any(|s| s == agg) {
-                        continue;
-                    }
-                    seen.push(agg.to_string());
-                    if let Some(s) = store.snapshot(&l.name, agg) {
-                        let sum = s.local_rate + s.remote;
-                        v.push(GossipKeyInfo {
-                            key: agg.to_string(),
-                            limit: s.limit,
-                            effective_limit: s.effective_limit,
-                            live_nodes: s.live_nodes,
-                            estimate: s.local_rate,
-                            published: s.published,
-                            remote: s.remote,
-                            share: if sum > 0.0 { s.local_rate / sum } else { 0.0 },
-                            local_limit: s.local_limit,
-                            drop_probability: s.drop_probability,
-                            admitted: s.admitted,
-                            denied: s.denied,
-                        });
-                    }
-                }
-                Some(v)
-            }
+            (Some((cfg, store)), Scope::Gossip) => Some(gossip_keys(cfg, store, l, &demand_keys)),
             _ => None,
         };
         let orbit_keys = match (&orbit, l.scope) {
-            (Some(store), Scope::Orbit) => Some(
-                demand_keys
-                    .iter()
-                    .filter_map(|k| {
-                        let w = store.key_window(&l.name, k)?;
-                        Some(OrbitKeyInfo {
-                            key: k.clone(),
-                            window: w.window,
-                            cap: w.cap,
-                            admitted_here: w.admitted_here,
-                            capacity_here: w.capacity_here,
-                        })
-                    })
-                    .collect(),
-            ),
+            (Some(store), Scope::Orbit) => Some(orbit_keys(store, l, &demand_keys)),
             _ => None,
         };
         out.push(LimitInfo {
@@ -375,60 +333,12 @@ pub fn build(engine: &Engine) -> Status {
             orbit_keys,
         });
     }
-    let gossip = gossip.map(|(cfg, store)| {
-        let mut members = vec![MemberInfo {
-            id: cfg.node_id,
-            addr: store.local_addr().to_string(),
-            state: "up",
-            is_self: true,
-        }];
-        for (id, m) in hub.members() {
-            if id != cfg.node_id {
-                members.push(MemberInfo {
-                    id,
-                    addr: m.addr.to_string(),
-                    state: if m.up { "up" } else { "down" },
-                    is_self: false,
-                });
-            }
-        }
-        GossipInfo {
-            node_id: cfg.node_id,
-            addr: store.local_addr().to_string(),
-            algorithm: cfg.algorithm.to_string(),
-            live_nodes: store.live_nodes(),
-            nodes: cfg.nodes,
-            members,
-        }
-    });
-    let orbit = orbit.map(|store| {
-        let cfg = store.config();
-        OrbitInfo {
-            node_id: store.node_id(),
-            ring: cfg.ring.iter().map(|m| m.id).collect(),
-            epoch_ms: cfg.epoch_ms,
-            down: store.stats().down,
-        }
-    });
-    let redis = engine.stores().redis_status().map(|(eng, r)| {
-        let s = r.stats();
-        RedisInfo {
-            engine: match eng {
-                drl_store::Engine::Lua => "lua",
-                drl_store::Engine::Module => "module",
-            },
-            breaker: match s.breaker {
-                drl_store::BreakerState::Closed => "closed",
-                drl_store::BreakerState::Open => "open",
-                drl_store::BreakerState::HalfOpen => "half_open",
-            },
-            errors: s.errors,
-            timeouts: s.timeouts,
-            fail_overs: s.fail_overs,
-            in_flight: s.in_flight,
-            max_in_flight: s.max_in_flight,
-        }
-    });
+    let gossip = gossip.map(|(cfg, store)| gossip_info(hub, &cfg, &store));
+    let orbit = orbit.map(|store| orbit_info(&store));
+    let redis = engine
+        .stores()
+        .redis_status()
+        .map(|(eng, r)| redis_info(eng, &r));
     let keys = hub.keys();
     for l in &mut out {
         shown(l, keys);
@@ -447,6 +357,123 @@ pub fn build(engine: &Engine) -> Status {
         gossip,
         orbit,
         redis,
+    }
+}
+
+/// The gossip state of a limit's busiest keys (flows folded into their
+/// aggregate key).
+fn gossip_keys(
+    cfg: &GossipConfig,
+    store: &GossipStore,
+    l: &Limit,
+    demand_keys: &[String],
+) -> Vec<GossipKeyInfo> {
+    let mut seen: Vec<String> = Vec::new();
+    let mut v = Vec::new();
+    for k in demand_keys {
+        let agg = match &cfg.flow_separator {
+            Some(sep) => k.rfind(sep.as_str()).map_or(k.as_str(), |i| &k[..i]),
+            None => k.as_str(),
+        };
+        if seen.iter().any(|s| s == agg) {
+            continue;
+        }
+        seen.push(agg.to_string());
+        if let Some(s) = store.snapshot(&l.name, agg) {
+            let sum = s.local_rate + s.remote;
+            v.push(GossipKeyInfo {
+                key: agg.to_string(),
+                limit: s.limit,
+                effective_limit: s.effective_limit,
+                live_nodes: s.live_nodes,
+                estimate: s.local_rate,
+                published: s.published,
+                remote: s.remote,
+                share: if sum > 0.0 { s.local_rate / sum } else { 0.0 },
+                local_limit: s.local_limit,
+                drop_probability: s.drop_probability,
+                admitted: s.admitted,
+                denied: s.denied,
+            });
+        }
+    }
+    v
+}
+
+/// The Orbit windows of a limit's busiest keys.
+fn orbit_keys(store: &OrbitStore, l: &Limit, demand_keys: &[String]) -> Vec<OrbitKeyInfo> {
+    demand_keys
+        .iter()
+        .filter_map(|k| {
+            let w = store.key_window(&l.name, k)?;
+            Some(OrbitKeyInfo {
+                key: k.clone(),
+                window: w.window,
+                cap: w.cap,
+                admitted_here: w.admitted_here,
+                capacity_here: w.capacity_here,
+            })
+        })
+        .collect()
+}
+
+/// This node and the gossip members it has seen.
+fn gossip_info(hub: &super::StatusHub, cfg: &GossipConfig, store: &GossipStore) -> GossipInfo {
+    let mut members = vec![MemberInfo {
+        id: cfg.node_id,
+        addr: store.local_addr().to_string(),
+        state: "up",
+        is_self: true,
+    }];
+    for (id, m) in hub.members() {
+        if id != cfg.node_id {
+            members.push(MemberInfo {
+                id,
+                addr: m.addr.to_string(),
+                state: if m.up { "up" } else { "down" },
+                is_self: false,
+            });
+        }
+    }
+    GossipInfo {
+        node_id: cfg.node_id,
+        addr: store.local_addr().to_string(),
+        algorithm: cfg.algorithm.to_string(),
+        live_nodes: store.live_nodes(),
+        nodes: cfg.nodes,
+        members,
+    }
+}
+
+/// This node's Orbit ring.
+fn orbit_info(store: &OrbitStore) -> OrbitInfo {
+    let cfg = store.config();
+    OrbitInfo {
+        node_id: store.node_id(),
+        ring: cfg.ring.iter().map(|m| m.id).collect(),
+        epoch_ms: cfg.epoch_ms,
+        down: store.stats().down,
+    }
+}
+
+/// The Redis store's engine, breaker and counters.
+fn redis_info(eng: drl_store::Engine, r: &Resilient<RedisStore>) -> RedisInfo {
+    let s = r.stats();
+    RedisInfo {
+        engine: match eng {
+            drl_store::Engine::Lua => "lua",
+            drl_store::Engine::Module => "module",
+        },
+        breaker: match s.breaker {
+            drl_store::BreakerState::Closed => "closed",
+            drl_store::BreakerState::Open => "open",
+            drl_store::BreakerState::HalfOpen => "half_open",
+        },
+        errors: s.errors,
+        timeouts: s.timeouts,
+        fail_overs: s.fail_overs,
+        in_flight: s.in_flight,
+        max_in_flight: s.max_in_flight,
     }
 }
 

@@ -86,46 +86,7 @@ async fn soak(opts: &Options) -> Result<Report> {
         failures: Mutex::new(Vec::new()),
         t0_ns: Default::default(),
     });
-    // Redis first (the Redis nodes connect at start), then every node.
-    let started = Instant::now();
-    let redis = sh.topo.lock().unwrap().redis_server();
-    let order: Vec<usize> = std::iter::once(redis).chain(0..redis).collect();
-    for (k, &i) in order.iter().enumerate() {
-        let (group, addr) = {
-            let mut t = sh.topo.lock().unwrap();
-            t.procs[i].spawn(&opts.drl)?;
-            (t.procs[i].group, t.procs[i].http)
-        };
-        if k == 0 {
-            wait_ready(&http, group, addr).await?;
-        }
-    }
-    let targets: Vec<Target> = {
-        let t = sh.topo.lock().unwrap();
-        (0..redis)
-            .map(|i| Target {
-                node: i,
-                group: t.procs[i].group,
-                http: t.procs[i].http,
-                grpc: t.procs[i].grpc,
-            })
-            .collect()
-    };
-    for t in &targets {
-        wait_ready(&http, t.group, t.http)
-            .await
-            .with_context(|| format!("node {} (log: {})", t.node, logs.display()))?;
-    }
-    let (names, groups): (Vec<String>, Vec<Group>) = {
-        let t = sh.topo.lock().unwrap();
-        t.procs.iter().map(|p| (p.name.clone(), p.group)).unzip()
-    };
-    eprintln!(
-        "drl-soak: {} processes ready in {:?}; load for {:?}",
-        names.len(),
-        started.elapsed(),
-        opts.duration
-    );
+    let (targets, names, groups) = start(&sh, opts, &http, &logs).await?;
 
     let rec = Arc::new(Recorder::new());
     // The fault task's messages count seconds from the load's start too.
@@ -180,19 +141,7 @@ async fn soak(opts: &Options) -> Result<Report> {
             res.sample(begin.elapsed().as_secs(), &pids);
         }
         if n % 10 == 0 {
-            let (req, ans, err) = rec.with(|c| {
-                (
-                    c.requests.values().sum::<u64>(),
-                    c.answered,
-                    c.errors.values().sum::<u64>(),
-                )
-            });
-            eprintln!(
-                "drl-soak: s={n} requests={req} answered={ans} errors={err} faults={} failures={} load={}",
-                faults_now.len(),
-                checker.failures.len() + sh.failures.lock().unwrap().len(),
-                loadavg()
-            );
+            progress(n, &rec, &faults_now, &checker, &sh);
         }
     }
     let end_ns = unix_ns();
@@ -210,27 +159,9 @@ async fn soak(opts: &Options) -> Result<Report> {
     let faults_all = sh.injected.lock().unwrap().clone();
     checker.upto(&rec, &faults_all, end_ns);
 
-    // Panics in any node's log are failures too.
-    let mut failures = sh.failures.lock().unwrap().clone();
-    for p in sh.topo.lock().unwrap().procs.iter() {
-        let panics = p.count_log("panicked");
-        if panics > 0 {
-            failures.push(format!(
-                "logs: {} logged {panics} panic(s) (see {})",
-                p.name,
-                p.log.display()
-            ));
-        }
-    }
     let warmup = (opts.duration.as_secs() / 5).max(30);
     let (res_fail, res_lines) = res.verdict(warmup);
-    failures.extend(checker.failures.iter().cloned());
-    failures.extend(res_fail);
-    for f in &failures {
-        if !checker.failures.contains(f) {
-            eprintln!("FAIL {f}");
-        }
-    }
+    let failures = failures_of(&sh, &checker, res_fail);
     {
         let mut t = sh.topo.lock().unwrap();
         for p in t.procs.iter_mut() {
@@ -251,6 +182,106 @@ async fn soak(opts: &Options) -> Result<Report> {
     );
     std::fs::write(opts.out.join("summary.txt"), &summary)?;
     Ok(Report { failures, summary })
+}
+
+/// Starts Redis, then every node, and waits until each answers; the load
+/// targets, and every process's name and group.
+async fn start(
+    sh: &Shared,
+    opts: &Options,
+    http: &reqwest::Client,
+    logs: &std::path::Path,
+) -> Result<(Vec<Target>, Vec<String>, Vec<Group>)> {
+    // Redis first (the Redis nodes connect at start), then every node.
+    let started = Instant::now();
+    let redis = sh.topo.lock().unwrap().redis_server();
+    let order: Vec<usize> = std::iter::once(redis).chain(0..redis).collect();
+    for (k, &i) in order.iter().enumerate() {
+        let (group, addr) = {
+            let mut t = sh.topo.lock().unwrap();
+            t.procs[i].spawn(&opts.drl)?;
+            (t.procs[i].group, t.procs[i].http)
+        };
+        if k == 0 {
+            wait_ready(http, group, addr).await?;
+        }
+    }
+    let targets: Vec<Target> = {
+        let t = sh.topo.lock().unwrap();
+        (0..redis)
+            .map(|i| Target {
+                node: i,
+                group: t.procs[i].group,
+                http: t.procs[i].http,
+                grpc: t.procs[i].grpc,
+            })
+            .collect()
+    };
+    for t in &targets {
+        wait_ready(http, t.group, t.http)
+            .await
+            .with_context(|| format!("node {} (log: {})", t.node, logs.display()))?;
+    }
+    let (names, groups): (Vec<String>, Vec<Group>) = {
+        let t = sh.topo.lock().unwrap();
+        t.procs.iter().map(|p| (p.name.clone(), p.group)).unzip()
+    };
+    eprintln!(
+        "drl-soak: {} processes ready in {:?}; load for {:?}",
+        names.len(),
+        started.elapsed(),
+        opts.duration
+    );
+    Ok((targets, names, groups))
+}
+
+/// One progress line on stderr.
+fn progress(
+    n: u64,
+    rec: &Recorder,
+    faults_now: &[crate::faults::Injected],
+    checker: &Checker,
+    sh: &Shared,
+) {
+    let (req, ans, err) = rec.with(|c| {
+        (
+            c.requests.values().sum::<u64>(),
+            c.answered,
+            c.errors.values().sum::<u64>(),
+        )
+    });
+    eprintln!(
+        "drl-soak: s={n} requests={req} answered={ans} errors={err} faults={} failures={} load={}",
+        faults_now.len(),
+        checker.failures.len() + sh.failures.lock().unwrap().len(),
+        loadavg()
+    );
+}
+
+/// Every failure: the fault task's, panics in any node's log, the
+/// checker's and the resource verdict's (printed unless the checker
+/// already printed them).
+fn failures_of(sh: &Shared, checker: &Checker, res_fail: Vec<String>) -> Vec<String> {
+    // Panics in any node's log are failures too.
+    let mut failures = sh.failures.lock().unwrap().clone();
+    for p in sh.topo.lock().unwrap().procs.iter() {
+        let panics = p.count_log("panicked");
+        if panics > 0 {
+            failures.push(format!(
+                "logs: {} logged {panics} panic(s) (see {})",
+                p.name,
+                p.log.display()
+            ));
+        }
+    }
+    failures.extend(checker.failures.iter().cloned());
+    failures.extend(res_fail);
+    for f in &failures {
+        if !checker.failures.contains(f) {
+            eprintln!("FAIL {f}");
+        }
+    }
+    failures
 }
 
 #[allow(clippy::too_many_arguments)]

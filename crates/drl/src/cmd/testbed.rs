@@ -267,59 +267,16 @@ fn fig3(a: Fig3Args) -> anyhow::Result<ExitCode> {
             break;
         }
         eprintln!("testbed: {alg}: {} s", a.duration);
-        // Relays.
-        let mut relays = Vec::new();
-        if alg == "ctb" {
-            let cfg = a.out.join("relay-ctb.yaml");
-            std::fs::write(&cfg, relay_yaml(0, &gossip, alg, &a, &key))?;
-            relays.push(RelayProcess::start(
-                &topo.rx,
-                &exe,
-                &cfg,
-                metrics_addr,
-                &a.out.join("relay-ctb.log"),
-            )?);
-        } else {
-            let cfg = a.out.join("relay-delay.yaml");
-            std::fs::write(&cfg, relay_yaml(0, &gossip, DELAY_ONLY, &a, &key))?;
-            relays.push(RelayProcess::start_with(
-                &topo.rx,
-                &exe,
-                &cfg,
-                metrics_addr,
-                &a.out.join(format!("relay-{alg}-delay.log")),
-                &["--accept-all"],
-            )?);
-            for (i, site) in topo.sites.iter().enumerate() {
-                let cfg = a.out.join(format!("relay-{alg}-{}.yaml", i + 1));
-                std::fs::write(&cfg, relay_yaml(i + 1, &gossip, alg, &a, &key))?;
-                relays.push(RelayProcess::start(
-                    &site.ns,
-                    &exe,
-                    &cfg,
-                    metrics_addr,
-                    &a.out.join(format!("relay-{alg}-{}.log", i + 1)),
-                )?);
-            }
-            // Wait until every relay counts every site live.
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                // The first relay is the receiver's delay line.
-                let live = relays.iter().skip(1).all(|r| {
-                    r.metrics()
-                        .ok()
-                        .and_then(|m| metric(&m, "drl_relay_live_nodes", &[]))
-                        == Some(flows.len() as f64)
-                });
-                if live {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    bail!("{alg}: the relays did not see each other within 20 s");
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
+        let relays = start_relays(
+            alg,
+            &topo,
+            &gossip,
+            &a,
+            &key,
+            &exe,
+            metrics_addr,
+            flows.len(),
+        )?;
         // Receiver, then senders.
         let sink = in_netns(topo.rx.name(), || {
             Sink::bind(SocketAddr::from(([0, 0, 0, 0], PORT)))
@@ -332,30 +289,8 @@ fn fig3(a: Fig3Args) -> anyhow::Result<ExitCode> {
                 Senders::start(dst, n, Some(&cc), None)
             })?);
         }
-        let start = Instant::now();
-        let mut samples = Vec::new();
         let site_ips: Vec<IpAddr> = topo.sites.iter().map(|s| IpAddr::V4(s.addr)).collect();
-        loop {
-            let t = start.elapsed().as_secs_f64();
-            let by_peer = sink.by_peer();
-            let mut row = Vec::new();
-            for (ip, n) in site_ips.iter().zip(&flows) {
-                let mut peers: Vec<(u16, u64)> = by_peer
-                    .iter()
-                    .filter(|(p, _)| p.ip() == *ip)
-                    .map(|(p, b)| (p.port(), *b))
-                    .collect();
-                peers.sort_unstable();
-                peers.resize(*n, (0, 0));
-                row.extend(peers.iter().map(|(_, b)| *b));
-            }
-            samples.push((t, row));
-            if t >= a.duration || stop.load(Ordering::Relaxed) {
-                break;
-            }
-            let next = Duration::from_millis(100 * samples.len() as u64);
-            std::thread::sleep(next.saturating_sub(start.elapsed()));
-        }
+        let samples = sample(&sink, &site_ips, &flows, a.duration, &stop);
         for s in senders {
             s.stop();
         }
@@ -411,17 +346,30 @@ fn fig3(a: Fig3Args) -> anyhow::Result<ExitCode> {
             congestion_control: a.cc.clone(),
         },
     };
-    std::fs::write(a.out.join("summary.json"), summary.to_json())?;
-    std::fs::write(a.out.join("fig3.svg"), svg(&runs, limit_mbps, a.duration))?;
+    write_fig3(&a.out, &runs, &summary, limit_mbps, a.duration)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `summary.json`, `fig3.svg` and `rates.csv` into `out`, and one
+/// line per algorithm on stdout.
+fn write_fig3(
+    out: &Path,
+    runs: &[Run],
+    summary: &Summary,
+    limit_mbps: f64,
+    duration: f64,
+) -> anyhow::Result<()> {
+    std::fs::write(out.join("summary.json"), summary.to_json())?;
+    std::fs::write(out.join("fig3.svg"), svg(runs, limit_mbps, duration))?;
     let mut csv = String::from("algorithm,t_s,site,mbps\n");
-    for r in &runs {
+    for r in runs {
         for (t, sites) in r.site_series(1.0) {
             for (i, v) in sites.iter().enumerate() {
                 csv.push_str(&format!("{},{t:.1},{},{v:.6}\n", r.algorithm, i + 1));
             }
         }
     }
-    std::fs::write(a.out.join("rates.csv"), csv)?;
+    std::fs::write(out.join("rates.csv"), csv)?;
     for (alg, s) in &summary.algorithms {
         println!(
             "{alg:>10}: aggregate {:.3} Mbps, sites {:?} Mbps, Jain {:.3}, relays dropped {:?} of the bytes offered",
@@ -430,9 +378,114 @@ fn fig3(a: Fig3Args) -> anyhow::Result<ExitCode> {
     }
     println!(
         "wrote {}/{{summary.json,fig3.svg,rates.csv}}",
-        a.out.display()
+        out.display()
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(())
+}
+
+/// Starts the relays of one algorithm's run: one central relay for
+/// `ctb`; otherwise the receiver's delay line and one relay per site,
+/// waited on until each counts every site live.
+#[allow(clippy::too_many_arguments)]
+fn start_relays(
+    alg: &str,
+    topo: &Topology,
+    gossip: &[SocketAddr],
+    a: &Fig3Args,
+    key: &Path,
+    exe: &Path,
+    metrics_addr: SocketAddr,
+    sites: usize,
+) -> anyhow::Result<Vec<RelayProcess>> {
+    let mut relays = Vec::new();
+    if alg == "ctb" {
+        let cfg = a.out.join("relay-ctb.yaml");
+        std::fs::write(&cfg, relay_yaml(0, gossip, alg, a, key))?;
+        relays.push(RelayProcess::start(
+            &topo.rx,
+            exe,
+            &cfg,
+            metrics_addr,
+            &a.out.join("relay-ctb.log"),
+        )?);
+    } else {
+        let cfg = a.out.join("relay-delay.yaml");
+        std::fs::write(&cfg, relay_yaml(0, gossip, DELAY_ONLY, a, key))?;
+        relays.push(RelayProcess::start_with(
+            &topo.rx,
+            exe,
+            &cfg,
+            metrics_addr,
+            &a.out.join(format!("relay-{alg}-delay.log")),
+            &["--accept-all"],
+        )?);
+        for (i, site) in topo.sites.iter().enumerate() {
+            let cfg = a.out.join(format!("relay-{alg}-{}.yaml", i + 1));
+            std::fs::write(&cfg, relay_yaml(i + 1, gossip, alg, a, key))?;
+            relays.push(RelayProcess::start(
+                &site.ns,
+                exe,
+                &cfg,
+                metrics_addr,
+                &a.out.join(format!("relay-{alg}-{}.log", i + 1)),
+            )?);
+        }
+        // Wait until every relay counts every site live.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            // The first relay is the receiver's delay line.
+            let live = relays.iter().skip(1).all(|r| {
+                r.metrics()
+                    .ok()
+                    .and_then(|m| metric(&m, "drl_relay_live_nodes", &[]))
+                    == Some(sites as f64)
+            });
+            if live {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("{alg}: the relays did not see each other within 20 s");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Ok(relays)
+}
+
+/// Samples the bytes the sink received from each flow every 100 ms until
+/// `duration` seconds pass (or a stop): one row per sample, flows in site
+/// order.
+fn sample(
+    sink: &Sink,
+    site_ips: &[IpAddr],
+    flows: &[usize],
+    duration: f64,
+    stop: &AtomicBool,
+) -> Vec<(f64, Vec<u64>)> {
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    loop {
+        let t = start.elapsed().as_secs_f64();
+        let by_peer = sink.by_peer();
+        let mut row = Vec::new();
+        for (ip, n) in site_ips.iter().zip(flows) {
+            let mut peers: Vec<(u16, u64)> = by_peer
+                .iter()
+                .filter(|(p, _)| p.ip() == *ip)
+                .map(|(p, b)| (p.port(), *b))
+                .collect();
+            peers.sort_unstable();
+            peers.resize(*n, (0, 0));
+            row.extend(peers.iter().map(|(_, b)| *b));
+        }
+        samples.push((t, row));
+        if t >= duration || stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let next = Duration::from_millis(100 * samples.len() as u64);
+        std::thread::sleep(next.saturating_sub(start.elapsed()));
+    }
+    samples
 }
 
 fn pps(a: PpsArgs) -> anyhow::Result<ExitCode> {

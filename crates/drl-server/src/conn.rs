@@ -24,11 +24,15 @@
 //! `refused`, `evicted_idle`, `idle_timeout`, `header_timeout`,
 //! `tls_failed`) and `drl_connections_open{listener}`.
 
+mod hand_back;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::Arc;
+
+use hand_back::HandBack;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -298,41 +302,6 @@ where
     }
 }
 
-/// The socket under a hyper connection, handed back through `back` when
-/// hyper drops it, so that the connection can linger
-/// ([`ConnState::linger`]) instead of closing with input unread.
-struct HandBack<I> {
-    /// The socket and where it goes back to (taken on drop).
-    inner: Option<(I, tokio::sync::oneshot::Sender<I>)>,
-}
-
-impl<I> HandBack<I> {
-    fn new(io: I) -> (Self, tokio::sync::oneshot::Receiver<I>) {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        (
-            Self {
-                inner: Some((io, tx)),
-            },
-            rx,
-        )
-    }
-
-    fn io(&mut self) -> Pin<&mut I>
-    where
-        I: Unpin,
-    {
-        Pin::new(&mut self.inner.as_mut().expect("only taken on drop").0)
-    }
-}
-
-impl<I> Drop for HandBack<I> {
-    fn drop(&mut self) {
-        if let Some((io, back)) = self.inner.take() {
-            let _ = back.send(io);
-        }
-    }
-}
-
 /// What hyper serves a connection with: `service` tracked on the
 /// connection's state, and the socket wrapped so that it comes back
 /// through the receiver when hyper drops it ([`HandBack`]).
@@ -369,48 +338,6 @@ where
         && let Ok(mut io) = back.await
     {
         crate::linger::linger(&mut io).await;
-    }
-}
-
-impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for HandBack<I> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        self.get_mut().io().poll_read(cx, buf)
-    }
-}
-
-impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for HandBack<I> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        self.get_mut().io().poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        self.get_mut().io().poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner
-            .as_ref()
-            .is_some_and(|(io, _)| io.is_write_vectored())
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.get_mut().io().poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.get_mut().io().poll_shutdown(cx)
     }
 }
 

@@ -155,7 +155,7 @@ fn gossip_serve_shares_follow_moving_demand() {
             if o < LIMIT * 3 / 2 {
                 return Err(format!("only {o} offered: {t:?}"));
             }
-            if a < LIMIT * 85 / 100 || a > LIMIT * 11 / 10 {
+            if !(LIMIT * 85 / 100..=LIMIT * 11 / 10).contains(&a) {
                 return Err(format!("admitted {a}: {t:?}"));
             }
             Ok(())

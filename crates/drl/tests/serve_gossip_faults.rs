@@ -127,7 +127,8 @@ fn gossip_serve_nodes_hold_the_limit_with_ten_percent_loss() {
 fn gossip_serve_shares_follow_moving_demand() {
     let t0 = Instant::now();
     let mut c = Cluster::start(Opts::default());
-    let start = c.bucket_now();
+    // Settled first: the safety bound holds from there on.
+    let start = c.settled(2);
     let all: usize = SPLIT.iter().sum();
     for to in [2usize, 0] {
         let mut demand = [0; 3];
@@ -214,7 +215,8 @@ fn gossip_serve_shares_follow_moving_demand() {
 fn gossip_serve_partitioned_node_falls_back_to_one_nth_and_heals() {
     let t0 = Instant::now();
     let mut c = Cluster::start(Opts::default());
-    let start = c.bucket_now();
+    // Settled first: the safety bound holds from there on.
+    let start = c.settled(2);
     // Only `cluster.faults` reloads; any other change of the section is
     // refused and the node keeps running as it was.
     let other = c.base_config(2).replace("branching: 3", "branching: 2");

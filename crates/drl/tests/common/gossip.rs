@@ -562,3 +562,42 @@ impl Cluster {
         }
     }
 }
+
+impl Cluster {
+    /// Waits until the estimates have settled: a `secs` s stretch of the
+    /// load in which every 1 s window (sliding by one bucket) admitted
+    /// within 10% of [`LIMIT`]. Returns the stretch's first bucket: the
+    /// start of "before" for a test that then asserts a safety bound
+    /// through an event. The warm-up of [`Cluster::start`] needs only one
+    /// such second, which can fall inside the estimates' start-up
+    /// transient. Panics after [`HANG_GUARD`].
+    pub fn settled(&self, secs: u64) -> u64 {
+        let start = Instant::now();
+        let mut from = self.bucket_now() + 1;
+        loop {
+            let to = from + secs * PER_S;
+            self.wait_bucket(to);
+            let b = self.buckets();
+            let bad = (from..=to - PER_S).find_map(|s| {
+                let adm: u64 = totals(&b, s, s + PER_S).iter().map(|x| x.1).sum();
+                (adm.abs_diff(LIMIT) > LIMIT / 10).then_some((s, adm))
+            });
+            match bad {
+                None => {
+                    eprintln!(
+                        "settled over buckets [{from}, {to}) after {:?}",
+                        start.elapsed()
+                    );
+                    return from;
+                }
+                Some((s, adm)) => {
+                    assert!(
+                        start.elapsed() < HANG_GUARD,
+                        "the estimates never settled within {HANG_GUARD:?}: the second from bucket {s} admitted {adm}"
+                    );
+                    from = s + 1;
+                }
+            }
+        }
+    }
+}

@@ -2,6 +2,12 @@
 //! to 1/N of the global limit (the paper's rule, drl-cluster's node); a
 //! relay killed with `queue_bypass: true` lets traffic flow (fail open),
 //! with `queue_bypass: false` stops it (fail closed).
+//!
+//! Every rate verdict is a wait on the condition (consecutive measured
+//! windows until one holds, under a hang guard), not a rate over a fixed
+//! stretch of wall time; only the survivor's upper bound is asserted on
+//! a fixed window, over the test's own measured interval, which a slow
+//! machine only loosens.
 
 mod relay_net;
 
@@ -24,7 +30,7 @@ fn killing_one_relay_the_other_falls_back_to_one_nth() {
             )
         })
         .collect();
-    wait_for(15, "both relays to count 2 live nodes", || {
+    wait_for(60, "both relays to count 2 live nodes", || {
         relays
             .iter()
             .all(|r| relay_metric(r, "drl_relay_live_nodes", &[]) == Some(2.0))
@@ -37,7 +43,7 @@ fn killing_one_relay_the_other_falls_back_to_one_nth() {
     relays[1].kill();
     let survivor = &relays[0];
     wait_for(
-        15,
+        60,
         "the survivor to count 1 live node and halve its limit",
         || {
             relay_metric(survivor, "drl_relay_live_nodes", &[]) == Some(1.0)
@@ -46,23 +52,51 @@ fn killing_one_relay_the_other_falls_back_to_one_nth() {
         },
     );
     // Site 2's relay is gone and its rule has --queue-bypass: unlimited.
-    let site2 = rate_mbps(2.0, || from_site(&sink, &topo, 2));
-    // Stop the unlimited flows (they would only load the machine), let
-    // GRD's demand estimate settle (1 s EWMA), then measure site 1.
+    let site2 = eventually_rates(
+        "site 2 unlimited",
+        2.0,
+        || vec![from_site(&sink, &topo, 2)],
+        |r| {
+            if r[0] > 20.0 {
+                Ok(())
+            } else {
+                Err(format!("site 2 after its relay died: {:.3} Mbps", r[0]))
+            }
+        },
+    );
+    // Stop the unlimited flows (they would only load the machine); site 1
+    // reaches half the limit (GRD's demand estimate settles, 1 s EWMA),
+    // then stays under it + 10 % over the next 4 s.
     b.stop();
-    std::thread::sleep(Duration::from_secs(3));
-    let site1 = rate_mbps(8.0, || from_site(&sink, &topo, 1));
+    let site1 = eventually_rates(
+        "site 1 alone at 1/2 of 10 Mbps",
+        4.0,
+        || vec![from_site(&sink, &topo, 1)],
+        |r| {
+            if (4.5..=5.5).contains(&r[0]) {
+                Ok(())
+            } else {
+                Err(format!("site 1 alone got {:.3} Mbps", r[0]))
+            }
+        },
+    );
+    let after = rate_mbps(4.0, || from_site(&sink, &topo, 1));
     a.stop();
+    eprintln!("site 2 unlimited {site2:.3?}, site 1 {site1:.3?} then {after:.3} Mbps");
     assert!(
-        (4.5..=5.5).contains(&site1),
-        "site 1 alone got {site1:.3} Mbps, expected 1/2 of 10 Mbps ±10 %\n{}",
+        after <= 5.5,
+        "site 1 alone got {after:.3} Mbps, over 1/2 of 10 Mbps + 10 %\n{}",
         survivor.log()
     );
-    assert!(site2 > 20.0, "site 2 after its relay died: {site2:.3} Mbps");
 }
 
-/// A local relay on one site, killed; returns the site's rate after.
-fn rate_after_kill(tag: &str, bypass: bool) -> (f64, String) {
+/// A local relay on one site, killed; waits until the site's rate after
+/// satisfies `check` (under the hang guard); returns the iptables rules.
+fn rate_after_kill(
+    tag: &str,
+    bypass: bool,
+    check: impl FnMut(&[f64]) -> Result<(), String>,
+) -> String {
     let dir = tempfile::tempdir().unwrap();
     let topo = topology(tag, 1);
     let yaml = format!(
@@ -72,37 +106,50 @@ fn rate_after_kill(tag: &str, bypass: bool) -> (f64, String) {
     let mut r = relay(&topo.sites[0].ns, dir.path(), "local", &yaml);
     let sink = sink(&topo);
     let flows = senders(&topo, 1, 2);
-    wait_for(10, "traffic through the relay", || {
+    wait_for(60, "traffic through the relay", || {
         from_site(&sink, &topo, 1) > 100_000
     });
     r.kill();
     let rules = iptables_rules(&topo.sites[0].ns);
-    // Let what was in flight land, then measure.
-    std::thread::sleep(Duration::from_millis(1500));
-    let mbps = rate_mbps(3.0, || from_site(&sink, &topo, 1));
+    eventually_rates(
+        &format!("the site after its relay died (bypass {bypass})"),
+        3.0,
+        || vec![from_site(&sink, &topo, 1)],
+        check,
+    );
     flows.stop();
-    (mbps, rules)
+    rules
 }
 
 #[test]
 fn relay_killed_with_queue_bypass_lets_traffic_flow() {
-    let (mbps, rules) = rate_after_kill("rb", true);
+    let rules = rate_after_kill("rb", true, |r| {
+        if r[0] > 20.0 {
+            Ok(())
+        } else {
+            Err(format!("fail open: {:.3} Mbps after the relay died", r[0]))
+        }
+    });
     assert!(rules.contains("--queue-bypass"), "{rules}");
-    assert!(
-        mbps > 20.0,
-        "fail open: {mbps:.3} Mbps after the relay died"
-    );
 }
 
+/// What was in flight when the relay died lands; then nothing more passes
+/// (a window with no traffic is reached; with the bypass the flows would
+/// run unlimited and never give one).
 #[test]
 fn relay_killed_without_queue_bypass_stops_traffic() {
-    let (mbps, rules) = rate_after_kill("rc", false);
+    let rules = rate_after_kill("rc", false, |r| {
+        if r[0] < 0.05 {
+            Ok(())
+        } else {
+            Err(format!(
+                "fail closed: {:.3} Mbps after the relay died",
+                r[0]
+            ))
+        }
+    });
     assert!(
         rules.contains("NFQUEUE") && !rules.contains("--queue-bypass"),
         "{rules}"
-    );
-    assert!(
-        mbps < 0.05,
-        "fail closed: {mbps:.3} Mbps after the relay died"
     );
 }

@@ -24,8 +24,17 @@
 //!   and stops for the scrape), so a delta between two scrapes is exactly
 //!   what the nodes admitted for the requests of that window.
 //!
-//! The two counts must agree exactly per node and window, and both must
-//! stay within the cap.
+//! The two counts must agree exactly per node and gate period, and both
+//! must stay within the cap.
+//!
+//! No verdict depends on how fast this machine is. The cap is an upper
+//! bound per window, which holds however slow the run. The scripted events
+//! are placed relative to conditions, not to fixed windows: the ring runs
+//! healthy until a window admitted half the cap, and after the heal until
+//! a window admitted half the cap with the restarted node taking part
+//! (each under a hang guard). A request the server charged to a later
+//! window than the one it was sent in (a slow answer) is counted in the
+//! window charged, and is reported, not failed.
 
 mod common;
 
@@ -37,6 +46,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{DEADLINE, Drl, http_get, http_request, metric};
+
+/// How long the run may stay in one phase before the test fails (doubled
+/// for the whole run): a hang guard, not a verdict.
+const HANG_GUARD: Duration = Duration::from_secs(60);
 
 const NODES: usize = 5;
 const CAP: u64 = 1000;
@@ -218,6 +231,9 @@ struct Records {
     ambiguous: u64,
     errors: Vec<String>,
     requests: u64,
+    /// (slot, period the request was sent in) -> allowed results, each
+    /// counted once.
+    by_period: BTreeMap<(usize, u64), u64>,
 }
 
 struct Shared {
@@ -275,6 +291,9 @@ fn worker(slot: usize, shared: Arc<Shared>) {
                     assert_eq!(results.len(), BATCH, "{text}");
                     for res in results {
                         let allowed = res["allowed"].as_bool().expect("allowed");
+                        if allowed {
+                            *r.by_period.entry((slot, period)).or_default() += 1;
+                        }
                         let reset = res["reset_after_ms"].as_u64().expect("reset_after_ms");
                         let reset = reset * 1_000_000;
                         let ws = windows_ending_in(sent + reset - 1_000_000, received + reset);
@@ -392,17 +411,43 @@ fn orbit_five_serve_nodes_kill_one_partition_one_never_exceed_cap() {
     let mut scrapes: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
     scrapes.insert(w1, slots.iter().map(Slot::cumulative).collect());
     let (killed, cut) = (2usize, 0usize);
-    let windows = 8u64;
-    let at = |k: u64, ms: u64| (w1 + k - 1) * WINDOW + ms * 1_000_000;
+    let at = |w: u64, ms: u64| w * WINDOW + ms * 1_000_000;
     let all: Vec<usize> = (0..NODES).collect();
-    for k in 1..=windows {
-        let w = w1 + k - 1;
-        match k {
-            3 => {
+    // Allowed per node in window `w`, by the window the server charged.
+    let charged = |w: u64| -> [u64; NODES] {
+        let r = shared.records.lock().unwrap();
+        let mut out = [0; NODES];
+        for (&(slot, _, cw), c) in &r.counts {
+            if cw == w {
+                out[slot] += c.allowed;
+            }
+        }
+        out
+    };
+    // Phases: healthy until a window admitted half the cap; then kill (in
+    // the next window), partition (the one after), a full partitioned
+    // window, heal and restart; then recovered until a window admitted
+    // half the cap with the restarted node taking part.
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    enum Phase {
+        Healthy,
+        Kill,
+        Partition,
+        Partitioned,
+        Heal,
+        Recovering,
+    }
+    let mut phase = Phase::Healthy;
+    let mut phases: BTreeMap<u64, Phase> = BTreeMap::new();
+    let mut w = w1;
+    loop {
+        phases.insert(w, phase);
+        match phase {
+            Phase::Kill => {
                 // Kill node 3 mid-window. Its requests are paused first so
-                // that none is in flight (an unanswered request may have been
-                // admitted), and its last count is scraped.
-                sleep_until(at(k, 1200));
+                // that none is in flight (an unanswered request may have
+                // been admitted), and its last count is scraped.
+                sleep_until(at(w, 1200));
                 shared.gate.lock().unwrap().paused[killed] = true;
                 wait_idle(&shared, &[killed]);
                 let s = &mut slots[killed];
@@ -410,24 +455,24 @@ fn orbit_five_serve_nodes_kill_one_partition_one_never_exceed_cap() {
                 let mut d = s.drl.take().unwrap();
                 d.child.kill().unwrap();
                 d.wait_exit();
-                eprintln!("w+{k}: killed node {}", killed + 1);
+                eprintln!("window {w}: killed node {}", killed + 1);
             }
-            4 => {
-                sleep_until(at(k, 600));
+            Phase::Partition => {
+                sleep_until(at(w, 600));
                 relay.partition(Some(cut));
-                eprintln!("w+{k}: partitioned node {}", cut + 1);
+                eprintln!("window {w}: partitioned node {}", cut + 1);
             }
-            6 => {
-                sleep_until(at(k, 500));
+            Phase::Heal => {
+                sleep_until(at(w, 500));
                 relay.partition(None);
-                eprintln!("w+{k}: healed node {}", cut + 1);
+                eprintln!("window {w}: healed node {}", cut + 1);
                 let d = Drl::start(&yamls[killed]);
                 assert_eq!(scrape_allowed(&d), 0, "a fresh process starts at 0");
                 shared.urls.lock().unwrap()[killed] = d.url("/v1/check");
                 slots[killed].drl = Some(d);
                 shared.gate.lock().unwrap().paused[killed] = false;
                 eprintln!(
-                    "w+{k}: restarted node {} at +{} ms",
+                    "window {w}: restarted node {} at +{} ms",
                     killed + 1,
                     (unix_ns() % WINDOW) / 1_000_000
                 );
@@ -440,14 +485,31 @@ fn orbit_five_serve_nodes_kill_one_partition_one_never_exceed_cap() {
         shared.gate.lock().unwrap().open = u64::MAX;
         wait_idle(&shared, &all);
         scrapes.insert(w + 1, slots.iter().map(Slot::cumulative).collect());
-        if k == windows {
-            shared.stop.store(true, Ordering::SeqCst);
-        }
-        shared.gate.lock().unwrap().open = w + 1;
+        let got = charged(w);
+        let sum: u64 = got.iter().sum();
+        let next = match phase {
+            Phase::Healthy if sum >= CAP / 2 => Phase::Kill,
+            Phase::Kill => Phase::Partition,
+            Phase::Partition => Phase::Partitioned,
+            Phase::Partitioned => Phase::Heal,
+            Phase::Heal => Phase::Recovering,
+            Phase::Recovering if sum >= CAP / 2 && got[killed] >= 1 => break,
+            p => p,
+        };
+        assert!(
+            unix_ns() - at(w1, 0) < HANG_GUARD.as_nanos() as u64 * 2,
+            "window {w}, {phase:?}: never left the phase ({got:?} admitted)"
+        );
+        phase = next;
+        w += 1;
+        shared.gate.lock().unwrap().open = w;
     }
+    shared.stop.store(true, Ordering::SeqCst);
+    shared.gate.lock().unwrap().open = u64::MAX;
     for t in workers {
         t.join().unwrap();
     }
+    let last = w;
 
     // The partition was real: both sides saw it.
     let saw = |slot: usize, peer: usize| {
@@ -475,18 +537,20 @@ fn orbit_five_serve_nodes_kill_one_partition_one_never_exceed_cap() {
     // Per window: admissions over all nodes, client side (by charged window).
     let mut by_window: BTreeMap<u64, [u64; NODES]> = BTreeMap::new();
     let mut clean: BTreeMap<u64, bool> = BTreeMap::new();
-    for (&(slot, period, w), c) in &r.counts {
-        by_window.entry(w).or_default()[slot] += c.allowed;
-        if w != period {
+    for (&(slot, period, cw), c) in &r.counts {
+        by_window.entry(cw).or_default()[slot] += c.allowed;
+        if cw != period {
             clean.insert(period, false);
         }
     }
     let mut report = String::new();
-    for k in 1..=windows {
-        let w = w1 + k - 1;
-        let client = by_window.get(&w).copied().unwrap_or_default();
+    let server_of = |w: u64| -> Vec<u64> {
         let (before, after) = (&scrapes[&w], &scrapes[&(w + 1)]);
-        let server: Vec<u64> = (0..NODES).map(|s| after[s] - before[s]).collect();
+        (0..NODES).map(|s| after[s] - before[s]).collect()
+    };
+    for w in w1..=last {
+        let client = by_window.get(&w).copied().unwrap_or_default();
+        let server = server_of(w);
         let requested: u64 = r
             .counts
             .iter()
@@ -494,67 +558,70 @@ fn orbit_five_serve_nodes_kill_one_partition_one_never_exceed_cap() {
             .map(|(_, c)| c.allowed + c.denied)
             .sum();
         report.push_str(&format!(
-            "w+{k}: client {:?} = {} | metrics {:?} = {} | decisions {requested}\n",
+            "window {w} {:?}: client {:?} = {} | metrics {:?} = {} | decisions {requested}{}\n",
+            phases[&w],
             client,
             client.iter().sum::<u64>(),
             server,
             server.iter().sum::<u64>(),
+            if clean.get(&w).copied().unwrap_or(true) {
+                ""
+            } else {
+                " (a request charged to a later window)"
+            },
         ));
     }
     eprintln!("cap {CAP} per {WINDOW_MS} ms, admitted per window:\n{report}");
-    for k in 1..=windows {
-        let w = w1 + k - 1;
+    for w in w1..=last {
         let client = by_window.get(&w).copied().unwrap_or_default();
         // The invariant, client side: every allowed result, by the window
         // the server charged it to.
         let total: u64 = client.iter().sum();
         assert!(
             total <= CAP,
-            "w+{k}: {total} admitted > cap {CAP}\n{report}"
+            "window {w}: {total} admitted > cap {CAP}\n{report}"
         );
-        // The invariant on the metrics: the deltas of
-        // drl_decisions_total{result="allowed"} summed over nodes.
-        let (before, after) = (&scrapes[&w], &scrapes[&(w + 1)]);
-        let server: Vec<u64> = (0..NODES).map(|s| after[s] - before[s]).collect();
-        let sum: u64 = server.iter().sum();
+        // Exact agreement: the metrics count exactly what the clients saw
+        // of the requests sent in the period between two scrapes.
+        let server = server_of(w);
+        let sent: Vec<u64> = (0..NODES)
+            .map(|s| r.by_period.get(&(s, w)).copied().unwrap_or(0))
+            .collect();
+        assert_eq!(server, sent, "window {w}\n{report}");
+        // The invariant on the metrics, where the period is the window.
         if clean.get(&w).copied().unwrap_or(true) {
-            assert!(sum <= CAP, "w+{k}: metrics sum {sum} > cap {CAP}\n{report}");
-            // Exact agreement: the metrics count exactly what clients saw.
-            assert_eq!(server, client.to_vec(), "w+{k}\n{report}");
-        } else {
-            eprintln!("w+{k}: a request was charged to another window; metric check skipped");
+            let sum: u64 = server.iter().sum();
+            assert!(
+                sum <= CAP,
+                "window {w}: metrics sum {sum} > cap {CAP}\n{report}"
+            );
         }
     }
-    // Every window's requests were answered in the window they were sent in
-    // (nothing near a boundary); allow the rare straggler under load.
-    let unclean = clean.values().filter(|c| !**c).count();
-    assert!(unclean <= 2, "{unclean} windows with stragglers\n{report}");
-    let win = |k: u64| by_window.get(&(w1 + k - 1)).copied().unwrap_or_default();
-    let sum = |k: u64| win(k).iter().sum::<u64>();
-    // Utilization, generously: healthy windows reach half the cap.
-    assert!(
-        sum(1).max(sum(2)) >= CAP / 2,
-        "healthy windows under half the cap\n{report}"
-    );
-    assert!(
-        sum(7).max(sum(8)) >= CAP / 2,
-        "recovered windows under half the cap\n{report}"
-    );
+    let win = |w: u64| by_window.get(&w).copied().unwrap_or_default();
+    let phase_window = |p: Phase| -> u64 {
+        *phases
+            .iter()
+            .find(|(_, q)| **q == p)
+            .expect("every phase ran")
+            .0
+    };
     // The partitioned node kept answering from its local allowance, and the
     // rest of the ring kept admitting without it (and without node 3).
+    let part = phase_window(Phase::Partitioned);
     assert!(
-        win(5)[cut] >= 1,
+        win(part)[cut] >= 1,
         "the partitioned node admitted nothing\n{report}"
     );
     assert!(
-        win(5).iter().sum::<u64>() > win(5)[cut],
+        win(part).iter().sum::<u64>() > win(part)[cut],
         "the rest of the ring admitted nothing\n{report}"
     );
-    // The restarted node sits out the window it started in, then takes part.
-    assert_eq!(win(6)[killed], 0, "restart rule\n{report}");
-    assert!(
-        win(7)[killed] + win(8)[killed] >= 1,
-        "the restarted node never took part again\n{report}"
+    // The restarted node sits out the window it started in, then takes
+    // part (the recovered window, checked above when the loop ended).
+    assert_eq!(
+        win(phase_window(Phase::Heal))[killed],
+        0,
+        "restart rule\n{report}"
     );
     eprintln!(
         "{} requests, {} ambiguous, relay forwarded {} dropped {}, {:?}",

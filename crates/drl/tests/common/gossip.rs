@@ -490,3 +490,114 @@ cluster:
         Ok(())
     }
 }
+
+/// How long a wait on a cluster condition may take before the test fails:
+/// a hang guard, not a verdict (a slow machine only makes the wait longer).
+pub const HANG_GUARD: Duration = Duration::from_secs(60);
+
+/// (offered, allowed) per node over one measured window.
+pub type Window = [(u64, u64); 3];
+
+/// (offered, allowed) of node `node` over its first `n` buckets from
+/// bucket `from` on in which it offered anything: what its first `n`
+/// requests after an event got, however long the client took to send them.
+pub fn first_offers(b: &Buckets, node: usize, from: u64, n: usize) -> (u64, u64) {
+    b.range(from..)
+        .map(|(_, v)| v[node])
+        .filter(|&(o, _)| o > 0)
+        .take(n)
+        .fold((0, 0), |(o, a), (x, y)| (o + x, a + y))
+}
+
+impl Cluster {
+    /// Waits until a `secs` s window of the load (buckets from `from` on,
+    /// sliding by one second) satisfies `check`, and returns it with its
+    /// first bucket. `check` gets the window's (offered, allowed) per node
+    /// and says why it does not hold. A liveness condition ("the cluster
+    /// reaches this state"), not a rate over a fixed stretch of wall time:
+    /// a window where the machine kept the clients or the nodes from
+    /// running does not hold, and the next one is taken. Panics after
+    /// [`HANG_GUARD`] with the last windows' reasons.
+    pub fn eventually(
+        &self,
+        what: &str,
+        from: u64,
+        secs: u64,
+        mut check: impl FnMut(&Window) -> Result<(), String>,
+    ) -> (u64, Window) {
+        let start = Instant::now();
+        let mut from = from;
+        let mut why: Vec<String> = Vec::new();
+        loop {
+            let to = from + secs * PER_S;
+            while self.bucket_now() <= to {
+                assert!(
+                    start.elapsed() < HANG_GUARD,
+                    "{what}: no window held within {HANG_GUARD:?}; last windows: {why:#?}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let w = totals(&self.buckets(), from, to);
+            match check(&w) {
+                Ok(()) => {
+                    eprintln!(
+                        "{what}: held over buckets [{from}, {to}) after {:?}: {w:?}",
+                        start.elapsed()
+                    );
+                    return (from, w);
+                }
+                Err(e) => {
+                    eprintln!("{what}: buckets [{from}, {to}): {e}");
+                    why.push(format!("[{from}, {to}): {e}"));
+                    if why.len() > 5 {
+                        why.remove(0);
+                    }
+                }
+            }
+            assert!(
+                start.elapsed() < HANG_GUARD,
+                "{what}: no window held within {HANG_GUARD:?}; last windows: {why:#?}"
+            );
+            from += PER_S;
+        }
+    }
+}
+
+impl Cluster {
+    /// Waits until the estimates have settled: a `secs` s stretch of the
+    /// load in which every 1 s window (sliding by one bucket) admitted
+    /// within 10% of [`LIMIT`]. Returns the stretch's first bucket: the
+    /// start of "before" for a test that then asserts a safety bound
+    /// through an event. The warm-up of [`Cluster::start`] needs only one
+    /// such second, which can fall inside the estimates' start-up
+    /// transient. Panics after [`HANG_GUARD`].
+    pub fn settled(&self, secs: u64) -> u64 {
+        let start = Instant::now();
+        let mut from = self.bucket_now() + 1;
+        loop {
+            let to = from + secs * PER_S;
+            self.wait_bucket(to);
+            let b = self.buckets();
+            let bad = (from..=to - PER_S).find_map(|s| {
+                let adm: u64 = totals(&b, s, s + PER_S).iter().map(|x| x.1).sum();
+                (adm.abs_diff(LIMIT) > LIMIT / 10).then_some((s, adm))
+            });
+            match bad {
+                None => {
+                    eprintln!(
+                        "settled over buckets [{from}, {to}) after {:?}",
+                        start.elapsed()
+                    );
+                    return from;
+                }
+                Some((s, adm)) => {
+                    assert!(
+                        start.elapsed() < HANG_GUARD,
+                        "the estimates never settled within {HANG_GUARD:?}: the second from bucket {s} admitted {adm}"
+                    );
+                    from = s + 1;
+                }
+            }
+        }
+    }
+}

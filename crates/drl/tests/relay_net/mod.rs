@@ -150,3 +150,46 @@ pub fn iptables_rules(ns: &drl_relay::netns::Netns) -> String {
         .expect("iptables -S");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// How long a wait on a condition may take before the test fails: a hang
+/// guard, not a verdict (a slow machine only makes the wait longer).
+pub const HANG_GUARD: Duration = Duration::from_secs(60);
+
+/// Measures consecutive windows of `secs` seconds of the sink counters
+/// `f` (one value per site or series, Mbps over the window as this test's
+/// clock measured it) until `check` accepts one, and returns it; panics
+/// after [`HANG_GUARD`] with the windows' reasons. A liveness condition
+/// ("the relays get there"), not a rate over a fixed stretch of wall time.
+pub fn eventually_rates(
+    what: &str,
+    secs: f64,
+    mut f: impl FnMut() -> Vec<u64>,
+    mut check: impl FnMut(&[f64]) -> Result<(), String>,
+) -> Vec<f64> {
+    let start = Instant::now();
+    let mut why = Vec::new();
+    loop {
+        let (t0, b0) = (Instant::now(), f());
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        let (b1, dt) = (f(), t0.elapsed().as_secs_f64());
+        let r: Vec<f64> = b1
+            .iter()
+            .zip(&b0)
+            .map(|(b1, b0)| (b1 - b0) as f64 * 8.0 / dt / 1e6)
+            .collect();
+        match check(&r) {
+            Ok(()) => {
+                eprintln!("{what}: held after {:?}: {r:.3?} Mbps", start.elapsed());
+                return r;
+            }
+            Err(e) => {
+                eprintln!("{what}: {e}");
+                why.push(e);
+            }
+        }
+        assert!(
+            start.elapsed() < HANG_GUARD,
+            "{what}: no window held within {HANG_GUARD:?}: {why:#?}"
+        );
+    }
+}

@@ -10,10 +10,12 @@
 pub mod codec;
 mod config;
 mod node;
+mod outcome;
 mod table;
 
 pub use config::{
     ConfigError, MAX_KEY_LEN, MAX_LANES, MAX_RING, MAX_TABLE_KEYS, NodeId, OrbitConfig, PPM,
 };
-pub use node::{Admit, DenyReason, OrbitNode, OrbitStats, Outgoing};
+pub use node::OrbitNode;
+pub use outcome::{Admit, DenyReason, OrbitStats, Outgoing};
 pub use table::TableMsg;

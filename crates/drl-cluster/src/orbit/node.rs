@@ -1,87 +1,16 @@
 //! The sans-IO Orbit node: admission decisions, table handling, timers.
 
+mod rule;
+
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
 use drl_core::Nanos;
 
-use super::config::{ConfigError, MAX_KEY_LEN, NodeId, OrbitConfig, PPM};
+use super::config::{ConfigError, MAX_KEY_LEN, NodeId, OrbitConfig};
+use super::outcome::{Admit, DenyReason, OrbitStats, Outgoing};
 use super::table::{Entry, Table, TableMsg};
-
-/// A message the caller must send: `msg` to node `to`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Outgoing {
-    /// Destination node.
-    pub to: NodeId,
-    /// The table to deliver (encode it with [`super::codec::encode`]).
-    pub msg: TableMsg,
-}
-
-/// Why a request was denied.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DenyReason {
-    /// `cost > cap`: can never be admitted.
-    CostExceedsCap,
-    /// The node restarted in this window and sits it out (restart rule).
-    Recovering,
-    /// The node holds no capacity for the key and does not hold the table.
-    Exhausted,
-    /// The node's per-window key state is full (`max_keys`).
-    TooManyKeys,
-    /// The key is longer than [`super::MAX_KEY_LEN`] bytes.
-    KeyTooLong,
-}
-
-/// The decision for one admission request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Admit {
-    /// Admitted; `remaining` is what this node still holds for the key.
-    Allowed {
-        /// Capacity this node still holds for the key in this window.
-        remaining: u64,
-    },
-    /// Denied; nothing consumed.
-    Denied {
-        /// Why.
-        reason: DenyReason,
-        /// When retrying may succeed (`None`: never, for this cost).
-        retry_after: Option<Nanos>,
-    },
-}
-
-impl Admit {
-    /// True if admitted.
-    pub fn is_allowed(&self) -> bool {
-        matches!(self, Admit::Allowed { .. })
-    }
-}
-
-/// Counters of what the node did (for metrics and tests).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OrbitStats {
-    /// Tables created as the origin.
-    pub tables_created: u64,
-    /// Table messages accepted and processed.
-    pub tables_received: u64,
-    /// Tables forwarded.
-    pub tables_forwarded: u64,
-    /// Forwards sent again because the table had not come back.
-    pub tables_resent: u64,
-    /// Dropped: for a window that is over.
-    pub dropped_stale: u64,
-    /// Dropped: duplicate or old hop.
-    pub dropped_duplicate: u64,
-    /// Dropped: the node sits out this window (restart rule).
-    pub dropped_ineligible: u64,
-    /// Dropped: delta whose base this node does not have.
-    pub dropped_no_base: u64,
-    /// Dropped: malformed or inconsistent with the configuration.
-    pub dropped_invalid: u64,
-    /// Requests admitted.
-    pub admitted: u64,
-    /// Requests denied.
-    pub denied: u64,
-}
+use rule::Rule;
 
 #[derive(Clone, Copy, Debug, Default)]
 struct KeyState {
@@ -837,48 +766,6 @@ fn merge_sorted<V>(map: &mut BTreeMap<Vec<u8>, V>, new: Vec<(Vec<u8>, V)>) {
         *map = old.into_iter().chain(new).collect();
     } else {
         map.extend(new);
-    }
-}
-
-/// The constants of the rebalance rule at one instant.
-struct Rule {
-    lap: u128,
-    elapsed: u128,
-    window: u128,
-    headroom_pct: u128,
-    cap: u64,
-    rollover_ppm: u32,
-}
-
-impl Rule {
-    /// Demand forecast until the table is back: `max(rate this window, rate
-    /// last window) * lap * headroom`, at most the cap.
-    fn want(&self, ks: &KeyState) -> u64 {
-        let cur = ks.demand as u128 * self.lap / self.elapsed;
-        let prev = ks.prev_demand as u128 * self.lap / self.window;
-        let want = cur.max(prev) * self.headroom_pct / 100;
-        want.min(self.cap as u128) as u64
-    }
-
-    /// What a visit must leave in the table: `floor(r * free)`.
-    fn reserve(&self, free: u64) -> u64 {
-        (free as u128 * self.rollover_ppm as u128 / PPM as u128) as u64
-    }
-
-    /// The rebalance rule of `docs/orbit.md`: holding `h` and free `f` become
-    /// `keep = min(want, h + max(0, f - reserve))` and `h + f - keep`.
-    fn split(&self, h: u64, f: u64, reserve: u64, want: u64) -> (u64, u64) {
-        // Hysteresis: a node gives back only when it holds more than twice
-        // what it wants, so steady keys do not change (small deltas).
-        if want <= h && h <= want.saturating_mul(2) {
-            return (h, f);
-        }
-        let takeable = f.saturating_sub(reserve);
-        let keep = (want as u128).min(h as u128 + takeable as u128) as u64;
-        // keep <= h + f; h + f <= cap by conservation (tables with any free
-        // above the cap are rejected), so the rest fits in u64.
-        let free = u64::try_from(h as u128 + f as u128 - keep as u128).unwrap_or(u64::MAX);
-        (keep, free)
     }
 }
 

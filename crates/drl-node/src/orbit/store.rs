@@ -1,5 +1,7 @@
 //! [`OrbitStore`]: the runtime that drives one `OrbitNode` per Orbit limit.
 
+mod tasks;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,9 +23,7 @@ use super::error::OrbitError;
 use super::ring_id::limit_id;
 use super::wire::{self, Payload, Reassembler};
 use crate::transport::fault::{FaultHandle, FaultyTransport};
-use crate::transport::{
-    Datagram, Transport, TransportError, TransportStats, UdpTransport, channel,
-};
+use crate::transport::{Datagram, Transport, TransportStats, UdpTransport, channel};
 
 /// One decision with the window it was charged to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,11 +229,11 @@ impl OrbitStore {
             counters: Counters::default(),
         });
         let mut tasks = vec![
-            tokio::spawn(driver(inner.clone())),
-            tokio::spawn(receiver(inner.clone())),
+            tokio::spawn(tasks::driver(inner.clone())),
+            tokio::spawn(tasks::receiver(inner.clone())),
         ];
         if inner.cfg.ring.iter().any(|m| m.dns.is_some()) {
-            tasks.push(tokio::spawn(resolve_ring(inner.clone())));
+            tasks.push(tokio::spawn(tasks::resolve_ring(inner.clone())));
         }
         Ok(Self {
             inner,
@@ -727,91 +727,5 @@ impl Inner {
         // The node's deadline may have moved (it now holds a table).
         self.wake.notify_one();
         out
-    }
-}
-
-async fn driver(inner: Arc<Inner>) {
-    let hb = Duration::from_millis(inner.cfg.heartbeat_ms);
-    let mut next_hb = Instant::now();
-    while !inner.closed.load(Ordering::SeqCst) {
-        let now = inner.now();
-        let (out, next) = inner.tick(now);
-        if !out.is_empty() {
-            inner.send_all(out).await;
-        }
-        if Instant::now() >= next_hb {
-            inner.heartbeat_round().await;
-            next_hb = Instant::now() + hb;
-        }
-        let to_deadline = Duration::from_nanos(next.saturating_sub(inner.now()));
-        let sleep = to_deadline.min(next_hb.saturating_duration_since(Instant::now()));
-        tokio::select! {
-            _ = tokio::time::sleep(sleep) => {}
-            _ = inner.wake.notified() => {}
-        }
-    }
-}
-
-async fn receiver(inner: Arc<Inner>) {
-    while !inner.closed.load(Ordering::SeqCst) {
-        match inner.transport.recv().await {
-            Ok(d) => inner.on_datagram(d).await,
-            Err(TransportError::Closed) => break,
-            Err(e) => {
-                tracing::warn!(error = %e, "orbit: receive failed");
-                // Back off so a persistent socket error does not spin.
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
-}
-
-/// Re-resolves the ring's `dns:` members every `discovery.interval_ms`: a
-/// new address is learned (and frames to that member are bound to it); a
-/// name with no record takes the member's address away (nothing is sent
-/// to it, and the failure detector marks it down); a failed resolution
-/// keeps the previous address.
-async fn resolve_ring(inner: Arc<Inner>) {
-    let names: Vec<(NodeId, String, u16)> = inner
-        .cfg
-        .ring
-        .iter()
-        .filter(|m| m.id != inner.cfg.node_id)
-        .filter_map(|m| m.dns.clone().map(|(n, p)| (m.id, n, p)))
-        .collect();
-    let cfg = inner.cfg.discovery;
-    let mut tick = tokio::time::interval(Duration::from_millis(cfg.interval_ms));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    while !inner.closed.load(Ordering::SeqCst) {
-        tick.tick().await;
-        for (id, name, port) in &names {
-            let found = match crate::discovery::resolve(name, *port, &cfg).await {
-                Ok(a) => a,
-                Err(e) => {
-                    metrics::counter!("drl_node_discovery_errors_total").increment(1);
-                    tracing::warn!(member = id, error = %e, "orbit: ring member did not resolve; keeping its address");
-                    continue;
-                }
-            };
-            if found.len() > 1 {
-                tracing::warn!(member = id, name = %name, records = found.len(), "orbit: a ring member's name has several records; using the first");
-            }
-            let now = found.first().copied();
-            let before = inner.addrs.read().get(id).copied();
-            if now == before {
-                continue;
-            }
-            match now {
-                Some(a) => {
-                    tracing::info!(member = id, addr = %a, "orbit: ring member resolved");
-                    inner.transport.learn_peer(a, *id);
-                    inner.addrs.write().insert(*id, a);
-                }
-                None => {
-                    tracing::info!(member = id, name = %name, "orbit: ring member's record gone");
-                    inner.addrs.write().remove(id);
-                }
-            }
-        }
     }
 }

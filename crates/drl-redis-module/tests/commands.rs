@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{Redis, at, items, wait_until};
 use drl_core::{Algorithm, Quota};
-use drl_redis_module::spec::{self, Clock, Decision, MAGIC};
+use drl_redis_module::spec::{self, Clock, Decision, MAGIC, Op};
 use redis::Value;
 
 fn q(limit: u64, window: u64) -> Quota {
@@ -192,6 +192,7 @@ fn keys_expire_once_fresh() {
     // between two calls made the denial below an admission.)
     let d = [Decision {
         clock: Clock::Server,
+        op: Op::Take,
         algorithm: Algorithm::Gcra,
         cost: 1,
         quotas: vec![q(1, 5_000_000_000), q(10, 50_000_000_000)],
@@ -242,7 +243,7 @@ fn getkeys_version_and_replication() {
     let master = Redis::with_module();
     let mut c = master.conn();
     let v: i64 = redis::cmd("DRL.VERSION").query(&mut c).unwrap();
-    assert_eq!(v, 1);
+    assert_eq!(v, 2);
     let keys: Vec<String> = redis::cmd("COMMAND")
         .arg("GETKEYS")
         .arg("DRL.DECIDE")
@@ -461,5 +462,5 @@ fn a_panic_is_an_error_and_writes_nothing() {
         assert_eq!(odd, "5 9 1");
     }
     let v: i64 = redis::cmd("DRL.VERSION").query(&mut c).unwrap();
-    assert_eq!(v, 1, "the server still serves");
+    assert_eq!(v, 2, "the server still serves");
 }

@@ -13,8 +13,8 @@
 //! ```
 
 pub use drl_redis_wire::decide_spec::{
-    Clock, Head, MAGIC, Op, Parsed, Spec, VERSION, algorithm_code, algorithm_of_code, encode, parse,
-    parse_into, write_header, write_record,
+    Clock, Head, MAGIC, Op, Parsed, Spec, VERSION, algorithm_code, algorithm_of_code, encode,
+    parse, parse_into, write_header, write_record,
 };
 
 /// One decision of a spec (drl-core's [`drl_redis_wire::decide_spec::Request`],

@@ -464,3 +464,48 @@ fn a_panic_is_an_error_and_writes_nothing() {
     let v: i64 = redis::cmd("DRL.VERSION").query(&mut c).unwrap();
     assert_eq!(v, 2, "the server still serves");
 }
+
+/// A charge (mode bit 1) on a real server: every quota consumes the cost
+/// past its capacity, the verdict is 1, and the stored debt (a token
+/// bucket's credit above its capacity, `credit - 2^64`) is read back as a
+/// debt: takes and queries are denied until time repays it, as drl-core
+/// decides on the same state.
+#[test]
+fn charges_store_debts_that_are_read_as_debts() {
+    const S: u64 = 1_000_000_000;
+    let r = Redis::with_module();
+    let mut c = r.conn();
+    let t0 = 1_764_000_000 * S;
+    let d = |op, now, cost| Decision {
+        clock: Clock::Caller(now),
+        op,
+        algorithm: Algorithm::TokenBucket,
+        cost,
+        quotas: vec![q(2, 2 * S)],
+    };
+    let keys = ["debt".to_string()];
+    let got = items(
+        &common::decide(&mut c, &keys, 0, &[d(Op::Charge, t0, 5)]).unwrap(),
+        &[1],
+    );
+    assert_eq!(got[0].0, 1, "a charge's verdict is 1");
+    let stored: String = redis::cmd("GET").arg("debt").query(&mut c).unwrap();
+    // 5 tokens from a full bucket of 2: 3 tokens of debt.
+    assert_eq!(stored, format!("{t0} {}", 0u64.wrapping_sub(3 * S)));
+    let limiter = drl_core::Limiter::new(Algorithm::TokenBucket, q(2, 2 * S));
+    let state = drl_redis_wire::state_text::parse(&limiter, stored.as_bytes()).unwrap();
+    for (at, cost, admitted) in [
+        (t0, 0, false),
+        (t0 + 3 * S - 1, 0, false),
+        (t0 + 3 * S, 0, true),
+        (t0 + 4 * S - 1, 1, false),
+        (t0 + 4 * S, 1, true),
+    ] {
+        assert_eq!(limiter.check(&state, at, cost).allowed, admitted);
+        let got = items(
+            &common::decide(&mut c, &keys, 0, &[d(Op::Take, at, cost)]).unwrap(),
+            &[1],
+        );
+        assert_eq!(got[0].0, admitted as i64, "at +{} cost {cost}", at - t0);
+    }
+}

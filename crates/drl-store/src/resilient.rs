@@ -910,7 +910,10 @@ mod tests {
         s.inner.mode.store(1, Ordering::SeqCst);
         for (cost, now) in [(3, 10), (4, 20)] {
             let d = charge("k", cost, now).await.unwrap();
-            assert!(!d.allowed, "a failed charge is never an admission under deny");
+            assert!(
+                !d.allowed,
+                "a failed charge is never an admission under deny"
+            );
         }
         charge("j", 1, 5).await.unwrap();
         // The breaker is open now: charges are kept without a call.

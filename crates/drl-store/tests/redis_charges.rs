@@ -247,7 +247,10 @@ fn token_quota_scenario() {
             let mut passed = Vec::new();
             for i in 0..4 {
                 let now = t0 + i * 1_000_000;
-                let d: Decision = env.rt.block_on(store.decide(check(&spec, &key, 0, now))).unwrap();
+                let d: Decision = env
+                    .rt
+                    .block_on(store.decide(check(&spec, &key, 0, now)))
+                    .unwrap();
                 passed.push(d.allowed);
                 env.rt
                     .block_on(store.charge(check(&spec, &key, 1, now)))

@@ -597,7 +597,12 @@ impl RedisStore {
     /// Sends one take or charge through the batcher and decodes it; a take
     /// a fast script left undecided is sent once more, to the general
     /// script.
-    async fn one(&self, check: Check<'_>, time: TimeSource, op: Op) -> Result<Decision, StoreError> {
+    async fn one(
+        &self,
+        check: Check<'_>,
+        time: TimeSource,
+        op: Op,
+    ) -> Result<Decision, StoreError> {
         validate(&check)?;
         let mut general = false;
         loop {

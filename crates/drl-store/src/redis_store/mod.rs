@@ -721,7 +721,9 @@ impl Store for RedisStore {
     /// Sends the checks as script calls: one per script kind (and, on a
     /// cluster, per hash slot), cut into calls of at most `batch_max`
     /// decisions. The calls of one group go one after another (so repeated
-    /// keys are decided in order); different groups go concurrently.
+    /// keys are decided in order); different groups go concurrently. A
+    /// check a fast script left undecided (its key holds a debt) is decided
+    /// by the general script after the calls, as if it had come last.
     async fn decide_many(&self, checks: &[Check<'_>]) -> Vec<Result<Decision, StoreError>> {
         let mut out: Vec<Option<Result<Decision, StoreError>>> = Vec::with_capacity(checks.len());
         let mut groups: Vec<(batch::Group, Vec<(usize, batch::Part)>)> = Vec::new();

@@ -21,7 +21,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use drl_core::{Algorithm, Quota};
-use drl_redis_module::spec::{self, Clock, Decision};
+use drl_redis_module::spec::{self, Clock, Decision, Op};
 
 struct Args {
     port: u16,
@@ -164,6 +164,7 @@ fn pipelines(a: &Args, sha: &str, seed: u64) -> Vec<Vec<u8>> {
     let quota = Quota::new(1_000_000, 1_000_000_000).expect("quota");
     let d = Decision {
         clock: Clock::Server,
+        op: Op::Take,
         algorithm: a.algorithm,
         cost: 1,
         quotas: vec![quota],

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use drl_core::{Limiter, Nanos, State};
 use drl_redis_wire::state_text::{self, push_u64};
 
-use crate::spec::{Clock, Parsed};
+use crate::spec::{Clock, Op, Parsed};
 
 /// Ceiling for a key's expiry in ms (about 35 700 years): far beyond any
 /// time-until-fresh (u64 ns is 584 years) yet small enough that Redis never
@@ -139,6 +139,15 @@ impl Call {
                 let raw = std::mem::take(&mut self.values[slot]);
                 self.bulk(&raw);
                 self.values[slot] = raw;
+                if head.op == Op::Charge {
+                    // A charge consumes whatever the state holds; the
+                    // query right after gives the time until fresh.
+                    let mut state = state;
+                    let after = limiter.charge(&mut state, now, head.cost);
+                    self.states.push(state);
+                    self.resets.push(after.reset_after);
+                    continue;
+                }
                 let decision = limiter.check(&state, now, head.cost);
                 admitted &= decision.allowed;
                 self.states.push(state);
@@ -149,8 +158,10 @@ impl Call {
                 if head.cost > 0 {
                     for i in 0..head.nq {
                         let slot = self.first[ki + i];
-                        let limiter = Limiter::new(head.algorithm, self.spec.quotas[qi + i]);
-                        limiter.commit(&mut self.states[i], now, head.cost);
+                        if head.op == Op::Take {
+                            let limiter = Limiter::new(head.algorithm, self.spec.quotas[qi + i]);
+                            limiter.commit(&mut self.states[i], now, head.cost);
+                        }
                         let v = &mut self.values[slot];
                         v.clear();
                         state_text::format(&self.states[i], v);
@@ -224,6 +235,7 @@ mod tests {
     fn repeated_keys_share_state_and_write_once() {
         let d = Decision {
             clock: Clock::Caller(1_000_000),
+            op: Op::Take,
             algorithm: Algorithm::FixedWindow,
             cost: 1,
             quotas: vec![Quota::new(2, 1_000_000_000).unwrap()],
@@ -257,6 +269,7 @@ mod tests {
     fn buffers_are_reused_without_leaking_state() {
         let d = |cost| Decision {
             clock: Clock::Server,
+            op: Op::Take,
             algorithm: Algorithm::SlidingLog,
             cost,
             quotas: vec![Quota::new(5, 1_000).unwrap()],
@@ -281,6 +294,7 @@ mod tests {
     fn corrupt_state_is_an_error() {
         let d = Decision {
             clock: Clock::Server,
+            op: Op::Take,
             algorithm: Algorithm::Gcra,
             cost: 1,
             quotas: vec![Quota::new(2, 1_000).unwrap()],
@@ -289,6 +303,81 @@ mod tests {
         assert_eq!(
             r.unwrap_err(),
             "corrupt state at key \"bad\": state field \"x\" is not a u64"
+        );
+    }
+    fn bucket(op: Op, now: u64, cost: u64) -> Decision {
+        Decision {
+            clock: Clock::Caller(now),
+            op,
+            algorithm: Algorithm::TokenBucket,
+            cost,
+            // T = 1 s, capacity 2 s.
+            quotas: vec![Quota::new(2, 2_000_000_000).unwrap()],
+        }
+    }
+
+    /// A token bucket's stored credit above its capacity is a debt
+    /// (`credit - 2^64`), read as drl-core reads it: denied, queries
+    /// included, until time has repaid it; never a full bucket.
+    #[test]
+    fn debt_states_decode_as_debt() {
+        const S: u64 = 1_000_000_000;
+        // One token of debt at 1000: level 3 s, capacity 2 s.
+        let debt = format!("1000 {}", 0u64.wrapping_sub(S));
+        let limiter = Limiter::new(Algorithm::TokenBucket, Quota::new(2, 2 * S).unwrap());
+        let state = state_text::parse(&limiter, debt.as_bytes()).unwrap();
+        for (at, cost, admitted) in [
+            (1000, 0, false),
+            (1000 + S - 1, 0, false),
+            (1000 + S, 0, true),
+            (1000 + S, 1, false),
+            (1000 + 2 * S - 1, 1, false),
+            (1000 + 2 * S, 1, true),
+            (1000 + 3 * S, 2, true),
+        ] {
+            let (c, r) = call(&[b"k"], &[debt.as_bytes()], &[bucket(Op::Take, at, cost)]);
+            r.unwrap();
+            let verdict = c.reply().next().unwrap();
+            assert_eq!(verdict, Reply::Int(admitted as i64), "at {at} cost {cost}");
+            assert_eq!(limiter.check(&state, at, cost).allowed, admitted);
+            let writes: Vec<_> = c.writes().map(|(_, v, _)| v.to_vec()).collect();
+            if admitted && cost > 0 {
+                let mut want = state.clone();
+                limiter.decide(&mut want, at, cost);
+                assert_eq!(writes, [state_text::to_text(&want)]);
+            } else {
+                assert!(writes.is_empty(), "a denial or a query writes nothing");
+            }
+        }
+    }
+
+    /// A charge consumes past the capacity and stores the debt as drl-core
+    /// does; its verdict is 1, its expiry the time until fresh.
+    #[test]
+    fn charges_write_debt_states() {
+        const S: u64 = 1_000_000_000;
+        let (c, r) = call(&[b"k"], &[b""], &[bucket(Op::Charge, 7, 3)]);
+        r.unwrap();
+        assert_eq!(
+            c.reply().collect::<Vec<_>>(),
+            [Reply::Int(1), Reply::Bulk(b"7"), Reply::Bulk(b"")]
+        );
+        let text = format!("7 {}", 0u64.wrapping_sub(S));
+        assert_eq!(
+            c.writes().collect::<Vec<_>>(),
+            [(0, text.as_bytes(), 3_000 + 5)]
+        );
+        // A charge of 0 writes nothing; charging twice in one call adds up.
+        let (c, r) = call(
+            &[b"k", b"k"],
+            &[b"", b""],
+            &[bucket(Op::Charge, 7, 0), bucket(Op::Charge, 7, 5)],
+        );
+        r.unwrap();
+        let text = format!("7 {}", 0u64.wrapping_sub(3 * S));
+        assert_eq!(
+            c.writes().collect::<Vec<_>>(),
+            [(0, text.as_bytes(), 5_000 + 5)]
         );
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{Redis, at, items, wait_until};
 use drl_core::{Algorithm, Quota};
-use drl_redis_module::spec::{self, Clock, Decision, MAGIC};
+use drl_redis_module::spec::{self, Clock, Decision, MAGIC, Op};
 use redis::Value;
 
 fn q(limit: u64, window: u64) -> Quota {
@@ -192,6 +192,7 @@ fn keys_expire_once_fresh() {
     // between two calls made the denial below an admission.)
     let d = [Decision {
         clock: Clock::Server,
+        op: Op::Take,
         algorithm: Algorithm::Gcra,
         cost: 1,
         quotas: vec![q(1, 5_000_000_000), q(10, 50_000_000_000)],
@@ -242,7 +243,7 @@ fn getkeys_version_and_replication() {
     let master = Redis::with_module();
     let mut c = master.conn();
     let v: i64 = redis::cmd("DRL.VERSION").query(&mut c).unwrap();
-    assert_eq!(v, 1);
+    assert_eq!(v, 2);
     let keys: Vec<String> = redis::cmd("COMMAND")
         .arg("GETKEYS")
         .arg("DRL.DECIDE")
@@ -461,5 +462,50 @@ fn a_panic_is_an_error_and_writes_nothing() {
         assert_eq!(odd, "5 9 1");
     }
     let v: i64 = redis::cmd("DRL.VERSION").query(&mut c).unwrap();
-    assert_eq!(v, 1, "the server still serves");
+    assert_eq!(v, 2, "the server still serves");
+}
+
+/// A charge (mode bit 1) on a real server: every quota consumes the cost
+/// past its capacity, the verdict is 1, and the stored debt (a token
+/// bucket's credit above its capacity, `credit - 2^64`) is read back as a
+/// debt: takes and queries are denied until time repays it, as drl-core
+/// decides on the same state.
+#[test]
+fn charges_store_debts_that_are_read_as_debts() {
+    const S: u64 = 1_000_000_000;
+    let r = Redis::with_module();
+    let mut c = r.conn();
+    let t0 = 1_764_000_000 * S;
+    let d = |op, now, cost| Decision {
+        clock: Clock::Caller(now),
+        op,
+        algorithm: Algorithm::TokenBucket,
+        cost,
+        quotas: vec![q(2, 2 * S)],
+    };
+    let keys = ["debt".to_string()];
+    let got = items(
+        &common::decide(&mut c, &keys, 0, &[d(Op::Charge, t0, 5)]).unwrap(),
+        &[1],
+    );
+    assert_eq!(got[0].0, 1, "a charge's verdict is 1");
+    let stored: String = redis::cmd("GET").arg("debt").query(&mut c).unwrap();
+    // 5 tokens from a full bucket of 2: 3 tokens of debt.
+    assert_eq!(stored, format!("{t0} {}", 0u64.wrapping_sub(3 * S)));
+    let limiter = drl_core::Limiter::new(Algorithm::TokenBucket, q(2, 2 * S));
+    let state = drl_redis_wire::state_text::parse(&limiter, stored.as_bytes()).unwrap();
+    for (at, cost, admitted) in [
+        (t0, 0, false),
+        (t0 + 3 * S - 1, 0, false),
+        (t0 + 3 * S, 0, true),
+        (t0 + 4 * S - 1, 1, false),
+        (t0 + 4 * S, 1, true),
+    ] {
+        assert_eq!(limiter.check(&state, at, cost).allowed, admitted);
+        let got = items(
+            &common::decide(&mut c, &keys, 0, &[d(Op::Take, at, cost)]).unwrap(),
+            &[1],
+        );
+        assert_eq!(got[0].0, admitted as i64, "at +{} cost {cost}", at - t0);
+    }
 }

@@ -17,7 +17,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use common::trace::{self, Trace};
 use common::{Redis, items};
 use drl_core::{Limiter, MultiLimiter};
-use drl_redis_module::spec::{Clock, Decision};
+use drl_redis_module::spec::{Clock, Decision, Op};
 use drl_redis_wire::state_text;
 use proptest::prelude::*;
 
@@ -56,6 +56,7 @@ fn check_trace(t: &Trace) -> Result<(), TestCaseError> {
                 } else {
                     Clock::Caller(now)
                 },
+                op: Op::Take,
                 algorithm: t.algorithm,
                 cost: s.cost,
                 quotas: trace::quotas(t, s).to_vec(),

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::trace::{self, Trace};
 use common::{Redis, items};
-use drl_redis_module::spec::{Clock, Decision};
+use drl_redis_module::spec::{Clock, Decision, Op};
 use proptest::prelude::*;
 use redis::Value;
 
@@ -88,6 +88,7 @@ fn check(t: &Trace) -> Result<(), TestCaseError> {
             nqs.push(trace::quotas(t, s).len());
             decisions.push(Decision {
                 clock: Clock::Caller(now),
+                op: Op::Take,
                 algorithm: t.algorithm,
                 cost: s.cost,
                 quotas: trace::quotas(t, s).to_vec(),

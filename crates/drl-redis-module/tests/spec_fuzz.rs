@@ -3,7 +3,7 @@
 
 use drl_core::{Algorithm, Quota};
 use drl_redis_module::decide::Call;
-use drl_redis_module::spec::{self, Clock, Decision, MAGIC, parse, parse_into};
+use drl_redis_module::spec::{self, Clock, Decision, MAGIC, Op, parse, parse_into};
 use proptest::prelude::*;
 
 fn valid() -> Vec<u8> {
@@ -12,12 +12,14 @@ fn valid() -> Vec<u8> {
         &[
             Decision {
                 clock: Clock::Caller(10),
+                op: Op::Take,
                 algorithm: Algorithm::SlidingLog,
                 cost: 1,
                 quotas: vec![Quota::new(3, 100).unwrap(), Quota::new(9, 1_000).unwrap()],
             },
             Decision {
                 clock: Clock::Server,
+                op: Op::Take,
                 algorithm: Algorithm::Gcra,
                 cost: 2,
                 quotas: vec![Quota::new(2, 50).unwrap()],
@@ -73,6 +75,7 @@ proptest! {
     ) {
         let d = Decision {
             clock: Clock::Caller(now),
+            op: Op::Take,
             algorithm: Algorithm::ALL[a],
             cost,
             quotas: vec![Quota::new(3, 1_000).unwrap()],

@@ -1,5 +1,5 @@
 //! The wire format of `DRL.DECIDE`'s `spec` argument (drl's Redis module,
-//! protocol v1): the one definition that the store's `module` engine
+//! protocol v2): the one definition that the store's `module` engine
 //! encodes with and the module (`crates/drl-redis-module`) parses with.
 //!
 //! The spec is one binary string of little-endian `u64` words:
@@ -8,7 +8,10 @@
 //! word 0  MAGIC ("1LRD" in ASCII, then the protocol version)
 //! word 1  expiry grace, ms (added to every key's expiry)
 //! then per decision:
-//!   clock      0: the caller's time in `now`; 1: the server's clock
+//!   mode       bit 0, the clock: 0 the caller's time in `now`, 1 the
+//!              server's clock; bit 1, the operation: 0 take (decide
+//!              all-or-nothing), 1 charge (consume whatever the states
+//!              hold, into debt if need be); no other bit may be set
 //!   now        ns (ignored for the server's clock)
 //!   algorithm  the code of `algorithm_code` (explicit and stable)
 //!   cost
@@ -24,7 +27,12 @@ use drl_core::Nanos;
 use drl_core::Quota;
 
 /// The protocol version: `DRL.VERSION` answers it, and [`MAGIC`] carries it.
-pub const VERSION: u64 = 1;
+///
+/// Version 2 added charges (bit 1 of the mode word) and debt states (a
+/// token bucket's stored credit above its capacity is a debt, see
+/// `drl_core::algo::token_bucket`). A version-1 module would read such a
+/// state as a full bucket, so drl refuses to decide with one.
+pub const VERSION: u64 = 2;
 
 /// Word 0 of every spec: `"1LRD"` in ASCII (low 32 bits), then
 /// [`VERSION`] (high 32 bits).
@@ -58,6 +66,18 @@ pub const fn algorithm_of_code(code: u64) -> Option<Algorithm> {
     })
 }
 
+/// What a decision does with its quotas' states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Op {
+    /// Decide all-or-nothing, consume only on admission (mode bit 1 = 0).
+    #[default]
+    Take,
+    /// Consume `cost` in every quota whatever it holds, into debt if need
+    /// be (`drl_core::MultiLimiter::charge`; mode bit 1 = 1). Its verdict
+    /// is always 1.
+    Charge,
+}
+
 /// Where a decision's `now` comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Clock {
@@ -73,6 +93,8 @@ pub enum Clock {
 pub struct Request {
     /// Where `now` comes from.
     pub clock: Clock,
+    /// Take or charge.
+    pub op: Op,
     /// The algorithm of every quota of this decision.
     pub algorithm: Algorithm,
     /// The request's cost (0: a query, nothing is written).
@@ -107,6 +129,7 @@ pub fn write_header(out: &mut Vec<u8>, grace_ms: u64) {
 pub fn write_record(
     out: &mut Vec<u8>,
     clock: Clock,
+    op: Op,
     algorithm: Algorithm,
     cost: u64,
     quotas: &[Quota],
@@ -115,8 +138,12 @@ pub fn write_record(
         Clock::Caller(now) => (0, now),
         Clock::Server => (1, 0),
     };
+    let op = match op {
+        Op::Take => 0,
+        Op::Charge => 2,
+    };
     for w in [
-        clock,
+        clock | op,
         now,
         algorithm_code(algorithm),
         cost,
@@ -136,7 +163,7 @@ pub fn encode(grace_ms: u64, decisions: &[Request]) -> Vec<u8> {
     let mut out = Vec::with_capacity(16 + decisions.len() * 64);
     write_header(&mut out, grace_ms);
     for d in decisions {
-        write_record(&mut out, d.clock, d.algorithm, d.cost, &d.quotas);
+        write_record(&mut out, d.clock, d.op, d.algorithm, d.cost, &d.quotas);
     }
     out
 }
@@ -147,6 +174,8 @@ pub fn encode(grace_ms: u64, decisions: &[Request]) -> Vec<u8> {
 pub struct Head {
     /// Where `now` comes from.
     pub clock: Clock,
+    /// Take or charge.
+    pub op: Op,
     /// The algorithm.
     pub algorithm: Algorithm,
     /// The cost.
@@ -211,17 +240,20 @@ pub fn parse_into(out: &mut Parsed, raw: &[u8], keys: usize) -> Result<(), Strin
                 "truncated spec: decision {n} has {left} of 5 header words"
             ));
         }
-        let (clock, now, alg, cost, nq) = (w(at), w(at + 1), w(at + 2), w(at + 3), w(at + 4));
+        let (mode, now, alg, cost, nq) = (w(at), w(at + 1), w(at + 2), w(at + 3), w(at + 4));
         at += 5;
-        let clock = match clock {
-            0 => Clock::Caller(now),
-            1 => Clock::Server,
-            c => {
-                return Err(format!(
-                    "decision {n}: unknown clock {c} (0 caller, 1 server)"
-                ));
-            }
+        if mode > 3 {
+            return Err(format!(
+                "decision {n}: unknown mode {mode} (bit 0 clock: 0 caller, 1 server; \
+                 bit 1: 0 take, 1 charge)"
+            ));
+        }
+        let clock = if mode & 1 == 0 {
+            Clock::Caller(now)
+        } else {
+            Clock::Server
         };
+        let op = if mode & 2 == 0 { Op::Take } else { Op::Charge };
         let algorithm = algorithm_of_code(alg).ok_or_else(|| {
             format!("decision {n}: unknown algorithm {alg} (0 token-bucket .. 6 sliding-window)")
         })?;
@@ -249,6 +281,7 @@ pub fn parse_into(out: &mut Parsed, raw: &[u8], keys: usize) -> Result<(), Strin
         }
         out.heads.push(Head {
             clock,
+            op,
             algorithm,
             cost,
             nq,
@@ -275,6 +308,7 @@ pub fn parse(raw: &[u8], keys: usize) -> Result<Spec, String> {
             .decisions()
             .map(|(h, q)| Request {
                 clock: h.clock,
+                op: h.op,
                 algorithm: h.algorithm,
                 cost: h.cost,
                 quotas: q.to_vec(),
@@ -297,6 +331,7 @@ mod tests {
         vec![
             Request {
                 clock: Clock::Caller(u64::MAX),
+                op: Op::Take,
                 algorithm: Algorithm::SlidingWindow,
                 cost: 3,
                 quotas: vec![
@@ -306,6 +341,7 @@ mod tests {
             },
             Request {
                 clock: Clock::Server,
+                op: Op::Charge,
                 algorithm: Algorithm::TokenBucket,
                 cost: 0,
                 quotas: vec![Quota::new(1, 1).unwrap()],
@@ -338,9 +374,9 @@ mod tests {
 
     #[test]
     fn magic_and_version_are_pinned() {
-        assert_eq!(MAGIC, 0x0000_0001_4452_4C31);
+        assert_eq!(MAGIC, 0x0000_0002_4452_4C31);
         assert_eq!(&MAGIC.to_le_bytes()[..4], b"1LRD");
-        assert_eq!(VERSION, 1);
+        assert_eq!(VERSION, 2);
     }
 
     #[test]
@@ -362,7 +398,7 @@ mod tests {
                 5,
                 7,
                 2,
-                1,
+                3,
                 0,
                 0,
                 0,
@@ -393,8 +429,8 @@ mod tests {
         bad[32..40].copy_from_slice(&7u64.to_le_bytes());
         assert!(err(&bad, 3).contains("unknown algorithm 7"));
         let mut bad = raw.clone();
-        bad[16..24].copy_from_slice(&2u64.to_le_bytes());
-        assert!(err(&bad, 3).contains("unknown clock"));
+        bad[16..24].copy_from_slice(&4u64.to_le_bytes());
+        assert!(err(&bad, 3).contains("unknown mode 4"));
         let mut bad = raw.clone();
         bad[56..64].copy_from_slice(&0u64.to_le_bytes());
         assert!(err(&bad, 3).contains("limit must be at least 1"));

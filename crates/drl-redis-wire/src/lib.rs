@@ -2,7 +2,7 @@
 //! (drl-store's Lua scripts and module calls) and the server
 //! (drl-redis-module).
 //!
-//! - [`decide_spec`]: the binary request of `DRL.DECIDE` (protocol v1).
+//! - [`decide_spec`]: the binary request of `DRL.DECIDE` (protocol v2).
 //! - [`state_text`]: a limiter's state as the text stored under its key,
 //!   read and written alike by the Lua scripts' callers and the module.
 

@@ -3,7 +3,7 @@
 //! back to the same bytes.
 
 use drl_core::{Algorithm, Quota};
-use drl_redis_wire::decide_spec::{self, Clock, Request, algorithm_code, algorithm_of_code};
+use drl_redis_wire::decide_spec::{self, Clock, Op, Request, algorithm_code, algorithm_of_code};
 use proptest::prelude::*;
 
 fn quota() -> impl Strategy<Value = Quota> {
@@ -16,12 +16,14 @@ fn quota() -> impl Strategy<Value = Quota> {
 fn request() -> impl Strategy<Value = Request> {
     (
         prop_oneof![any::<u64>().prop_map(Clock::Caller), Just(Clock::Server)],
+        prop_oneof![Just(Op::Take), Just(Op::Charge)],
         0usize..Algorithm::ALL.len(),
         any::<u64>(),
         prop::collection::vec(quota(), 1..4),
     )
-        .prop_map(|(clock, a, cost, quotas)| Request {
+        .prop_map(|(clock, op, a, cost, quotas)| Request {
             clock,
+            op,
             algorithm: Algorithm::ALL[a],
             cost,
             quotas,
@@ -48,7 +50,10 @@ proptest! {
         let mut flat = decide_spec::Parsed::default();
         decide_spec::parse_into(&mut flat, &decide_spec::encode(grace, &requests), keys).unwrap();
         for ((head, quotas), r) in flat.decisions().zip(&requests) {
-            prop_assert_eq!((head.clock, head.algorithm, head.cost), (r.clock, r.algorithm, r.cost));
+            prop_assert_eq!(
+                (head.clock, head.op, head.algorithm, head.cost),
+                (r.clock, r.op, r.algorithm, r.cost)
+            );
             prop_assert_eq!(quotas, &r.quotas[..]);
         }
     }

@@ -11,21 +11,44 @@
 -- fields, the first always `last` (the clock clamp of docs/semantics.md).
 local ALG = {}
 
--- Token bucket: "last credit" (credit = tokens * T).
+-- Token bucket: "last credit" (credit = tokens * T). A stored credit above
+-- cap is a debt: it encodes credit - 2^64 (docs/semantics.md, "Debt"). So
+-- the bucket is decided as the meter it equals, on level = cap - credit
+-- modulo 2^64 (0 <= level <= 2^64 - 1), and stored back the same way.
+local TWO64 = N('18446744073709551616')
+local MAXU = N('18446744073709551615')
+
+local function tb_level(cap, credit)
+  if cmp(credit, cap) <= 0 then return sub(cap, credit) end
+  return sub(add(cap, TWO64), credit)
+end
+
+local function tb_credit(cap, level)
+  if cmp(level, cap) <= 0 then return sub(cap, level) end
+  return sub(add(cap, TWO64), level)
+end
+
+-- min(x, 2^64 - 1): the depth bound of every debt.
+local function satu(x)
+  if cmp(x, MAXU) > 0 then return MAXU end
+  return x
+end
+
+-- (last, level) of a stored token bucket.
+local function tb_state(cap, raw)
+  if not raw then return ZERO, ZERO end
+  local f = fields(raw)
+  return f[1], tb_level(cap, f[2])
+end
+
 ALG['token-bucket'] = function(q, raw, now, cost)
   if not q.need then return false end
   local cap = N(q.cap)
-  local last, credit = ZERO, cap
-  if raw then
-    local f = fields(raw)
-    last, credit = f[1], f[2]
-  end
+  local last, level = tb_state(cap, raw)
   now = max(now, last)
-  local c = min(add(credit, sub(now, last)), cap)
-  local need = N(q.need)
-  if cmp(c, need) < 0 then return false end
-  local after = sub(c, need)
-  return true, S(now) .. ' ' .. S(after), sub(cap, after)
+  local after = add(subsat(level, sub(now, last)), N(q.need))
+  if cmp(after, cap) > 0 then return false end
+  return true, S(now) .. ' ' .. S(sub(cap, after)), after
 end
 
 -- Leaky bucket (meter): "last level" (level * T), drains one unit per ns.
@@ -131,4 +154,110 @@ ALG['sliding-window'] = function(q, raw, now, cost)
   return true,
     S(now) .. ' ' .. S(idx) .. ' ' .. S(prev) .. ' ' .. S(after),
     add(to_end, w)
+end
+
+-- Charges (docs/semantics.md, "Costs known afterwards"): consume cost at
+-- now whatever the state holds, into debt if need be, each field up to
+-- 2^64 - 1 at most. Same arguments as above, q.need = cost * T in full
+-- (never "x"); cost > 0. Returns the new state string and the wait (ns,
+-- limbs) until it is fresh.
+local CHARGE = {}
+
+CHARGE['token-bucket'] = function(q, raw, now, cost)
+  local cap = N(q.cap)
+  local last, level = tb_state(cap, raw)
+  now = max(now, last)
+  local after = satu(add(subsat(level, sub(now, last)), N(q.need)))
+  return S(now) .. ' ' .. S(tb_credit(cap, after)), after
+end
+
+CHARGE['leaky-bucket'] = function(q, raw, now, cost)
+  local last, level = ZERO, ZERO
+  if raw then
+    local f = fields(raw)
+    last, level = f[1], f[2]
+  end
+  now = max(now, last)
+  local after = satu(add(subsat(level, sub(now, last)), N(q.need)))
+  return S(now) .. ' ' .. S(after), after
+end
+
+local function gcra_charge(q, raw, now, cost)
+  local last, ahead = ZERO, ZERO
+  if raw then
+    local f = fields(raw)
+    last, ahead = f[1], f[2]
+  end
+  now = max(now, last)
+  local after = satu(add(subsat(add(last, ahead), now), N(q.need)))
+  return S(now) .. ' ' .. S(after), after
+end
+CHARGE['gcra'] = gcra_charge
+CHARGE['leaky-queue'] = gcra_charge
+
+CHARGE['fixed-window'] = function(q, raw, now, cost)
+  local last, index, count = ZERO, ZERO, ZERO
+  if raw then
+    local f = fields(raw)
+    last, index, count = f[1], f[2], f[3]
+  end
+  now = max(now, last)
+  local w = N(q.window)
+  local idx, elapsed = divmod(now, w)
+  if cmp(idx, index) ~= 0 then count = ZERO end
+  local after = satu(add(count, cost))
+  return S(now) .. ' ' .. S(idx) .. ' ' .. S(after), sub(w, elapsed)
+end
+
+-- The log keeps at most limit entries: past that, the oldest entry's cost
+-- moves into the next one (drl-core's sliding_log::charge).
+CHARGE['sliding-log'] = function(q, raw, now, cost)
+  local f = {ZERO}
+  if raw then f = fields(raw) end
+  now = max(now, f[1])
+  local w = N(q.window)
+  local live = {}
+  for i = 2, #f - 1, 2 do
+    if cmp(add(f[i], w), now) > 0 then
+      live[#live + 1] = f[i]
+      live[#live + 1] = f[i + 1]
+    end
+  end
+  local n = #live
+  if n > 0 and cmp(live[n - 1], now) == 0 then
+    live[n] = satu(add(live[n], cost))
+  else
+    live[n + 1] = now
+    live[n + 2] = cost
+  end
+  local limit = N(q.limit)
+  local first = 1
+  while cmp(from_double((#live - first + 1) / 2), limit) > 0 do
+    live[first + 3] = satu(add(live[first + 1], live[first + 3]))
+    first = first + 2
+  end
+  local parts = {S(now)}
+  for i = first, #live do parts[#parts + 1] = S(live[i]) end
+  return table.concat(parts, ' '), w
+end
+
+CHARGE['sliding-window'] = function(q, raw, now, cost)
+  local last, index, prev, curr = ZERO, ZERO, ZERO, ZERO
+  if raw then
+    local f = fields(raw)
+    last, index, prev, curr = f[1], f[2], f[3], f[4]
+  end
+  now = max(now, last)
+  local w = N(q.window)
+  local idx, elapsed = divmod(now, w)
+  if cmp(idx, index) ~= 0 then
+    if cmp(idx, add(index, ONE)) == 0 then
+      prev, curr = curr, ZERO
+    else
+      prev, curr = ZERO, ZERO
+    end
+  end
+  local after = satu(add(curr, cost))
+  return S(now) .. ' ' .. S(idx) .. ' ' .. S(prev) .. ' ' .. S(after),
+    add(sub(w, elapsed), w)
 end

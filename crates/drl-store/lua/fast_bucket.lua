@@ -7,7 +7,10 @@
 -- layout). ARGV: grace (ms), then per decision: now ("t": Redis TIME, read
 -- once per call), algorithm, cost, nq, then per quota: cap (burst*T), need
 -- (cost*T, or "x" when cost > burst). KEYS: every decision's nq keys in
--- order. All keys are read with one MGET (GET for one); a key decided twice in one call
+-- order. The verdict is 1 (admitted), 0 (denied) or 2 (undecided: a
+-- quota's stored state holds more than its capacity, a debt left by a
+-- charge, which this script does not decide; it writes nothing for that
+-- decision and the client decides it again with main.lua). All keys are read with one MGET (GET for one); a key decided twice in one call
 -- sees the first decision's state (a table of current values); each
 -- written key is SET once at the end, with its last state.
 --
@@ -15,8 +18,9 @@
 -- held as (seconds, nanoseconds) pairs, both far below 2^53. A time
 -- difference is computed exactly when below 2^53 and otherwise saturated at
 -- 2^53, which is larger than any capacity, so every min/compare against a
--- capacity gives the exact result. Credits, levels and `ahead` never exceed
--- the capacity, so they are exact doubles. Written for speed: few tables,
+-- capacity gives the exact result. Credits, levels and `ahead` this script
+-- decides on never exceed the capacity (larger ones are debts, left
+-- undecided), so they are exact doubles. Written for speed: few tables,
 -- few string operations.
 local sub, fmt, tonum, find, fmod = string.sub, string.format, tonumber, string.find, math.fmod
 local grace = tonum(ARGV[1])
@@ -86,6 +90,7 @@ while a <= nargv do
   local base = o
   out[o + 2] = now_dec
   local admit = true
+  local undecided = false
   for i = 1, nq do
     local raw = cur[KEYS[ki + i]]
     out[o + 2 + i] = raw or ''
@@ -110,6 +115,14 @@ while a <= nargv do
             ls, lns = tonum(sub(raw, 1, n - 9)), tonum(sub(raw, n - 8, n))
           end
           x = tonum(sub(raw, sp + 1))
+          -- A stored field above the capacity (only a charge writes one:
+          -- a debt) is beyond this script's exact range: undecided.
+          -- (tonumber rounds monotonically and cap < 2^53, so the test
+          -- is exact.)
+          if x > cap then
+            undecided = true
+            admit = false
+          end
           -- Clock clamp: now = max(now, last).
           if s < ls or (s == ls and ns < lns) then
             s, ns = ls, lns
@@ -163,6 +176,8 @@ while a <= nargv do
         px[k] = wp[i]
       end
     end
+  elseif undecided then
+    out[base + 1] = 2
   else
     out[base + 1] = 0
   end

@@ -7,9 +7,11 @@
 -- ARGV[1]: expiry grace (ms). Then per decision, in order:
 --   now in ns (decimal), or "t" to read the Redis server clock (TIME; read
 --   once per call, so every "t" decision of a call has the same now),
---   algorithm name, cost (decimal), nq,
+--   algorithm name (preceded by '+' for a charge: consume cost in every
+--   quota whatever it holds, into debt if need be; its verdict is 1),
+--   cost (decimal), nq,
 --   then per quota: limit, window, cap, need ("x": cost too large for this
---   quota), lw (limit * window).
+--   quota; for a charge always cost * T in full), lw (limit * window).
 -- Returns, per decision in order: admitted (1/0), now (decimal), state_1,
 -- ..., state_nq, where state_i is the quota's state BEFORE this decision
 -- ("" when fresh). A key decided twice in one call sees the state the first
@@ -37,8 +39,11 @@ while a <= #ARGV do
   else
     now = N(ARGV[a])
   end
-  local alg = ALG[ARGV[a + 1]]
-  if not alg then return redis.error_reply('drl: unknown algorithm ' .. tostring(ARGV[a + 1])) end
+  local name = ARGV[a + 1]
+  local charging = string.byte(name, 1) == 43 -- '+'
+  local alg
+  if charging then alg = CHARGE[string.sub(name, 2)] else alg = ALG[name] end
+  if not alg then return redis.error_reply('drl: unknown algorithm ' .. tostring(name)) end
   local cost = N(ARGV[a + 2])
   local write = not is_zero(cost)
   local nq = tonumber(ARGV[a + 3])
@@ -50,7 +55,13 @@ while a <= #ARGV do
     local b = a + 3 + (i - 1) * 5
     local raw = cur[KEYS[ki + i]]
     if raw then out[o + 2 + i] = raw else out[o + 2 + i] = '' end
-    if admit then
+    if charging then
+      if write then
+        local q = {limit = ARGV[b + 1], window = ARGV[b + 2], cap = ARGV[b + 3], need = ARGV[b + 4]}
+        local state, fresh_in = alg(q, raw, now, cost)
+        writes[i] = {state, fresh_in}
+      end
+    elseif admit then
       local need = ARGV[b + 4]
       if need == 'x' then need = false end
       local q = {limit = ARGV[b + 1], window = ARGV[b + 2], cap = ARGV[b + 3], need = need, lw = ARGV[b + 5]}

@@ -19,6 +19,19 @@
 //!   nodes sharing the Redis, so that together they stay near the global
 //!   quota until Redis answers again.
 //!
+//! **Charges** ([`Store::charge`], costs known afterwards) pass through the
+//! same deadline, breaker and in-flight bound. A charge the store could
+//! not take is never dropped as if it had been charged, and never answered
+//! as a take: its answer is the failure policy's for a query (cost 0; with
+//! `local`, the local limiter charged at quota/N), and the charge itself is
+//! **kept and retried**: it waits in a bounded set of pending charges (at
+//! most [`MAX_PENDING_CHARGES`] keys; charges of one key merge into one, at
+//! the latest stamp) and is sent again after the next call the store
+//! answers (up to [`FLUSH_PER_CALL`] per call), until it is charged. So a
+//! charge counts at least once: one whose call timed out after Redis had
+//! applied it may count twice (stricter, never laxer). Only a full set
+//! drops a new key's charge (counted in `drl_store_charges_dropped_total`).
+//!
 //! Metrics (the `metrics` crate; names are stable): counters
 //! `drl_store_errors_total{kind}`, `drl_store_timeouts_total`,
 //! `drl_store_fallbacks_total{policy,cause}`,
@@ -277,6 +290,28 @@ impl Breaker {
 }
 
 /// A [`Store`] with deadlines, a circuit breaker, bounded concurrency and a
+/// At most this many keys wait with a charge the store could not take
+/// (see the module docs).
+pub const MAX_PENDING_CHARGES: usize = 10_000;
+
+/// At most this many pending charges are retried after one answered call.
+pub const FLUSH_PER_CALL: usize = 16;
+
+/// Which call of the store a request makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Decide,
+    Charge,
+}
+
+/// A charge waiting to be retried: the sum of a key's failed charges, at
+/// the latest of their stamps.
+#[derive(Debug, Clone, Copy)]
+struct PendingCharge {
+    cost: u64,
+    now: drl_core::Nanos,
+}
+
 /// per-limit failure policy (see the module docs).
 #[derive(Debug)]
 pub struct Resilient<S: Store> {
@@ -288,6 +323,8 @@ pub struct Resilient<S: Store> {
     local_specs: RwLock<HashMap<(LimitSpec, u64), Arc<LimitSpec>>>,
     /// Errors (timeouts and overload included), timeouts, fail-overs.
     counts: [AtomicU64; 3],
+    /// Charges the store could not take, by (limit, key), to retry.
+    pending: Mutex<HashMap<(LimitSpec, String), PendingCharge>>,
 }
 
 /// What a [`Resilient`] store has been through (for status pages).
@@ -323,6 +360,76 @@ impl<S: Store> Resilient<S> {
             local: MemoryStore::default(),
             local_specs: RwLock::new(HashMap::new()),
             counts: Default::default(),
+            pending: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How many keys wait with a charge to retry.
+    pub fn pending_charges(&self) -> usize {
+        self.pending.lock().len()
+    }
+
+    /// Keeps a charge the store could not take, to retry (merged with the
+    /// key's pending one); a new key beyond [`MAX_PENDING_CHARGES`] is
+    /// dropped and counted.
+    fn defer(&self, spec: &LimitSpec, key: &str, cost: u64, now: drl_core::Nanos) {
+        if cost == 0 {
+            return;
+        }
+        let mut pending = self.pending.lock();
+        if let Some(p) = pending.get_mut(&(spec.clone(), key.to_string())) {
+            p.cost = p.cost.saturating_add(cost);
+            p.now = p.now.max(now);
+            return;
+        }
+        if pending.len() >= MAX_PENDING_CHARGES {
+            metrics::counter!("drl_store_charges_dropped_total").increment(1);
+            tracing::warn!(
+                limit = %spec.name,
+                "a charge is dropped: {MAX_PENDING_CHARGES} keys already wait to be charged"
+            );
+            return;
+        }
+        pending.insert((spec.clone(), key.to_string()), PendingCharge { cost, now });
+    }
+
+    /// Retries up to [`FLUSH_PER_CALL`] pending charges (after a call the
+    /// store answered); one that fails again goes back and ends the round.
+    async fn flush(&self) {
+        let batch: Vec<_> = {
+            let mut pending = self.pending.lock();
+            if pending.is_empty() {
+                return;
+            }
+            let keys: Vec<_> = pending.keys().take(FLUSH_PER_CALL).cloned().collect();
+            keys.into_iter()
+                .filter_map(|k| pending.remove(&k).map(|p| (k, p)))
+                .collect()
+        };
+        let mut failed = false;
+        for ((spec, key), p) in batch {
+            if !failed {
+                let check = Check {
+                    spec: &spec,
+                    key: &key,
+                    cost: p.cost,
+                    now: p.now,
+                };
+                let deadline = Duration::from_millis(self.policy(&spec.name).timeout_ms.max(1));
+                match tokio::time::timeout(deadline, self.inner.charge(check)).await {
+                    Ok(Ok(_)) => continue,
+                    // A charge the store refuses as invalid never succeeds.
+                    Ok(Err(StoreError::Invalid(why))) => {
+                        tracing::warn!(limit = %spec.name, "a pending charge is refused: {why}");
+                        continue;
+                    }
+                    _ => {
+                        self.breaker.failure();
+                        failed = true;
+                    }
+                }
+            }
+            self.defer(&spec, &key, p.cost, p.now);
         }
     }
 
@@ -433,22 +540,71 @@ impl<S: Store> Resilient<S> {
     }
 }
 
-#[async_trait]
-impl<S: Store> Store for Resilient<S> {
-    async fn decide(&self, check: Check<'_>) -> Result<Decision, StoreError> {
-        let policy = self.policy(&check.spec.name);
-        if !self.breaker.try_pass() {
-            return Ok(self.fail_over(check, policy, "breaker_open"));
+impl<S: Store> Resilient<S> {
+    /// The answer of the failure policy to a charge the store could not
+    /// take (already deferred): the policy's answer to a query; `local`
+    /// charges the local limiter.
+    fn charge_fail_over(
+        &self,
+        check: Check<'_>,
+        policy: FailurePolicy,
+        cause: &'static str,
+    ) -> Decision {
+        if policy.on_store_error == OnStoreError::Local {
+            self.count(FAIL_OVERS);
+            metrics::counter!(
+                "drl_store_fallbacks_total",
+                "policy" => policy.on_store_error.as_str(),
+                "cause" => cause
+            )
+            .increment(1);
+            let spec = self.local_for(check.spec, policy.local_divisor);
+            let local = Check {
+                spec: &spec,
+                ..check
+            };
+            // `charge` of the memory store is synchronous in effect.
+            if let Some(Ok(d)) = futures::FutureExt::now_or_never(self.local.charge(local)) {
+                return d;
+            }
+            return self.local.decide_now(Check { cost: 0, ..local });
         }
-        let Ok(_permit) = self.in_flight.clone().try_acquire_owned() else {
+        self.fail_over(Check { cost: 0, ..check }, policy, cause)
+    }
+
+    /// `decide` or `charge` of the inner store under the deadline, the
+    /// breaker and the in-flight bound; a failure is answered by the
+    /// failure policy (and a charge kept to retry).
+    async fn guarded(&self, check: Check<'_>, call: Call) -> Result<Decision, StoreError> {
+        let policy = self.policy(&check.spec.name);
+        let fail = |cause: &'static str| {
+            Ok(match call {
+                Call::Decide => self.fail_over(check, policy, cause),
+                Call::Charge => {
+                    self.defer(check.spec, check.key, check.cost, check.now);
+                    self.charge_fail_over(check, policy, cause)
+                }
+            })
+        };
+        if !self.breaker.try_pass() {
+            return fail("breaker_open");
+        }
+        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
             metrics::counter!("drl_store_errors_total", "kind" => "overloaded").increment(1);
             self.count(ERRORS);
-            return Ok(self.fail_over(check, policy, "overloaded"));
+            return fail("overloaded");
         };
         let deadline = Duration::from_millis(policy.timeout_ms.max(1));
-        match tokio::time::timeout(deadline, self.inner.decide(check)).await {
+        let inner = match call {
+            Call::Decide => self.inner.decide(check),
+            Call::Charge => self.inner.charge(check),
+        };
+        let answer = tokio::time::timeout(deadline, inner).await;
+        drop(permit);
+        match answer {
             Ok(Ok(d)) => {
                 self.breaker.success();
+                self.flush().await;
                 Ok(d)
             }
             Ok(Err(StoreError::Invalid(why))) => Err(StoreError::Invalid(why)),
@@ -461,16 +617,30 @@ impl<S: Store> Store for Resilient<S> {
                 metrics::counter!("drl_store_errors_total", "kind" => kind).increment(1);
                 self.count(ERRORS);
                 self.breaker.failure();
-                Ok(self.fail_over(check, policy, "error"))
+                fail("error")
             }
             Err(_) => {
                 metrics::counter!("drl_store_timeouts_total").increment(1);
                 self.count(ERRORS);
                 self.count(TIMEOUTS);
                 self.breaker.failure();
-                Ok(self.fail_over(check, policy, "timeout"))
+                fail("timeout")
             }
         }
+    }
+}
+
+#[async_trait]
+impl<S: Store> Store for Resilient<S> {
+    async fn decide(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        self.guarded(check, Call::Decide).await
+    }
+
+    /// Charges through the breaker like `decide`; a charge the store could
+    /// not take is answered by the failure policy (as a query) and kept to
+    /// retry (see the module docs).
+    async fn charge(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        self.guarded(check, Call::Charge).await
     }
 
     async fn decide_many(&self, checks: &[Check<'_>]) -> Vec<Result<Decision, StoreError>> {
@@ -500,6 +670,8 @@ mod tests {
         mode: AtomicU8,
         calls: AtomicU32,
         mem: MemoryStore,
+        /// (key, cost, now) of every charge it took.
+        charged: parking_lot::Mutex<Vec<(String, u64, u64)>>,
     }
 
     #[async_trait]
@@ -508,6 +680,21 @@ mod tests {
             self.calls.fetch_add(1, Ordering::SeqCst);
             match self.mode.load(Ordering::SeqCst) {
                 0 => Ok(self.mem.decide_now(check)),
+                1 => Err(StoreError::Backend("down".into())),
+                2 => std::future::pending().await,
+                _ => Err(StoreError::Invalid("bad".into())),
+            }
+        }
+
+        async fn charge(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            match self.mode.load(Ordering::SeqCst) {
+                0 => {
+                    self.charged
+                        .lock()
+                        .push((check.key.to_string(), check.cost, check.now));
+                    Ok(self.mem.decide_now(Check { cost: 0, ..check }))
+                }
                 1 => Err(StoreError::Backend("down".into())),
                 2 => std::future::pending().await,
                 _ => Err(StoreError::Invalid("bad".into())),
@@ -697,5 +884,56 @@ mod tests {
         s.retain(std::slice::from_ref(&b));
         assert_eq!(s.local_specs.read().len(), 1);
         assert_eq!(admitted(&s, &a, "k", 12).await, 10, "a starts fresh");
+    }
+
+    /// A charge the store cannot take is answered by the failure policy as
+    /// a query (never admitted under `deny`), kept (merged per key), and
+    /// charged once the store answers again; one it refuses as invalid is
+    /// an error, not kept.
+    #[tokio::test(start_paused = true)]
+    async fn failed_charges_are_kept_and_retried() {
+        let s = store(OnStoreError::Deny, 1);
+        let spec = spec();
+        let charge = |key: &'static str, cost, now| {
+            let spec = spec.clone();
+            let s = &s;
+            async move {
+                s.charge(Check {
+                    spec: &spec,
+                    key,
+                    cost,
+                    now,
+                })
+                .await
+            }
+        };
+        s.inner.mode.store(1, Ordering::SeqCst);
+        for (cost, now) in [(3, 10), (4, 20)] {
+            let d = charge("k", cost, now).await.unwrap();
+            assert!(
+                !d.allowed,
+                "a failed charge is never an admission under deny"
+            );
+        }
+        charge("j", 1, 5).await.unwrap();
+        // The breaker is open now: charges are kept without a call.
+        let calls = s.inner.calls.load(Ordering::SeqCst);
+        charge("k", 2, 15).await.unwrap();
+        assert_eq!(s.inner.calls.load(Ordering::SeqCst), calls);
+        assert_eq!(s.pending_charges(), 2);
+        assert!(s.inner.charged.lock().is_empty());
+        s.inner.mode.store(0, Ordering::SeqCst);
+        probe_until_closed(&s, &spec).await;
+        assert_eq!(s.pending_charges(), 0);
+        let mut got = s.inner.charged.lock().clone();
+        got.sort();
+        assert_eq!(got, [("j".to_string(), 1, 5), ("k".to_string(), 9, 20)]);
+        // Invalid: an error, nothing kept.
+        s.inner.mode.store(3, Ordering::SeqCst);
+        assert!(matches!(
+            charge("k", 1, 30).await,
+            Err(StoreError::Invalid(_))
+        ));
+        assert_eq!(s.pending_charges(), 0);
     }
 }

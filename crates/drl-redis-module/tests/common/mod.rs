@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use drl_redis_module::spec::{self, Clock, Decision};
+use drl_redis_module::spec::{self, Clock, Decision, Op};
 use redis::Value;
 
 /// Polls `cond` every few ms until it holds or `within` passes.
@@ -160,6 +160,7 @@ pub fn at(
 ) -> Decision {
     Decision {
         clock: Clock::Caller(now),
+        op: Op::Take,
         algorithm,
         cost,
         quotas: quotas.to_vec(),

@@ -18,6 +18,14 @@
 //! Redis module instead (see [`module`]): same keys, batching, coalescing,
 //! slot grouping, timeouts and reply; no `NOSCRIPT` path.
 //!
+//! [`Store::charge`] is one call too (a script call, always the general
+//! script, or a `DRL.DECIDE` record with the charge bit): every quota of
+//! the limit is charged atomically, whatever it holds, into debt if need
+//! be. A fast script that meets a debt state (a stored field above the
+//! capacity, which only a charge writes) leaves that decision undecided
+//! and writes nothing for it; the store then decides it again, alone, with
+//! the general script, which reads debts exactly.
+//!
 //! See `docs/redis.md` for the configuration and the arithmetic.
 
 pub(crate) mod batch;
@@ -35,6 +43,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use drl_core::Decision;
+use drl_redis_wire::decide_spec::Op;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_routing::Slot;
@@ -543,12 +552,14 @@ impl RedisStore {
         script::keys(&self.config.key_prefix, spec, key)
     }
 
-    /// One decision, encoded for a script (or module) call.
-    fn part(&self, check: &Check<'_>, time: TimeSource) -> batch::Part {
+    /// One decision, encoded for a script (or module) call: a take
+    /// (`op`) with the fastest script for the spec unless `general`, or a
+    /// charge (always the general script).
+    fn part(&self, check: &Check<'_>, time: TimeSource, op: Op, general: bool) -> batch::Part {
         // The module decides every algorithm in one call: one group per slot.
         let kind = match self.config.engine {
-            Engine::Lua => self.kind(check.spec),
-            Engine::Module => script::Kind::General,
+            Engine::Lua if op == Op::Take && !general => self.kind(check.spec),
+            _ => script::Kind::General,
         };
         let mut args = Cmd::new();
         let mut buf = Vec::with_capacity(64);
@@ -570,9 +581,9 @@ impl RedisStore {
             TimeSource::Caller => Some(check.now),
         };
         match self.config.engine {
-            Engine::Lua => script::push_args(&mut args, kind, check.spec, now, check.cost),
+            Engine::Lua => script::push_args(&mut args, kind, check.spec, now, op, check.cost),
             Engine::Module => {
-                args.arg(module::record(check.spec, now, check.cost));
+                args.arg(module::record(check.spec, now, op, check.cost));
             }
         }
         batch::Part {
@@ -580,6 +591,35 @@ impl RedisStore {
             nkeys: check.spec.quotas.len(),
             args,
             reply_len: script::reply_len(check.spec),
+        }
+    }
+
+    /// Sends one take or charge through the batcher and decodes it; a take
+    /// a fast script left undecided is sent once more, to the general
+    /// script.
+    async fn one(
+        &self,
+        check: Check<'_>,
+        time: TimeSource,
+        op: Op,
+    ) -> Result<Decision, StoreError> {
+        validate(&check)?;
+        let mut general = false;
+        loop {
+            let reply = self
+                .batcher
+                .submit(self.part(&check, time, op, general))
+                .await
+                .map_err(|_| StoreError::Backend("the Redis batching task has stopped".into()))??;
+            match script::finish(check.spec, reply.items(), op, check.cost)? {
+                Some(d) => return Ok(d),
+                None if !general => general = true,
+                None => {
+                    return Err(StoreError::Backend(
+                        "the general decision script left a decision undecided".into(),
+                    ));
+                }
+            }
         }
     }
 
@@ -591,13 +631,31 @@ impl RedisStore {
         check: Check<'_>,
         time: TimeSource,
     ) -> Result<Decision, StoreError> {
-        validate(&check)?;
+        self.one(check, time, Op::Take).await
+    }
+
+    /// A take decided by the general script (after a fast script left it
+    /// undecided).
+    async fn decide_with_general(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         let reply = self
             .batcher
-            .submit(self.part(&check, time))
+            .submit(self.part(&check, self.config.time, Op::Take, true))
             .await
             .map_err(|_| StoreError::Backend("the Redis batching task has stopped".into()))??;
-        script::finish(check.spec, reply.items(), check.cost)
+        script::finish(check.spec, reply.items(), Op::Take, check.cost)?.ok_or_else(|| {
+            StoreError::Backend("the general decision script left a decision undecided".into())
+        })
+    }
+
+    /// Charges with an explicit time source (see [`RedisStore::decide_with`]
+    /// and [`Store::charge`]): one atomic call charges every quota of the
+    /// limit; the answer is the query right after.
+    pub async fn charge_with(
+        &self,
+        check: Check<'_>,
+        time: TimeSource,
+    ) -> Result<Decision, StoreError> {
+        self.one(check, time, Op::Charge).await
     }
 }
 
@@ -654,17 +712,25 @@ impl Store for RedisStore {
         self.decide_with(check, self.config.time).await
     }
 
+    /// One atomic call (script or `DRL.DECIDE`) charges every quota of the
+    /// limit, in Redis Cluster too (one limit's keys share a slot).
+    async fn charge(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        self.charge_with(check, self.config.time).await
+    }
+
     /// Sends the checks as script calls: one per script kind (and, on a
     /// cluster, per hash slot), cut into calls of at most `batch_max`
     /// decisions. The calls of one group go one after another (so repeated
-    /// keys are decided in order); different groups go concurrently.
+    /// keys are decided in order); different groups go concurrently. A
+    /// check a fast script left undecided (its key holds a debt) is decided
+    /// by the general script after the calls, as if it had come last.
     async fn decide_many(&self, checks: &[Check<'_>]) -> Vec<Result<Decision, StoreError>> {
         let mut out: Vec<Option<Result<Decision, StoreError>>> = Vec::with_capacity(checks.len());
         let mut groups: Vec<(batch::Group, Vec<(usize, batch::Part)>)> = Vec::new();
         for (i, c) in checks.iter().enumerate() {
             match validate(c) {
                 Ok(()) => {
-                    let part = self.part(c, self.config.time);
+                    let part = self.part(c, self.config.time, Op::Take, false);
                     match groups.iter_mut().find(|(g, _)| *g == part.group) {
                         Some((_, v)) => v.push((i, part)),
                         None => groups.push((part.group, vec![(i, part)])),
@@ -688,9 +754,20 @@ impl Store for RedisStore {
             answers
         }))
         .await;
+        let mut undecided = Vec::new();
         for (i, r) in answers.into_iter().flatten() {
             let c = &checks[i];
-            out[i] = Some(r.and_then(|r| script::finish(c.spec, r.items(), c.cost)));
+            match r.and_then(|r| script::finish(c.spec, r.items(), Op::Take, c.cost)) {
+                Ok(Some(d)) => out[i] = Some(Ok(d)),
+                Ok(None) => undecided.push(i),
+                Err(e) => out[i] = Some(Err(e)),
+            }
+        }
+        // Decisions a fast script left undecided (debt states) go to the
+        // general script, in order, after the rest.
+        undecided.sort_unstable();
+        for i in undecided {
+            out[i] = Some(self.decide_with_general(checks[i]).await);
         }
         out.into_iter()
             .map(|o| o.unwrap_or_else(|| Err(StoreError::Backend("no answer".into()))))

@@ -4,9 +4,10 @@
 //!
 //! One batch is one `DRL.DECIDE key_1 ... key_K spec` call: the keys are
 //! the same as the scripts' (every decision's keys in order), `spec` is one
-//! binary string in the format of [`drl_redis_wire::decide_spec`] (protocol v1),
+//! binary string in the format of [`drl_redis_wire::decide_spec`] (protocol v2),
 //! the one definition the module parses with: the magic, the expiry grace
-//! in ms, then per decision `clock`, `now`, `algorithm`, `cost`, `nq` and
+//! in ms, then per decision `mode` (clock and take or charge), `now`,
+//! `algorithm`, `cost`, `nq` and
 //! `nq` x (`limit`, `window`, `burst`).
 //! The reply is exactly the scripts' reply, so [`super::script::finish`]
 //! decodes it. States are stored as the same text as the scripts write, so
@@ -18,7 +19,7 @@
 //! decision (on a cluster: on every primary, at connect).
 
 use drl_core::Nanos;
-use drl_redis_wire::decide_spec::{self, Clock};
+use drl_redis_wire::decide_spec::{self, Clock, Op};
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{Cmd, RedisError, Value};
 
@@ -30,10 +31,10 @@ pub(crate) const VERSION: i64 = decide_spec::VERSION as i64;
 
 /// One decision's record of the spec (everything after the two header
 /// words): `now` is `None` for the server's clock.
-pub(crate) fn record(spec: &LimitSpec, now: Option<Nanos>, cost: u64) -> Vec<u8> {
+pub(crate) fn record(spec: &LimitSpec, now: Option<Nanos>, op: Op, cost: u64) -> Vec<u8> {
     let mut buf = Vec::with_capacity(8 * (5 + 3 * spec.quotas.len()));
     let clock = now.map_or(Clock::Server, Clock::Caller);
-    decide_spec::write_record(&mut buf, clock, spec.algorithm, cost, &spec.quotas);
+    decide_spec::write_record(&mut buf, clock, op, spec.algorithm, cost, &spec.quotas);
     buf
 }
 
@@ -163,10 +164,21 @@ mod tests {
             ],
         );
         assert_eq!(
-            words(&record(&spec, Some(42), 2)),
+            words(&record(&spec, Some(42), Op::Take, 2)),
             [0, 42, 6, 2, 2, 3, 10, 3, 5, 20, 7]
         );
-        assert_eq!(words(&record(&spec, None, 0))[..5], [1, 0, 6, 0, 2]);
+        assert_eq!(
+            words(&record(&spec, None, Op::Take, 0))[..5],
+            [1, 0, 6, 0, 2]
+        );
+        assert_eq!(
+            words(&record(&spec, Some(42), Op::Charge, 9))[..5],
+            [2, 42, 6, 9, 2]
+        );
+        assert_eq!(
+            words(&record(&spec, None, Op::Charge, 9))[..5],
+            [3, 0, 6, 9, 2]
+        );
         assert_eq!(words(&header(1000)), [MAGIC, 1000]);
         assert_eq!(&MAGIC.to_le_bytes()[..4], b"1LRD");
     }
@@ -183,20 +195,20 @@ mod tests {
         for a in Algorithm::ALL {
             let spec = LimitSpec::new("a", a, spec.quotas.clone());
             let mut raw = header(7);
-            raw.extend(record(&spec, Some(5), 1));
-            raw.extend(record(&spec, None, 0));
+            raw.extend(record(&spec, Some(5), Op::Take, 1));
+            raw.extend(record(&spec, None, Op::Charge, 0));
             let parsed = decide_spec::parse(&raw, 4).unwrap();
             assert_eq!(parsed.grace_ms, 7);
             let got: Vec<_> = parsed
                 .decisions
                 .iter()
-                .map(|d| (d.clock, d.algorithm, d.cost, d.quotas.clone()))
+                .map(|d| (d.clock, d.op, d.algorithm, d.cost, d.quotas.clone()))
                 .collect();
             assert_eq!(
                 got,
                 [
-                    (Clock::Caller(5), a, 1, spec.quotas.clone()),
-                    (Clock::Server, a, 0, spec.quotas.clone()),
+                    (Clock::Caller(5), Op::Take, a, 1, spec.quotas.clone()),
+                    (Clock::Server, Op::Charge, a, 0, spec.quotas.clone()),
                 ]
             );
         }
@@ -227,7 +239,7 @@ mod tests {
     #[test]
     fn version_answers_are_checked() {
         assert!(check_answer("s", Ok(Value::Int(VERSION))).is_ok());
-        let e = check_answer("redis://h:1", Ok(Value::Int(2))).unwrap_err();
+        let e = check_answer("redis://h:1", Ok(Value::Int(1))).unwrap_err();
         let text = e.to_string();
         assert!(
             text.contains("redis://h:1") && text.contains("another protocol version"),

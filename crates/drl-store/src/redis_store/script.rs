@@ -10,6 +10,7 @@
 //! is reported as an error rather than silently trusted.
 
 use drl_core::{Algorithm, Decision, Limiter, MultiLimiter, Nanos, Quota, State};
+use drl_redis_wire::decide_spec::Op;
 use redis::{Cmd, Value};
 
 use crate::{LimitSpec, StoreError};
@@ -132,22 +133,28 @@ pub(crate) fn push_keys(
 }
 
 /// Appends one decision's ARGV record for the script of `kind` to `cmd`:
-/// now (`t`: Redis `TIME`), algorithm, cost, number of quotas, then per
-/// quota what that script needs (see the top of each `lua/*.lua`).
+/// now (`t`: Redis `TIME`), algorithm (`+algorithm` for a charge, which
+/// only [`Kind::General`] decides), cost, number of quotas, then per quota
+/// what that script needs (see the top of each `lua/*.lua`).
 pub(crate) fn push_args(
     cmd: &mut Cmd,
     kind: Kind,
     spec: &LimitSpec,
     now: Option<Nanos>,
+    op: Op,
     cost: u64,
 ) {
     match now {
         Some(n) => cmd.arg(n),
         None => cmd.arg(b"t".as_slice()),
     };
-    cmd.arg(spec.algorithm.name())
-        .arg(cost)
-        .arg(spec.quotas.len());
+    if op == Op::Charge {
+        assert_eq!(kind, Kind::General, "only the general script charges");
+        cmd.arg(format!("+{}", spec.algorithm.name()));
+    } else {
+        cmd.arg(spec.algorithm.name());
+    }
+    cmd.arg(cost).arg(spec.quotas.len());
     let x = b"x".as_slice();
     for q in &spec.quotas {
         match kind {
@@ -173,7 +180,10 @@ pub(crate) fn push_args(
                     q.burst()
                 };
                 cmd.arg(q.limit()).arg(q.window()).arg(q.capacity_ns());
-                if cost > capacity {
+                if op == Op::Charge {
+                    // A charge consumes any cost: its need in full.
+                    cmd.arg(cost as u128 * q.emission_interval() as u128);
+                } else if cost > capacity {
                     cmd.arg(x);
                 } else {
                     cmd.arg(cost as u128 * q.emission_interval() as u128);
@@ -202,11 +212,23 @@ pub(crate) fn parse_state(limiter: &Limiter, raw: &[u8]) -> Result<State, StoreE
     drl_redis_wire::state_text::parse(limiter, raw).map_err(bad)
 }
 
+/// A script's verdict on one decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Admitted (and, for cost > 0, committed); for a charge: charged.
+    Admitted,
+    /// Denied: nothing written.
+    Denied,
+    /// Not decided (a fast script met a debt state): nothing written; the
+    /// general script must decide it.
+    Undecided,
+}
+
 /// What one script call answered for one decision.
 #[derive(Debug)]
 pub(crate) struct Answer {
-    /// The script admitted (and, for cost > 0, committed) the request.
-    pub admitted: bool,
+    /// The script's verdict.
+    pub verdict: Verdict,
     /// The `now` the script decided at (the caller's or Redis `TIME`).
     pub now: Nanos,
     /// The pre-decision state of every quota.
@@ -229,9 +251,10 @@ pub(crate) fn decode(limiter: &MultiLimiter, items: &[Value]) -> Result<Answer, 
             limiter.parts().len()
         )));
     }
-    let admitted = match &items[0] {
-        Value::Int(1) => true,
-        Value::Int(0) => false,
+    let verdict = match &items[0] {
+        Value::Int(1) => Verdict::Admitted,
+        Value::Int(0) => Verdict::Denied,
+        Value::Int(2) => Verdict::Undecided,
         other => return Err(bad(format!("verdict {other:?}"))),
     };
     let raw_now = text(&items[1])?;
@@ -244,7 +267,7 @@ pub(crate) fn decode(limiter: &MultiLimiter, items: &[Value]) -> Result<Answer, 
         .map(|(l, v)| parse_state(l, text(v)?))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Answer {
-        admitted,
+        verdict,
         now,
         states,
     })
@@ -253,27 +276,42 @@ pub(crate) fn decode(limiter: &MultiLimiter, items: &[Value]) -> Result<Answer, 
 /// The decision for one decision's part of the reply: drl-core decides on
 /// the script's pre-decision states at the script's `now`; an error if the
 /// script's verdict differs (it never should: both implement
-/// `docs/semantics.md`, and the differential tests check it).
-pub(crate) fn finish(spec: &LimitSpec, items: &[Value], cost: u64) -> Result<Decision, StoreError> {
+/// `docs/semantics.md`, and the differential tests check it). `None`: the
+/// script left it undecided (see [`Verdict::Undecided`]), nothing was
+/// written, and the general script must decide it.
+///
+/// For a charge, drl-core charges the pre-decision states and answers the
+/// query right after (`MultiLimiter::charge`); the script must have
+/// charged (verdict 1).
+pub(crate) fn finish(
+    spec: &LimitSpec,
+    items: &[Value],
+    op: Op,
+    cost: u64,
+) -> Result<Option<Decision>, StoreError> {
     let limiter = spec.limiter();
     let answer = decode(&limiter, items)?;
     let mut states = answer.states;
+    let admitted = match (op, answer.verdict) {
+        (Op::Take, Verdict::Undecided) => return Ok(None),
+        (Op::Charge, Verdict::Admitted) => {
+            return Ok(Some(limiter.charge(&mut states, answer.now, cost)));
+        }
+        (Op::Charge, v) => return Err(bad(format!("a charge answered {v:?}"))),
+        (Op::Take, v) => v == Verdict::Admitted,
+    };
     let d = limiter.decide(&mut states, answer.now, cost);
-    if d.allowed != answer.admitted {
+    if d.allowed != admitted {
         metrics::counter!("drl_store_redis_verdict_mismatch_total").increment(1);
         return Err(StoreError::Backend(format!(
             "the Redis script {} but drl-core {} (limit {:?}, now {}, cost {cost})",
-            if answer.admitted {
-                "admitted"
-            } else {
-                "denied"
-            },
+            if admitted { "admitted" } else { "denied" },
             if d.allowed { "admits" } else { "denies" },
             spec.name,
             answer.now
         )));
     }
-    Ok(d)
+    Ok(Some(d))
 }
 
 #[cfg(test)]
@@ -309,9 +347,9 @@ mod tests {
             Algorithm::TokenBucket,
             vec![Quota::new(3, 10).unwrap()],
         );
-        let args = |now, cost| {
+        let args = |now, op, cost| {
             let mut cmd = Cmd::new();
-            push_args(&mut cmd, Kind::General, &spec, now, cost);
+            push_args(&mut cmd, Kind::General, &spec, now, op, cost);
             cmd.args_iter()
                 .map(|a| match a {
                     redis::Arg::Simple(b) => String::from_utf8(b.to_vec()).unwrap(),
@@ -319,10 +357,14 @@ mod tests {
                 })
                 .collect::<Vec<_>>()
         };
-        let a = args(Some(5), 4);
+        let a = args(Some(5), Op::Take, 4);
         assert_eq!(a[..4], ["5", "token-bucket", "4", "1"]);
         assert_eq!(a[4..], ["3", "10", "12", "x", "30"]);
-        let a = args(None, 2);
+        // A charge has no impossible cost: its need in full.
+        let a = args(Some(5), Op::Charge, 4);
+        assert_eq!(a[..4], ["5", "+token-bucket", "4", "1"]);
+        assert_eq!(a[4..], ["3", "10", "12", "16", "30"]);
+        let a = args(None, Op::Take, 2);
         assert_eq!(a[0], "t");
         assert_eq!(a[7], "8");
     }

@@ -21,17 +21,22 @@ const MAX_SHARDS: usize = 16;
 /// stays exact (every add is atomic) and only costs some line sharing.
 fn shard_count() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
-    *N.get_or_init(|| {
-        std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .next_power_of_two()
-            .min(MAX_SHARDS)
-    })
+    *N.get_or_init(|| shards_at_most(MAX_SHARDS))
 }
 
-/// This thread's shard number (not yet reduced to a shard count).
+/// The machine's parallelism rounded up to a power of two, at most `max`
+/// (a power of two).
+pub fn shards_at_most(max: usize) -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .next_power_of_two()
+        .min(max)
+}
+
+/// This thread's shard number, below [`MAX_SHARDS`] (a shard set of
+/// `n` shards, a power of two no larger, takes it `& (n - 1)`).
 #[inline]
-fn thread_slot() -> usize {
+pub fn thread_slot() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };

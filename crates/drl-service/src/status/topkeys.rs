@@ -29,14 +29,14 @@
 //! too fast (only once the sampler drives the limit: a `TopKeys` nobody
 //! calls [`TopKeys::set_rate`] on records every decision).
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Instant;
 
 use super::space_saving::{HeavyKey, SpaceSaving, merge};
 use parking_lot::Mutex;
 
 use super::sampling::{self, sample_1_in};
+use crate::sharded::{shards_at_most, thread_slot};
 
 /// Keys each sketch monitors.
 pub const CAPACITY: usize = 64;
@@ -48,27 +48,7 @@ pub const GENERATION_S: u64 = 60;
 const MAX_SHARDS: usize = 8;
 
 fn shard_count() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .next_power_of_two()
-        .min(MAX_SHARDS)
-}
-
-#[inline]
-fn thread_slot() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    SLOT.with(|s| {
-        let v = s.get();
-        if v != usize::MAX {
-            return v;
-        }
-        let v = NEXT.fetch_add(1, Ordering::Relaxed);
-        s.set(v);
-        v
-    })
+    shards_at_most(MAX_SHARDS)
 }
 
 #[derive(Debug)]

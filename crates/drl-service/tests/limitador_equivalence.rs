@@ -13,26 +13,13 @@
 use drl_api::rls_request::DescriptorView;
 use drl_config as config;
 use drl_service::engine::{CheckRequest, Engine};
+use drl_test_kit::envoy::descriptor as desc;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use proptest::prelude::*;
 
 type Descs = Vec<RateLimitDescriptor>;
 /// A request -> the (native limit, key) pairs that apply.
 type Mapping = fn(&Descs) -> Vec<(&'static str, String)>;
-
-fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: k.to_string(),
-                value: v.to_string(),
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
 
 fn get<'a>(d: &'a Descs, i: usize, k: &str) -> Option<&'a str> {
     d.get(i)?

@@ -6,8 +6,8 @@ mod common;
 use common::{Drl, http_get, metric};
 use drl_api::pb::rate_limiter_client::RateLimiterClient;
 use drl_api::pb::{CheckItem, CheckRequest};
+use drl_test_kit::envoy::descriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -144,19 +144,6 @@ async fn native_grpc_batches_decide_in_order() {
             .as_u64()
     };
     assert_eq!((samples("hourly"), samples("api")), (Some(2), Some(2)));
-}
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: k.to_string(),
-                value: v.to_string(),
-            })
-            .collect(),
-        ..Default::default()
-    }
 }
 
 #[tokio::test]

@@ -54,7 +54,7 @@ fn descriptor(key: &str, value: &str, hits: Option<u64>) -> RateLimitDescriptor 
             key: key.into(),
             value: value.into(),
         }],
-        hits_addend: hits,
+        hits_addend: hits.map(|value| envoy_types::pb::google::protobuf::UInt64Value { value }),
         ..Default::default()
     }
 }

@@ -64,7 +64,9 @@ pub enum CheckError {
     Empty,
     /// A mode the limit's scope cannot serve (check, reserve, settle and
     /// release need a `local` limit).
-    #[error("requests[{index}]: mode {mode:?} needs a `local` limit; limit {limit:?} has scope {scope} (take and charge only)")]
+    #[error(
+        "requests[{index}]: mode {mode:?} needs a `local` limit; limit {limit:?} has scope {scope} (take and charge only)"
+    )]
     Unsupported {
         /// Position in the batch.
         index: usize,
@@ -352,10 +354,9 @@ impl Engine {
         }
         if let Some(first) = pending {
             let rest: Vec<_> = std::iter::once(first).chain(pairs).collect();
-            let decided = futures::future::join_all(
-                rest.iter().map(|(r, l)| apply_raw(l, r, now, server)),
-            )
-            .await;
+            let decided =
+                futures::future::join_all(rest.iter().map(|(r, l)| apply_raw(l, r, now, server)))
+                    .await;
             for (&(r, l), d) in rest.iter().zip(decided) {
                 match d {
                     Ok(o) => emit(tally.outcome(l, r, o)),
@@ -593,7 +594,9 @@ pub fn apply_local(
         Op::Check => Outcome::of(k.check(r.key, now, r.cost)),
         Op::Charge => Outcome::of(k.charge(r.key, now, r.cost)),
         Op::Reserve => {
-            let ttl = server.reservation_ttl_ms.saturating_mul(drl_core::time::MILLISECOND);
+            let ttl = server
+                .reservation_ttl_ms
+                .saturating_mul(drl_core::time::MILLISECOND);
             let (decision, held) = k.reserve(r.key, now, r.cost, ttl);
             let reservation = held.map_or(0, |h| {
                 limit.reservations.open(h, now, server.max_reservations)
@@ -604,7 +607,11 @@ pub fn apply_local(
             }
         }
         Op::Settle(id) | Op::Release(id) => {
-            let actual = if matches!(r.op, Op::Settle(_)) { r.cost } else { 0 };
+            let actual = if matches!(r.op, Op::Settle(_)) {
+                r.cost
+            } else {
+                0
+            };
             match limit.reservations.take(id, r.key) {
                 Some(held) => {
                     let s = k.settle(held, now, actual);

@@ -41,7 +41,11 @@ async fn budget(c: &Client, key: &str) {
     let denied = c.reserve("tokens", key, 5).await.unwrap();
     assert!(!denied.allowed());
     let none = denied.settle(5).await.unwrap();
-    assert_eq!((none.charged, none.refunded), (0, 0), "a denied permit holds nothing");
+    assert_eq!(
+        (none.charged, none.refunded),
+        (0, 0),
+        "a denied permit holds nothing"
+    );
     let s = p.settle(3).await.unwrap();
     assert_eq!((s.charged, s.refunded, s.expired), (0, 5, false));
     assert_eq!(s.decision.remaining, 7);

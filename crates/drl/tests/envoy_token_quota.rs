@@ -191,7 +191,11 @@ async fn hits_past_the_limit_are_counted() {
     assert_eq!((s.code, s.limit_remaining), (OVER, 0), "hit 11");
     // The reference counts the 11th hit: a check-only call is over too.
     let s = rls.check_only("a").await;
-    assert_eq!((s.code, s.limit_remaining), (OVER, 0), "check after 11 hits");
+    assert_eq!(
+        (s.code, s.limit_remaining),
+        (OVER, 0),
+        "check after 11 hits"
+    );
 
     // A hit of 5 with 3 left: OVER_LIMIT, counted whole.
     let s = rls.hit("b", 7).await;

@@ -40,7 +40,10 @@ fn one(drl: &Drl, item: Value) -> Value {
 }
 
 fn remaining(drl: &Drl, limit: &str, key: &str) -> u64 {
-    let r = one(drl, json!({"limit": limit, "key": key, "mode": "check", "cost": 0}));
+    let r = one(
+        drl,
+        json!({"limit": limit, "key": key, "mode": "check", "cost": 0}),
+    );
     r["remaining"].as_u64().unwrap()
 }
 
@@ -51,17 +54,32 @@ fn http_charge_goes_past_the_limit() {
     assert_eq!(r["allowed"], true);
     // A charge of 5 with 2 left: consumed anyway; the answer is a query
     // right after, denied (the key is in debt).
-    let r = one(&drl, json!({"limit": "tokens", "key": "a", "cost": 5, "mode": "charge"}));
-    assert_eq!((r["allowed"].clone(), r["remaining"].clone()), (json!(false), json!(0)));
+    let r = one(
+        &drl,
+        json!({"limit": "tokens", "key": "a", "cost": 5, "mode": "charge"}),
+    );
+    assert_eq!(
+        (r["allowed"].clone(), r["remaining"].clone()),
+        (json!(false), json!(0))
+    );
     // A check changes nothing and is denied, as is a take of 1.
-    let r = one(&drl, json!({"limit": "tokens", "key": "a", "cost": 0, "mode": "check"}));
+    let r = one(
+        &drl,
+        json!({"limit": "tokens", "key": "a", "cost": 0, "mode": "check"}),
+    );
     assert_eq!(r["allowed"], false);
     let r = one(&drl, json!({"limit": "tokens", "key": "a", "cost": 1}));
     assert_eq!(r["allowed"], false);
     // A check of 2 on a fresh key admits and consumes nothing.
     for _ in 0..3 {
-        let r = one(&drl, json!({"limit": "tokens", "key": "b", "cost": 10, "mode": "check"}));
-        assert_eq!((r["allowed"].clone(), r["remaining"].clone()), (json!(true), json!(0)));
+        let r = one(
+            &drl,
+            json!({"limit": "tokens", "key": "b", "cost": 10, "mode": "check"}),
+        );
+        assert_eq!(
+            (r["allowed"].clone(), r["remaining"].clone()),
+            (json!(true), json!(0))
+        );
     }
     assert_eq!(remaining(&drl, "tokens", "b"), 10);
 }
@@ -69,9 +87,18 @@ fn http_charge_goes_past_the_limit() {
 #[test]
 fn http_reserve_then_settle_or_release() {
     let drl = Drl::start(CONFIG);
-    let r = one(&drl, json!({"limit": "tokens", "key": "k", "cost": 8, "mode": "reserve"}));
-    assert_eq!((r["allowed"].clone(), r["remaining"].clone()), (json!(true), json!(2)));
-    let id = r["reservation"].as_str().expect("a reservation id").to_string();
+    let r = one(
+        &drl,
+        json!({"limit": "tokens", "key": "k", "cost": 8, "mode": "reserve"}),
+    );
+    assert_eq!(
+        (r["allowed"].clone(), r["remaining"].clone()),
+        (json!(true), json!(2))
+    );
+    let id = r["reservation"]
+        .as_str()
+        .expect("a reservation id")
+        .to_string();
     assert_eq!(
         one(&drl, json!({"limit": "tokens", "key": "k", "cost": 5}))["allowed"],
         false
@@ -82,7 +109,11 @@ fn http_reserve_then_settle_or_release() {
         json!({"limit": "tokens", "key": "k", "cost": 3, "mode": "settle", "reservation": id}),
     );
     assert_eq!(
-        (s["charged"].clone(), s["refunded"].clone(), s["expired"].clone()),
+        (
+            s["charged"].clone(),
+            s["refunded"].clone(),
+            s["expired"].clone()
+        ),
         (json!(0), json!(5), json!(false)),
         "{s}"
     );
@@ -93,11 +124,17 @@ fn http_reserve_then_settle_or_release() {
         &drl,
         json!({"limit": "tokens", "key": "k", "cost": 3, "mode": "settle", "reservation": id}),
     );
-    assert_eq!((again["expired"].clone(), again["charged"].clone()), (json!(true), json!(3)));
+    assert_eq!(
+        (again["expired"].clone(), again["charged"].clone()),
+        (json!(true), json!(3))
+    );
     assert_eq!(remaining(&drl, "tokens", "k"), 4);
 
     // Release gives the whole estimate back; another key's id does nothing.
-    let r = one(&drl, json!({"limit": "tokens", "key": "x", "cost": 6, "mode": "reserve"}));
+    let r = one(
+        &drl,
+        json!({"limit": "tokens", "key": "x", "cost": 6, "mode": "reserve"}),
+    );
     let id = r["reservation"].as_str().unwrap().to_string();
     let wrong = one(
         &drl,
@@ -105,26 +142,41 @@ fn http_reserve_then_settle_or_release() {
     );
     assert_eq!(wrong["expired"], true);
     assert_eq!(remaining(&drl, "tokens", "x"), 4);
-    let s = one(&drl, json!({"limit": "tokens", "key": "x", "mode": "release", "reservation": id}));
+    let s = one(
+        &drl,
+        json!({"limit": "tokens", "key": "x", "mode": "release", "reservation": id}),
+    );
     assert_eq!(s["refunded"], 6);
     assert_eq!(remaining(&drl, "tokens", "x"), 10);
 
     // A settlement above the estimate charges the difference, into debt.
-    let r = one(&drl, json!({"limit": "bucket", "key": "z", "cost": 2, "mode": "reserve"}));
+    let r = one(
+        &drl,
+        json!({"limit": "bucket", "key": "z", "cost": 2, "mode": "reserve"}),
+    );
     let id = r["reservation"].as_str().unwrap().to_string();
     let s = one(
         &drl,
         json!({"limit": "bucket", "key": "z", "cost": 15, "mode": "settle", "reservation": id}),
     );
-    assert_eq!((s["charged"].clone(), s["allowed"].clone()), (json!(13), json!(false)));
+    assert_eq!(
+        (s["charged"].clone(), s["allowed"].clone()),
+        (json!(13), json!(false))
+    );
 }
 
 #[test]
 fn http_refuses_bad_modes() {
     let drl = Drl::start(CONFIG);
     for (item, needle) in [
-        (json!({"limit": "tokens", "key": "k", "mode": "spend"}), "unknown mode"),
-        (json!({"limit": "tokens", "key": "k", "mode": "settle"}), "needs `reservation`"),
+        (
+            json!({"limit": "tokens", "key": "k", "mode": "spend"}),
+            "unknown mode",
+        ),
+        (
+            json!({"limit": "tokens", "key": "k", "mode": "settle"}),
+            "needs `reservation`",
+        ),
         (
             json!({"limit": "tokens", "key": "k", "mode": "take", "reservation": "1"}),
             "goes with mode",
@@ -148,7 +200,10 @@ fn racing_settlements_sum_as_if_sequential() {
     // Reserve N estimates on one key.
     let ids: Vec<String> = (0..N)
         .map(|_| {
-            let r = one(&drl, json!({"limit": "big", "key": "hot", "cost": ESTIMATE, "mode": "reserve"}));
+            let r = one(
+                &drl,
+                json!({"limit": "big", "key": "hot", "cost": ESTIMATE, "mode": "reserve"}),
+            );
             r["reservation"].as_str().unwrap().to_string()
         })
         .collect();
@@ -213,7 +268,11 @@ async fn native_grpc_charge_reserve_settle() {
     let r = grpc_one(&mut c, item("tokens", "g", 9, Mode::Reserve, 0)).await;
     assert!(r.allowed);
     assert_ne!(r.reservation_id, 0, "a reservation id");
-    let s = grpc_one(&mut c, item("tokens", "g", 4, Mode::Settle, r.reservation_id)).await;
+    let s = grpc_one(
+        &mut c,
+        item("tokens", "g", 4, Mode::Settle, r.reservation_id),
+    )
+    .await;
     assert_eq!((s.refunded, s.charged, s.expired), (5, 0, false));
     assert_eq!(s.remaining, 6);
     let q = grpc_one(&mut c, item("tokens", "g", 6, Mode::Check, 0)).await;
@@ -226,7 +285,12 @@ async fn native_grpc_charge_reserve_settle() {
     // refused before anything is decided.
     let mut bad = item("tokens", "g", 1, Mode::Take, 0);
     bad.mode = 42;
-    let e = c.check(CheckRequest { requests: vec![bad] }).await.unwrap_err();
+    let e = c
+        .check(CheckRequest {
+            requests: vec![bad],
+        })
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     let e = c
         .check(CheckRequest {

@@ -6,8 +6,8 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
 use super::transport::{Item, SendError, SendFuture, Transport, decision};
-use drl_api::{Op, Outcome};
 use crate::Error;
+use drl_api::{Op, Outcome};
 
 /// drl's native API (`crates/drl-api/proto/drl/v1/ratelimit.proto`).
 pub(crate) use drl_api::pb;

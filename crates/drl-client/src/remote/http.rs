@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::transport::{Item, SendError, SendFuture, Transport, decision};
-use drl_api::{Op, Outcome};
 use crate::Error;
+use drl_api::{Op, Outcome};
 
 pub(crate) struct Http {
     client: reqwest::Client,

@@ -110,7 +110,9 @@ pub async fn decide(
     let started = engine.now();
     let limits = engine.limits();
     let end = engine
-        .check_each(&limits, reqs, started, |o| emit(&ResultFields::of_outcome(&o)))
+        .check_each(&limits, reqs, started, |o| {
+            emit(&ResultFields::of_outcome(&o))
+        })
         .await;
     counted(engine, started, end)
 }

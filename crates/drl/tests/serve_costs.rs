@@ -300,3 +300,40 @@ async fn native_grpc_charge_reserve_settle() {
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
 }
+
+#[test]
+fn an_expired_reservation_refunds_nothing() {
+    // `reservation_ttl_ms: 0`: a reservation expires as it is made, so its
+    // settlement refunds nothing (its estimate stays consumed); what goes
+    // over the estimate is still charged.
+    let drl = Drl::start(&format!("server:\n  reservation_ttl_ms: 0\n{CONFIG}"));
+    let r = one(
+        &drl,
+        json!({"limit": "tokens", "key": "e", "cost": 8, "mode": "reserve"}),
+    );
+    let id = r["reservation"].as_str().unwrap().to_string();
+    let s = one(
+        &drl,
+        json!({"limit": "tokens", "key": "e", "cost": 3, "mode": "settle", "reservation": id}),
+    );
+    assert_eq!(
+        (s["expired"].clone(), s["refunded"].clone()),
+        (json!(true), json!(0)),
+        "{s}"
+    );
+    assert_eq!(remaining(&drl, "tokens", "e"), 2);
+    let r = one(
+        &drl,
+        json!({"limit": "tokens", "key": "f", "cost": 2, "mode": "reserve"}),
+    );
+    let id = r["reservation"].as_str().unwrap().to_string();
+    let s = one(
+        &drl,
+        json!({"limit": "tokens", "key": "f", "cost": 5, "mode": "settle", "reservation": id}),
+    );
+    assert_eq!(
+        (s["expired"].clone(), s["charged"].clone()),
+        (json!(true), json!(3))
+    );
+    assert_eq!(remaining(&drl, "tokens", "f"), 5);
+}

@@ -175,6 +175,7 @@ mod tests {
             limit: "l".into(),
             key: "k".into(),
             cost: Some(2),
+            ..Default::default()
         };
         let b = encode(&m);
         assert_eq!(&b[..], &framed(&prost::Message::encode_to_vec(&m))[..]);

@@ -31,8 +31,87 @@ pub struct CheckRequest<'a> {
     pub limit: &'a str,
     /// The key within the limit.
     pub key: &'a str,
-    /// The cost (0 queries).
+    /// The cost (0 queries): for [`Op::Reserve`] the estimate, for
+    /// [`Op::Settle`] the actual cost.
     pub cost: u64,
+    /// What the check does (docs/semantics.md, "Costs known afterwards").
+    pub op: Op,
+}
+
+/// What one check does with its cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Op {
+    /// Admit and consume, or deny and consume nothing.
+    #[default]
+    Take,
+    /// Decide as a take would; change nothing.
+    Check,
+    /// Consume whatever the state holds (the key may go into debt);
+    /// answer a query right after.
+    Charge,
+    /// A take of the estimate; admitted, it opens a reservation.
+    Reserve,
+    /// Close the reservation with this id at the actual cost.
+    Settle(u64),
+    /// Close the reservation with this id at 0.
+    Release(u64),
+}
+
+impl Op {
+    /// The op named `mode` (`take`, `check`, `charge`, `reserve`,
+    /// `settle`, `release`), with `reservation` the id the last two close.
+    pub fn parse(mode: &str, reservation: u64) -> Option<Self> {
+        Some(match mode {
+            "" | "take" => Op::Take,
+            "check" => Op::Check,
+            "charge" => Op::Charge,
+            "reserve" => Op::Reserve,
+            "settle" => Op::Settle(reservation),
+            "release" => Op::Release(reservation),
+            _ => return None,
+        })
+    }
+
+    /// The op of the native API's `mode` enum value, with `reservation`.
+    pub fn from_proto(mode: i32, reservation: u64) -> Option<Self> {
+        use pb::Mode;
+        Some(match Mode::try_from(mode).ok()? {
+            Mode::Take => Op::Take,
+            Mode::Check => Op::Check,
+            Mode::Charge => Op::Charge,
+            Mode::Reserve => Op::Reserve,
+            Mode::Settle => Op::Settle(reservation),
+            Mode::Release => Op::Release(reservation),
+        })
+    }
+}
+
+/// A check's answer: its decision, and what a reservation call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// The decision (for charge, settle and release: a query right after).
+    pub decision: drl_core::Decision,
+    /// Reserve, admitted: the id to settle or release (0 otherwise).
+    pub reservation: u64,
+    /// Settle: units charged beyond the estimate.
+    pub charged: u64,
+    /// Settle or release: units of the estimate given back.
+    pub refunded: u64,
+    /// Settle or release: the reservation had expired, or was unknown.
+    pub expired: bool,
+}
+
+impl Outcome {
+    /// The outcome of a plain decision.
+    pub fn of(decision: drl_core::Decision) -> Self {
+        Self {
+            decision,
+            reservation: 0,
+            charged: 0,
+            refunded: 0,
+            expired: false,
+        }
+    }
 }
 
 /// Checks per batch held without a heap allocation.

@@ -8,7 +8,8 @@
 //!
 //! - [`decode_check`] answers `Some` only for a message prost decodes, with
 //!   the same items (the last of a repeated `limit`, `key` or `cost` wins,
-//!   unknown fields are skipped). Anything it does not take (a malformed
+//!   unknown fields are skipped). An item with a `mode` or a
+//!   `reservation_id` (costs known afterwards) is left to prost. Anything it does not take (a malformed
 //!   message, invalid UTF-8, a group) is `None`, and the caller decodes
 //!   with prost, which then answers the error it always did.
 //! - [`encode_response`] writes the bytes [`crate::frame::encode`] writes for the
@@ -68,7 +69,7 @@ fn item(msg: &[u8]) -> Option<CheckRequest<'_>> {
             (1, LEN) => limit = std::str::from_utf8(r.bytes()?).ok()?,
             (2, LEN) => key = std::str::from_utf8(r.bytes()?).ok()?,
             (3, VARINT) => cost = Some(r.varint()?),
-            (1..=3, _) => return None,
+            (1..=5, _) => return None,
             (_, wire) => r.skip(wire)?,
         }
     }
@@ -76,6 +77,7 @@ fn item(msg: &[u8]) -> Option<CheckRequest<'_>> {
         limit,
         key,
         cost: cost.unwrap_or(1),
+        op: crate::Op::Take,
     })
 }
 
@@ -152,6 +154,14 @@ pub struct ResultFields {
     pub delay_ms: u64,
     /// `reason` ("" when admitted).
     pub reason: &'static str,
+    /// `reservation_id` (0: none).
+    pub reservation_id: u64,
+    /// `charged`.
+    pub charged: u64,
+    /// `refunded`.
+    pub refunded: u64,
+    /// `expired`.
+    pub expired: bool,
 }
 
 impl ResultFields {
@@ -169,6 +179,22 @@ impl ResultFields {
             reset_after_ms: ceil_ms(d.reset_after),
             delay_ms: ceil_ms(d.delay),
             reason: d.reason.map_or("", |r| r.as_str()),
+            reservation_id: 0,
+            charged: 0,
+            refunded: 0,
+            expired: false,
+        }
+    }
+
+    /// The fields answering `o`: its decision and what its reservation
+    /// call did.
+    pub fn of_outcome(o: &crate::Outcome) -> Self {
+        Self {
+            reservation_id: o.reservation,
+            charged: o.charged,
+            refunded: o.refunded,
+            expired: o.expired,
+            ..Self::of(&o.decision)
         }
     }
 
@@ -182,6 +208,10 @@ impl ResultFields {
             reset_after_ms: self.reset_after_ms,
             delay_ms: self.delay_ms,
             reason: self.reason.to_string(),
+            reservation_id: self.reservation_id,
+            charged: self.charged,
+            refunded: self.refunded,
+            expired: self.expired,
         }
     }
 
@@ -200,6 +230,10 @@ impl ResultFields {
             } else {
                 1 + encoded_len_varint(self.reason.len() as u64) + self.reason.len()
             }
+            + opt(self.reservation_id)
+            + opt(self.charged)
+            + opt(self.refunded)
+            + usize::from(self.expired) * 2
     }
 }
 
@@ -243,6 +277,10 @@ pub fn encode_response(results: &[ResultFields]) -> Bytes {
             put_raw(&mut out, r.reason.len() as u64);
             out.extend_from_slice(r.reason.as_bytes());
         }
+        put_varint(&mut out, 0x40, r.reservation_id);
+        put_varint(&mut out, 0x48, r.charged);
+        put_varint(&mut out, 0x50, r.refunded);
+        put_varint(&mut out, 0x58, u64::from(r.expired));
     }
     debug_assert_eq!(out.len(), out.capacity());
     Bytes::from(out)

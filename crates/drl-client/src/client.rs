@@ -122,6 +122,7 @@ impl Client {
                     limit: limit.to_string(),
                     key: key.to_string(),
                     cost,
+                    op: drl_api::Op::Take,
                 });
                 let deadline = tokio::time::Instant::now() + r.deadline;
                 self.answer(r, limit, key, cost, now, deadline, rx).await
@@ -158,6 +159,7 @@ impl Client {
                             limit: c.limit.clone(),
                             key: c.key.clone(),
                             cost: c.cost,
+                            op: drl_api::Op::Take,
                         }))),
                     }
                 }
@@ -242,10 +244,11 @@ impl Client {
         cost: u64,
         sent_at: Nanos,
         deadline: tokio::time::Instant,
-        rx: tokio::sync::oneshot::Receiver<Result<Decision, SendError>>,
+        rx: tokio::sync::oneshot::Receiver<Result<drl_api::Outcome, SendError>>,
     ) -> Result<Decision, Error> {
         match tokio::time::timeout_at(deadline, rx).await {
-            Ok(Ok(Ok(d))) => {
+            Ok(Ok(Ok(o))) => {
+                let d = o.decision;
                 if let Some(c) = &self.inner.cache {
                     // Counted from when the check was sent: the service
                     // decided it no earlier, so the entry never outlives
@@ -267,6 +270,18 @@ impl Client {
             Ok(Err(_)) => Ok(self.fall_back(r, limit, key, cost, "the coalescing task is gone")),
             Err(_) => Ok(self.fall_back(r, limit, key, cost, "no answer within the deadline")),
         }
+    }
+
+    /// [`Client::fall_back`], for the reservation calls.
+    pub(crate) fn fall_back_decision(
+        &self,
+        r: &Remote,
+        limit: &str,
+        key: &str,
+        cost: u64,
+        why: &str,
+    ) -> Decision {
+        self.fall_back(r, limit, key, cost, why)
     }
 
     /// The failure policy's answer to a check the service could not decide.

@@ -146,14 +146,51 @@ impl InProcess {
         Ok(l)
     }
 
+    /// Reserves `cost` on a validated limit at `now` (shadow mode applied
+    /// to the decision; a shadowed denial holds no reservation).
+    pub(crate) fn reserve_at(
+        &self,
+        l: &Limit,
+        key: &str,
+        cost: u64,
+        now: Nanos,
+        ttl: std::time::Duration,
+    ) -> (Decision, Option<drl_core::Reservation<String>>) {
+        let ttl = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);
+        let (d, r) = l.limiter.reserve(key, now, cost, ttl);
+        (shadowed(l, d), r)
+    }
+
+    /// Charges `cost` on a validated limit at `now` (shadow mode applied).
+    pub(crate) fn charge_at(&self, l: &Limit, key: &str, cost: u64, now: Nanos) -> Decision {
+        shadowed(l, l.limiter.charge(key, now, cost))
+    }
+
+    /// Settles `r` on its limit at `now` with the `actual` cost.
+    pub(crate) fn settle_at(
+        &self,
+        l: &Limit,
+        r: drl_core::Reservation<String>,
+        actual: u64,
+        now: Nanos,
+    ) -> drl_core::Settlement {
+        let mut s = l.limiter.settle(r, now, actual);
+        s.decision = shadowed(l, s.decision);
+        s
+    }
+
     /// Decides one validated check at `now` (shadow mode applied).
     pub(crate) fn decide_at(&self, l: &Limit, key: &str, cost: u64, now: Nanos) -> Decision {
-        let mut d = l.limiter.decide(key, now, cost);
-        if l.shadow && !d.allowed {
-            d.allowed = true;
-            d.retry_after = Some(0);
-            d.reason = None;
-        }
-        d
+        shadowed(l, l.limiter.decide(key, now, cost))
     }
+}
+
+/// `d` under `l`'s shadow mode: a denial answered as allowed.
+fn shadowed(l: &Limit, mut d: Decision) -> Decision {
+    if l.shadow && !d.allowed {
+        d.allowed = true;
+        d.retry_after = Some(0);
+        d.reason = None;
+    }
+    d
 }

@@ -42,6 +42,7 @@ mod error;
 pub mod extract;
 pub mod in_process;
 pub mod layer;
+mod permit;
 pub mod policy;
 pub mod remote;
 
@@ -50,8 +51,10 @@ pub use check::{Check, Stats};
 pub use client::Client;
 pub use config::{ClientConfig, ConfigError};
 pub use drl_core::Decision;
+pub use drl_core::Settlement;
 pub use error::Error;
 pub use in_process::InProcess;
 pub use layer::{RateLimit, RateLimitLayer, Target};
+pub use permit::{Permit, RESERVATION_TTL};
 pub use policy::FailurePolicy;
 pub use remote::{Protocol, RemoteBuilder};

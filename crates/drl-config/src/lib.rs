@@ -16,8 +16,9 @@ mod yaml;
 use std::path::Path;
 
 pub use native::{
-    Config, DEFAULT_BYTES_PER_KEY, DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_KEYS, GrpcEngine, HttpEngine,
-    KeyConfig, LimitConfig, ListenConfig, QuotaEntry, Scope, ServerConfig, UnknownDomain,
+    Config, DEFAULT_BYTES_PER_KEY, DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_KEYS, EnvoyHits, GrpcEngine,
+    HttpEngine, KeyConfig, LimitConfig, ListenConfig, QuotaEntry, Scope, ServerConfig,
+    UnknownDomain,
 };
 
 /// The configuration served when `drl serve` is started without `--config`.

@@ -284,12 +284,36 @@ pub struct ServerConfig {
     /// `not_found` (gRPC `NOT_FOUND`; with Envoy's `failure_mode_deny:
     /// true` that denies the route's traffic).
     pub envoy_unknown_domain: UnknownDomain,
+    /// What an Envoy RLS hit (`hits_addend` > 0) does: `charge` (the
+    /// default, as envoyproxy/ratelimit: counted even past the limit, so a
+    /// response-path count denies the next request) or `take` (admitted
+    /// and counted, or denied and not counted). A `hits_addend` of 0
+    /// checks only, either way.
+    pub envoy_hits: EnvoyHits,
+    /// How long a reservation of the HTTP and native APIs stays open
+    /// before it is closed at its estimate (default 300,000 ms).
+    pub reservation_ttl_ms: u64,
+    /// Most open reservations per limit (default 100,000); at the cap a
+    /// new one closes the one expiring first, at its estimate.
+    pub max_reservations: usize,
     /// How the HTTP listener serves HTTP/1.1 and HTTP/2: `hyper`, the only
     /// engine (the key stays so that existing files keep loading).
     pub http_engine: HttpEngine,
     /// How the gRPC listener serves HTTP/2: `h2`, the only engine (the
     /// key stays so that existing files keep loading).
     pub grpc_engine: GrpcEngine,
+}
+
+/// What an Envoy RLS hit does (`server.envoy_hits`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum EnvoyHits {
+    /// Counted whatever the state (envoyproxy/ratelimit): the key may go
+    /// over its limit, and is denied until its window rolls over.
+    #[default]
+    Charge,
+    /// Admitted and counted, or denied and not counted.
+    Take,
 }
 
 /// What Envoy RLS answers for an unknown domain
@@ -365,6 +389,9 @@ impl Default for ServerConfig {
             reload_settle_ms: 500,
             allow_limit_removal: false,
             envoy_unknown_domain: UnknownDomain::Ok,
+            envoy_hits: EnvoyHits::Charge,
+            reservation_ttl_ms: 300_000,
+            max_reservations: 100_000,
             http_engine: HttpEngine::Hyper,
             grpc_engine: GrpcEngine::H2,
         }

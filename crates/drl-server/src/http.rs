@@ -15,7 +15,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::deadline::bounded;
 use drl_service::check_body;
-use drl_service::engine::{self, CheckError, Engine};
+use drl_service::engine::{self, CheckError, Engine, Op, Outcome};
 use drl_service::headers::ceil_ms;
 use drl_service::metrics::{Api, rejected};
 
@@ -148,6 +148,12 @@ fn check_error(api: Api, e: &CheckError) -> Response {
 fn check_error_answer(api: Api, e: &CheckError) -> Answer {
     rejected(api, e.kind());
     let status = match e {
+        // The store refused the request itself (a store that cannot
+        // charge): the client's error, not an outage.
+        CheckError::Store {
+            error: drl_store::StoreError::Invalid(_),
+            ..
+        } => StatusCode::BAD_REQUEST,
         CheckError::Store { .. } => StatusCode::SERVICE_UNAVAILABLE,
         CheckError::UnknownLimit { .. } => StatusCode::NOT_FOUND,
         _ => StatusCode::BAD_REQUEST,
@@ -188,6 +194,34 @@ fn write_decision(out: &mut String, d: &Decision) {
         out.push('"');
     }
     out.push('}');
+}
+
+/// [`write_decision`] for the outcome of a check of `op`: a reserve adds
+/// its `reservation` id (a decimal string), a settle or release what it
+/// `charged`, `refunded`, and whether it had `expired`.
+fn write_outcome(out: &mut String, o: &Outcome, op: Op) {
+    write_decision(out, &o.decision);
+    match op {
+        Op::Reserve if o.reservation != 0 => {
+            out.pop();
+            out.push_str(",\"reservation\":\"");
+            push_u64(out, o.reservation);
+            out.push_str("\"}");
+        }
+        Op::Settle(_) | Op::Release(_) => {
+            out.pop();
+            out.push_str(",\"charged\":");
+            push_u64(out, o.charged);
+            out.push_str(",\"refunded\":");
+            push_u64(out, o.refunded);
+            out.push_str(if o.expired {
+                ",\"expired\":true}"
+            } else {
+                ",\"expired\":false}"
+            });
+        }
+        _ => {}
+    }
 }
 
 async fn check(State(app): State<AppState>, body: Body) -> Response {
@@ -254,18 +288,18 @@ pub async fn check_answer(
     // The response is written while deciding (no vector of decisions).
     let mut out = String::with_capacity(16 + reqs.len() * 100);
     out.push_str("{\"results\":[");
-    let mut first = true;
+    let mut i = 0;
     // Decided at `started` (when the transport had the request), in
     // wall-clock time (crate::wall): no clock reading of its own; the
     // decisions' end reading also ends the request's latency.
     let at = crate::wall::unix_nanos(started);
     let decided = engine
-        .check_each(limits, &reqs, at, |d| {
-            if !first {
+        .check_each(limits, &reqs, at, |o| {
+            if i > 0 {
                 out.push(',');
             }
-            first = false;
-            write_decision(&mut out, &d);
+            write_outcome(&mut out, &o, reqs[i].op);
+            i += 1;
         })
         .await;
     let end = match decided {

@@ -300,6 +300,7 @@ async fn unknown_paths_are_unimplemented_and_errors_keep_their_codes() {
                     limit: "nope".into(),
                     key: "k".into(),
                     cost: Some(1),
+                    ..Default::default()
                 }],
             }
             .encode_to_vec(),
@@ -313,6 +314,7 @@ async fn unknown_paths_are_unimplemented_and_errors_keep_their_codes() {
                 limit: if i == 599 { "nope" } else { "api" }.into(),
                 key: format!("key-{i}"),
                 cost: Some(1),
+                ..Default::default()
             })
             .collect(),
     }
@@ -493,7 +495,7 @@ proptest! {
             let mut msg = CheckRequest {
                 requests: items
                     .iter()
-                    .map(|(l, k, c)| CheckItem { limit: l.to_string(), key: k.clone(), cost: *c })
+                    .map(|(l, k, c)| CheckItem { limit: l.to_string(), key: k.clone(), cost: *c, ..Default::default() })
                     .collect(),
             }
             .encode_to_vec();

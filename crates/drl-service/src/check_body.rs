@@ -23,7 +23,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use smallvec::SmallVec;
 
-use crate::engine::{CheckRequest, INLINE_BATCH};
+use crate::engine::{CheckRequest, INLINE_BATCH, Op};
 
 /// The items of a body, in order.
 pub type Items<'a> = SmallVec<[CheckRequest<'a>; INLINE_BATCH]>;
@@ -48,7 +48,7 @@ pub fn read<'t: 's, 's>(
         return Ok(items);
     }
     let body = slot.insert(Body::parse(text).map_err(Refused::Json)?);
-    body.items().map_err(Refused::Cost)
+    body.items()
 }
 
 /// A body as serde_json reads it: any JSON of the documented shape
@@ -70,6 +70,13 @@ struct Item<'a> {
     key: Cow<'a, str>,
     #[serde(default)]
     cost: Option<serde_json::Number>,
+    /// `take` (absent), `check`, `charge`, `reserve`, `settle`, `release`.
+    #[serde(default, borrow)]
+    mode: Option<Cow<'a, str>>,
+    /// `settle`, `release`: the id a `reserve` answered (a decimal
+    /// string: JSON numbers lose precision above 2^53 in many clients).
+    #[serde(default, borrow)]
+    reservation: Option<Cow<'a, str>>,
 }
 
 impl<'a> Body<'a> {
@@ -82,19 +89,55 @@ impl<'a> Body<'a> {
         })
     }
 
-    /// The items, or the message for the first cost that is not a whole
-    /// number from 0 to `u64::MAX`.
-    pub fn items(&self) -> Result<Items<'_>, String> {
+    /// The items, or why the first bad one is refused: a cost that is not
+    /// a whole number from 0 to `u64::MAX`, an unknown `mode`, or a
+    /// `reservation` missing from a settle or release (or given to another
+    /// mode, or not a decimal id).
+    pub fn items(&self) -> Result<Items<'_>, Refused> {
         let mut items = Items::with_capacity(self.requests.len());
         for (i, it) in self.requests.iter().enumerate() {
             items.push(CheckRequest {
                 limit: &it.limit,
                 key: &it.key,
-                cost: cost_of(i, it.cost.as_ref())?,
+                cost: cost_of(i, it.cost.as_ref()).map_err(Refused::Cost)?,
+                op: op_of(i, it.mode.as_deref(), it.reservation.as_deref())
+                    .map_err(Refused::Json)?,
             });
         }
         Ok(items)
     }
+}
+
+/// Reads an item's `mode` and `reservation`.
+fn op_of(index: usize, mode: Option<&str>, reservation: Option<&str>) -> Result<Op, String> {
+    let mode = mode.unwrap_or("take");
+    let needs_id = matches!(mode, "settle" | "release");
+    let id = match (reservation, needs_id) {
+        (None, false) => 0,
+        (Some(r), true) => match r.parse::<u64>() {
+            Ok(id) if !r.starts_with('+') => id,
+            _ => {
+                return Err(format!(
+                    "requests[{index}]: reservation {r:?} is not an id a reserve answered (a decimal string)"
+                ));
+            }
+        },
+        (None, true) => {
+            return Err(format!(
+                "requests[{index}]: mode {mode:?} needs `reservation` (the id a reserve answered)"
+            ));
+        }
+        (Some(_), false) => {
+            return Err(format!(
+                "requests[{index}]: `reservation` goes with mode \"settle\" or \"release\", not {mode:?}"
+            ));
+        }
+    };
+    Op::parse(mode, id).ok_or_else(|| {
+        format!(
+            "requests[{index}]: unknown mode {mode:?}; expected take, check, charge, reserve, settle or release"
+        )
+    })
 }
 
 /// Validates a JSON cost: a whole number from 0 to `u64::MAX` (`1.0` and
@@ -175,7 +218,12 @@ fn compact(text: &str) -> Option<Items<'_>> {
             Some(r) => whole(r)?,
             None => (1, r),
         };
-        items.push(CheckRequest { limit, key, cost });
+        items.push(CheckRequest {
+            limit,
+            key,
+            cost,
+            op: Op::Take,
+        });
         rest = r.strip_prefix('}')?;
         match rest.strip_prefix(',') {
             Some(r) => rest = r,
@@ -317,6 +365,7 @@ impl<'a> Cursor<'a> {
             limit: limit?,
             key: key?,
             cost: cost.unwrap_or(1),
+            op: Op::Take,
         })
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
-use drl_core::{Clock, Decision, Nanos, SystemClock};
+use drl_core::{Clock, Decision, KeyedLimiter, Nanos, SystemClock};
 use drl_store::StoreError;
 use smallvec::SmallVec;
 
@@ -14,9 +14,9 @@ use crate::envoy_override::Overrides;
 use crate::limits::{Limit, Limits};
 use crate::metrics::ApiMetrics;
 use crate::scope::Stores;
-use drl_config::{self as config, Config, ConfigError};
+use drl_config::{self as config, Config, ConfigError, ServerConfig};
 
-pub use drl_api::{CheckRequest, INLINE_BATCH};
+pub use drl_api::{CheckRequest, INLINE_BATCH, Op, Outcome};
 
 /// Why a batch was refused (nothing was decided).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,6 +62,21 @@ pub enum CheckError {
     /// An empty batch.
     #[error("`requests` is empty")]
     Empty,
+    /// A mode the limit's scope cannot serve (check, reserve, settle and
+    /// release need a `local` limit).
+    #[error(
+        "requests[{index}]: mode {mode:?} needs a `local` limit; limit {limit:?} has scope {scope} (take and charge only)"
+    )]
+    Unsupported {
+        /// Position in the batch.
+        index: usize,
+        /// The limit.
+        limit: String,
+        /// The mode asked for.
+        mode: &'static str,
+        /// The limit's scope.
+        scope: String,
+    },
     /// A store could not decide.
     #[error("limit {limit:?}: {error}")]
     Store {
@@ -81,6 +96,7 @@ impl CheckError {
             CheckError::KeyTooLong { .. } => "key_too_long",
             CheckError::TooMany { .. } => "batch_too_large",
             CheckError::Empty => "empty_batch",
+            CheckError::Unsupported { .. } => "unsupported_mode",
             CheckError::Store { .. } => "store_unavailable",
         }
     }
@@ -292,7 +308,7 @@ impl Engine {
         reqs: &[CheckRequest<'_>],
     ) -> Result<Vec<Decision>, CheckError> {
         let mut out = Vec::with_capacity(reqs.len());
-        self.check_each(limits, reqs, self.now(), |d| out.push(d))
+        self.check_each(limits, reqs, self.now(), |o| out.push(o.decision))
             .await?;
         Ok(out)
     }
@@ -318,17 +334,18 @@ impl Engine {
         limits: &Limits,
         reqs: &[CheckRequest<'_>],
         now: Nanos,
-        mut emit: impl FnMut(Decision),
+        mut emit: impl FnMut(Outcome),
     ) -> Result<Nanos, CheckError> {
         let resolved = resolve(limits, reqs)?;
+        let server = &limits.server;
         // Decisions are counted per run of checks on the same limit: one
         // counter update per run instead of one per check.
         let mut tally = Tally::new(now);
         let mut pairs = reqs.iter().zip(resolved);
         let mut pending = None;
         for (r, l) in pairs.by_ref() {
-            match l.backend.decide_now(r.key, r.cost, now) {
-                Some(d) => emit(tally.settle(l, r.key, r.cost, d)),
+            match l.backend.local() {
+                Some(k) => emit(tally.outcome(l, r, apply_local(l, k, r, now, server))),
                 None => {
                     pending = Some((r, l));
                     break;
@@ -337,13 +354,12 @@ impl Engine {
         }
         if let Some(first) = pending {
             let rest: Vec<_> = std::iter::once(first).chain(pairs).collect();
-            let decided = futures::future::join_all(
-                rest.iter().map(|(r, l)| decide_raw(l, r.key, r.cost, now)),
-            )
-            .await;
+            let decided =
+                futures::future::join_all(rest.iter().map(|(r, l)| apply_raw(l, r, now, server)))
+                    .await;
             for (&(r, l), d) in rest.iter().zip(decided) {
                 match d {
-                    Ok(d) => emit(tally.settle(l, r.key, r.cost, d)),
+                    Ok(o) => emit(tally.outcome(l, r, o)),
                     Err(e) => {
                         tally.finish(SystemClock.now());
                         return Err(e);
@@ -365,7 +381,7 @@ impl Engine {
         limits: &Limits,
         reqs: &[CheckRequest<'_>],
         now: Nanos,
-        mut emit: impl FnMut(Decision),
+        mut emit: impl FnMut(Outcome),
     ) -> Option<Result<Nanos, CheckError>> {
         let resolved = match resolve(limits, reqs) {
             Ok(r) => r,
@@ -378,7 +394,8 @@ impl Engine {
         for (r, l) in reqs.iter().zip(resolved) {
             // Every one is local (above): nothing is skipped.
             if let Some(k) = l.backend.local() {
-                emit(tally.settle(l, r.key, r.cost, k.decide(r.key, now, r.cost)));
+                let o = apply_local(l, k, r, now, &limits.server);
+                emit(tally.outcome(l, r, o));
             }
         }
         let end = SystemClock.now();
@@ -483,6 +500,14 @@ pub fn resolve<'l>(
                 max: s.max_key_bytes,
             });
         }
+        if !matches!(r.op, Op::Take | Op::Charge) && l.backend.local().is_none() {
+            return Err(CheckError::Unsupported {
+                index,
+                limit: r.limit.to_string(),
+                mode: op_name(r.op),
+                scope: format!("{:?}", l.scope).to_lowercase(),
+            });
+        }
         prev = Some((r.limit, l));
         out.push(l);
     }
@@ -523,6 +548,129 @@ pub async fn decide_raw(
                 limit: limit.name.to_string(),
                 error,
             }),
+    }
+}
+
+/// Charges `cost` on `limit` even past the limit (docs/semantics.md,
+/// "Costs known afterwards"); no metrics, no shadow mode. A store that
+/// cannot charge answers [`CheckError::Store`], never a take.
+#[inline]
+pub async fn charge_raw(
+    limit: &Limit,
+    key: &str,
+    cost: u64,
+    now: Nanos,
+) -> Result<Decision, CheckError> {
+    match limit.backend.local() {
+        Some(k) => Ok(k.charge(key, now, cost)),
+        None => limit
+            .backend
+            .charge(&limit.spec, key, cost, now)
+            .await
+            .map_err(|error| CheckError::Store {
+                limit: limit.name.to_string(),
+                error,
+            }),
+    }
+}
+
+/// Applies check `r` (any [`Op`]) on `limit`, whose state is the keyed
+/// limiter `k` in memory; no metrics, no shadow mode.
+///
+/// A settle or release naming a reservation this limit does not hold
+/// (unknown, already closed, expired and closed, another key's, or lost
+/// in a reload) answers `expired`: its estimate stays consumed. A settle
+/// then charges its whole actual cost, since the estimate is no longer
+/// known: stricter than the settlement it replaces, never more generous.
+pub fn apply_local(
+    limit: &Limit,
+    k: &KeyedLimiter<String>,
+    r: &CheckRequest<'_>,
+    now: Nanos,
+    server: &ServerConfig,
+) -> Outcome {
+    match r.op {
+        Op::Take => Outcome::of(k.decide(r.key, now, r.cost)),
+        Op::Check => Outcome::of(k.check(r.key, now, r.cost)),
+        Op::Charge => Outcome::of(k.charge(r.key, now, r.cost)),
+        Op::Reserve => {
+            let ttl = server
+                .reservation_ttl_ms
+                .saturating_mul(drl_core::time::MILLISECOND);
+            let (decision, held) = k.reserve(r.key, now, r.cost, ttl);
+            let reservation = held.map_or(0, |h| {
+                limit.reservations.open(h, now, server.max_reservations)
+            });
+            Outcome {
+                reservation,
+                ..Outcome::of(decision)
+            }
+        }
+        Op::Settle(id) | Op::Release(id) => {
+            let actual = if matches!(r.op, Op::Settle(_)) {
+                r.cost
+            } else {
+                0
+            };
+            match limit.reservations.take(id, r.key) {
+                Some(held) => {
+                    let s = k.settle(held, now, actual);
+                    Outcome {
+                        decision: s.decision,
+                        reservation: 0,
+                        charged: s.charged,
+                        refunded: s.refunded,
+                        expired: s.expired,
+                    }
+                }
+                None => Outcome {
+                    charged: actual,
+                    expired: true,
+                    ..Outcome::of(if actual > 0 {
+                        k.charge(r.key, now, actual)
+                    } else {
+                        k.check(r.key, now, 0)
+                    })
+                },
+            }
+        }
+    }
+}
+
+/// Applies check `r` (any [`Op`]) on `limit`, in memory or in its store;
+/// no metrics, no shadow mode. A store answers take and charge only;
+/// check, reserve, settle and release need a `local` limit and are
+/// refused otherwise ([`CheckError::Store`], nothing decided).
+pub async fn apply_raw(
+    limit: &Limit,
+    r: &CheckRequest<'_>,
+    now: Nanos,
+    server: &ServerConfig,
+) -> Result<Outcome, CheckError> {
+    if let Some(k) = limit.backend.local() {
+        return Ok(apply_local(limit, k, r, now, server));
+    }
+    match r.op {
+        Op::Take => decide_raw(limit, r.key, r.cost, now).await.map(Outcome::of),
+        Op::Charge => charge_raw(limit, r.key, r.cost, now).await.map(Outcome::of),
+        op => Err(CheckError::Unsupported {
+            index: 0,
+            limit: limit.name.to_string(),
+            mode: op_name(op),
+            scope: format!("{:?}", limit.scope).to_lowercase(),
+        }),
+    }
+}
+
+/// The name of `op` as the APIs spell its mode.
+pub fn op_name(op: Op) -> &'static str {
+    match op {
+        Op::Take => "take",
+        Op::Check => "check",
+        Op::Charge => "charge",
+        Op::Reserve => "reserve",
+        Op::Settle(_) => "settle",
+        Op::Release(_) => "release",
     }
 }
 
@@ -576,6 +724,13 @@ impl<'a> Tally<'a> {
             s.observe(key, cost, d.allowed);
         }
         apply_shadow(limit, d)
+    }
+
+    /// [`Tally::settle`] for the outcome `o` of check `r` on `limit`.
+    #[inline]
+    pub fn outcome(&mut self, limit: &'a Limit, r: &CheckRequest<'_>, mut o: Outcome) -> Outcome {
+        o.decision = self.settle(limit, r.key, r.cost, o.decision);
+        o
     }
 
     #[inline]

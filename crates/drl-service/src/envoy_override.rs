@@ -313,6 +313,7 @@ fn make_rule(domain: &str, unit: Unit, requests_per_unit: u32) -> EnvoyRule {
                 backend: Backend::Local(limiter),
                 shadow: false,
                 key: KeyMapping::from_config(&KeyConfig::default()),
+                reservations: Default::default(),
             }))
         }
     };

@@ -12,6 +12,7 @@
 //!   `redis`, `gossip` and `orbit`.
 //! - [`limits`]: a `drl_config::Config` compiled for deciding
 //!   (pre-resolved backends, Envoy descriptor trees, limitador namespaces).
+//! - [`reservations`]: a limit's open reservations by id.
 //! - [`engine`]: the live config, reloads, and the decision path.
 //! - [`envoy_override`]: Envoy RLS per-descriptor limit overrides.
 //! - [`limitador`]: limitador's namespaces and conditions, decided.
@@ -24,6 +25,7 @@ pub mod headers;
 pub mod limitador;
 pub mod limits;
 pub mod metrics;
+pub mod reservations;
 pub mod scope;
 pub mod sharded;
 pub mod status;

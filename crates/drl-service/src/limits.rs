@@ -61,6 +61,8 @@ pub struct Limit {
     pub metrics: LimitMetrics,
     /// The `RateLimit-Policy` header value.
     pub policy: HeaderValue,
+    /// Open reservations (HTTP and native APIs).
+    pub reservations: crate::reservations::Reservations,
 }
 
 /// What an Envoy descriptor node limits to.
@@ -247,6 +249,7 @@ impl Limits {
                 backend,
                 shadow: l.shadow,
                 key: KeyMapping::from_config(&l.key),
+                reservations: Default::default(),
             }));
             by_name.insert(Box::from(l.name.as_str()), i);
         }
@@ -360,6 +363,7 @@ fn build_level(
                             backend,
                             shadow: d.shadow_mode,
                             key: KeyMapping::from_config(&KeyConfig::default()),
+                            reservations: Default::default(),
                         });
                         all.push(limit.clone());
                         (RuleKind::Limited(limit), unit, requests_per_unit)

@@ -115,6 +115,30 @@ impl Backend {
         }
     }
 
+    /// Charges `cost` for `key` at `now` under `spec`, even past the limit
+    /// (docs/semantics.md, "Costs known afterwards"): a query right after.
+    /// A store that cannot charge answers an error, never a take.
+    pub async fn charge(
+        &self,
+        spec: &LimitSpec,
+        key: &str,
+        cost: u64,
+        now: Nanos,
+    ) -> Result<Decision, StoreError> {
+        match self {
+            Backend::Local(l) => Ok(l.charge(key, now, cost)),
+            Backend::Store(s) => {
+                s.charge(Check {
+                    spec,
+                    key,
+                    cost,
+                    now,
+                })
+                .await
+            }
+        }
+    }
+
     /// The in-memory limiter, for a local backend.
     #[inline]
     pub fn local(&self) -> Option<&KeyedLimiter<String>> {

@@ -251,6 +251,7 @@ impl Pair {
                 limit: l,
                 key: k,
                 cost: 0,
+                op: Default::default(),
             })
             .collect();
         let room = self.native.check(&limits, &query).await.unwrap();

@@ -419,6 +419,7 @@ async fn send_grpc(channel: Channel, items: &[(&str, String)]) -> Result<Vec<See
             limit: l.to_string(),
             key: k.clone(),
             cost: Some(1),
+            ..Default::default()
         })
         .collect();
     match c.check(CheckRequest { requests }).await {
@@ -467,6 +468,7 @@ async fn bad(
                 limit: "nope".into(),
                 key: "k".into(),
                 cost: Some(1),
+                ..Default::default()
             }],
         };
         match c.check(req).await {

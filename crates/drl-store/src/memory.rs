@@ -42,12 +42,22 @@ impl MemoryStore {
         self.limiter(check.spec)
             .decide(check.key, check.now, check.cost)
     }
+
+    /// Charges synchronously (no await point): what [`Store::charge`] does.
+    pub fn charge_now(&self, check: Check<'_>) -> Decision {
+        self.limiter(check.spec)
+            .charge(check.key, check.now, check.cost)
+    }
 }
 
 #[async_trait]
 impl Store for MemoryStore {
     async fn decide(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         Ok(self.decide_now(check))
+    }
+
+    async fn charge(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        Ok(self.charge_now(check))
     }
 
     fn retain(&self, specs: &[LimitSpec]) {
@@ -82,5 +92,28 @@ mod tests {
         // b kept its count, a starts fresh.
         assert!(!store.decide(c(&b)).await.unwrap().allowed);
         assert_eq!(store.decide(c(&a)).await.unwrap().remaining, 1);
+    }
+
+    #[tokio::test]
+    async fn charges_past_the_limit() {
+        let store = MemoryStore::default();
+        let a = LimitSpec::new(
+            "a",
+            Algorithm::FixedWindow,
+            vec![Quota::new(2, 60_000_000_000).unwrap()],
+        );
+        let c = |cost| Check {
+            spec: &a,
+            key: "k",
+            cost,
+            now: 10,
+        };
+        for _ in 0..3 {
+            store.charge(c(1)).await.unwrap();
+        }
+        // Three charges on 2 per minute: in debt, a check-only query is denied.
+        let q = store.decide(c(0)).await.unwrap();
+        assert!(!q.allowed);
+        assert_eq!(q.remaining, 0);
     }
 }

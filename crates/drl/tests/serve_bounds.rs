@@ -234,6 +234,7 @@ async fn keys_longer_than_max_key_bytes_are_refused_on_every_api() {
                 limit: "api".into(),
                 key: long.clone(),
                 cost: None,
+                ..Default::default()
             }],
         })
         .await

@@ -39,6 +39,7 @@ fn item(limit: &str, key: &str, cost: Option<u64>) -> CheckItem {
         limit: limit.into(),
         key: key.into(),
         cost,
+        ..Default::default()
     }
 }
 

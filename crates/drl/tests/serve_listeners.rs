@@ -56,6 +56,7 @@ fn grpc_remaining(at: SocketAddr) -> u64 {
                     limit: "keep".into(),
                     key: "k".into(),
                     cost: None,
+                    ..Default::default()
                 }],
             })
             .await

@@ -279,6 +279,7 @@ async fn grpc_over_tls_with_a_bearer_token() {
                 limit: "api".into(),
                 key: "k".into(),
                 cost: None,
+                ..Default::default()
             }],
         });
         if let Some(t) = token {

@@ -33,15 +33,25 @@ fn result_fields() -> impl Strategy<Value = ResultFields> {
         v.clone(),
         prop::option::of(v.clone()),
         v.clone(),
-        v,
+        v.clone(),
         prop_oneof![
             Just(""),
             Just(DenyReason::OverLimit.as_str()),
             Just(DenyReason::CostExceedsCapacity.as_str())
         ],
+        (v.clone(), v.clone(), v, any::<bool>()),
     )
         .prop_map(
-            |(allowed, limit, remaining, retry_after_ms, reset_after_ms, delay_ms, reason)| {
+            |(
+                allowed,
+                limit,
+                remaining,
+                retry_after_ms,
+                reset_after_ms,
+                delay_ms,
+                reason,
+                (reservation_id, charged, refunded, expired),
+            )| {
                 ResultFields {
                     allowed,
                     limit,
@@ -50,6 +60,10 @@ fn result_fields() -> impl Strategy<Value = ResultFields> {
                     reset_after_ms,
                     delay_ms,
                     reason,
+                    reservation_id,
+                    charged,
+                    refunded,
+                    expired,
                 }
             },
         )
@@ -63,11 +77,13 @@ fn a_usual_request_is_read_in_place() {
                 limit: "api".into(),
                 key: "tenant-1".into(),
                 cost: None,
+                ..Default::default()
             },
             CheckItem {
                 limit: "bytes".into(),
                 key: "ünïcode".into(),
                 cost: Some(0),
+                ..Default::default()
             },
         ],
     }
@@ -184,11 +200,42 @@ proptest! {
         let msg = PbRequest {
             requests: items
                 .into_iter()
-                .map(|(limit, key, cost)| CheckItem { limit, key, cost })
+                .map(|(limit, key, cost)| CheckItem { limit, key, cost, ..Default::default() })
                 .collect(),
         }
         .encode_to_vec();
         prop_assert_eq!(ours(&msg), Some(prost_items(&msg).unwrap()));
+    }
+
+    /// An item with a `mode` or a `reservation_id` is left to prost; one
+    /// without (TAKE, the default, is not encoded) is read in place.
+    #[test]
+    fn costs_known_afterwards_are_left_to_prost(
+        items in prop::collection::vec(
+            (".{0,8}", prop::option::of(any::<u64>()), 0i32..6, prop_oneof![Just(0u64), any::<u64>()]),
+            1..4,
+        ),
+    ) {
+        let plain = items.iter().all(|(_, _, mode, id)| *mode == 0 && *id == 0);
+        let msg = PbRequest {
+            requests: items
+                .into_iter()
+                .map(|(key, cost, mode, reservation_id)| CheckItem {
+                    limit: "l".into(),
+                    key,
+                    cost,
+                    mode,
+                    reservation_id,
+                })
+                .collect(),
+        }
+        .encode_to_vec();
+        if plain {
+            prop_assert_eq!(ours(&msg), Some(prost_items(&msg).unwrap()));
+        } else {
+            prop_assert_eq!(ours(&msg), None);
+            prop_assert!(PbRequest::decode(&msg[..]).is_ok());
+        }
     }
 
     /// Hand-built messages (any order, repeated and unknown fields, bad
@@ -221,9 +268,16 @@ proptest! {
             msg.truncate(cut.index(msg.len()));
         }
         // Every message built here is one prost reads, or one it refuses;
-        // none holds a group (the one thing this decoder leaves to prost
-        // that prost takes): so the two agree exactly.
-        prop_assert_eq!(ours(&msg).ok_or(()), prost_items(&msg).map_err(drop));
+        // none holds a group: so the two agree exactly, except that an item
+        // with a field 4 or 5 (`mode`, `reservation_id`) is left to prost.
+        let new_fields = items.iter().flatten().any(|f| {
+            matches!(f, Field::Str(4 | 5, _) | Field::Varint(4 | 5, _) | Field::Fixed64(4 | 5) | Field::Fixed32(4 | 5))
+        });
+        match ours(&msg) {
+            Some(got) => prop_assert_eq!(Ok(got), prost_items(&msg).map_err(drop)),
+            None if new_fields => {}
+            None => prop_assert!(prost_items(&msg).is_err()),
+        }
     }
 
     /// Arbitrary bytes: this decoder never takes what prost refuses, and

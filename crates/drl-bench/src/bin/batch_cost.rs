@@ -70,6 +70,7 @@ fn main() -> anyhow::Result<()> {
                         limit: "bench".into(),
                         key: next_key(),
                         cost: Some(1),
+                        ..Default::default()
                     })
                     .collect(),
             }

@@ -142,6 +142,7 @@ fn check_response(n: usize) -> CheckResponse {
             reset_after_ms: 10,
             delay_ms: 0,
             reason: String::new(),
+            ..Default::default()
         })
         .collect();
     CheckResponse { results }
@@ -285,6 +286,7 @@ fn encode_grpc(n: usize, limit: &str, first: usize) -> Vec<u8> {
                 limit: limit.to_string(),
                 key: format!("tenant-{}", i % 1000),
                 cost: Some(1),
+                ..Default::default()
             })
             .collect(),
     };

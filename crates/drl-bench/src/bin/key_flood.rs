@@ -137,6 +137,7 @@ async fn check(
             limit: limit.to_string(),
             key,
             cost: None,
+            ..Default::default()
         })
         .collect();
     c.check(CheckRequest { requests })

@@ -7,6 +7,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::transport::{Item, SendError, SendFuture, Transport, decision};
 use crate::Error;
+use drl_api::{Op, Outcome};
 
 /// drl's native API (`crates/drl-api/proto/drl/v1/ratelimit.proto`).
 pub(crate) use drl_api::pb;
@@ -42,10 +43,22 @@ impl Transport for Grpc {
         let mut req = tonic::Request::new(pb::CheckRequest {
             requests: batch
                 .into_iter()
-                .map(|i| pb::CheckItem {
-                    limit: i.limit,
-                    key: i.key,
-                    cost: Some(i.cost),
+                .map(|i| {
+                    let (mode, reservation_id) = match i.op {
+                        Op::Take => (pb::Mode::Take, 0),
+                        Op::Check => (pb::Mode::Check, 0),
+                        Op::Charge => (pb::Mode::Charge, 0),
+                        Op::Reserve => (pb::Mode::Reserve, 0),
+                        Op::Settle(id) => (pb::Mode::Settle, id),
+                        Op::Release(id) => (pb::Mode::Release, id),
+                    };
+                    pb::CheckItem {
+                        limit: i.limit,
+                        key: i.key,
+                        cost: Some(i.cost),
+                        mode: mode as i32,
+                        reservation_id,
+                    }
                 })
                 .collect(),
         });
@@ -58,8 +71,8 @@ impl Transport for Grpc {
                     .into_inner()
                     .results
                     .into_iter()
-                    .map(|r| {
-                        decision(
+                    .map(|r| Outcome {
+                        decision: decision(
                             r.allowed,
                             r.limit,
                             r.remaining,
@@ -67,7 +80,11 @@ impl Transport for Grpc {
                             r.reset_after_ms,
                             r.delay_ms,
                             &r.reason,
-                        )
+                        ),
+                        reservation: r.reservation_id,
+                        charged: r.charged,
+                        refunded: r.refunded,
+                        expired: r.expired,
                     })
                     .collect()),
                 Err(s) => Err(match s.code() {

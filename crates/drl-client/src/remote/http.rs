@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::transport::{Item, SendError, SendFuture, Transport, decision};
 use crate::Error;
+use drl_api::{Op, Outcome};
 
 pub(crate) struct Http {
     client: reqwest::Client,
@@ -21,6 +22,10 @@ struct Wire<'a> {
     limit: &'a str,
     key: &'a str,
     cost: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mode: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reservation: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -39,6 +44,14 @@ struct WireResult {
     delay_ms: u64,
     #[serde(default)]
     reason: String,
+    #[serde(default)]
+    reservation: Option<String>,
+    #[serde(default)]
+    charged: u64,
+    #[serde(default)]
+    refunded: u64,
+    #[serde(default)]
+    expired: bool,
 }
 
 #[derive(Deserialize)]
@@ -69,10 +82,22 @@ impl Transport for Http {
     fn send(&self, batch: Vec<Item>) -> SendFuture {
         let wire: Vec<Wire<'_>> = batch
             .iter()
-            .map(|i| Wire {
-                limit: &i.limit,
-                key: &i.key,
-                cost: i.cost,
+            .map(|i| {
+                let (mode, reservation) = match i.op {
+                    Op::Take => (None, None),
+                    Op::Check => (Some("check"), None),
+                    Op::Charge => (Some("charge"), None),
+                    Op::Reserve => (Some("reserve"), None),
+                    Op::Settle(id) => (Some("settle"), Some(id.to_string())),
+                    Op::Release(id) => (Some("release"), Some(id.to_string())),
+                };
+                Wire {
+                    limit: &i.limit,
+                    key: &i.key,
+                    cost: i.cost,
+                    mode,
+                    reservation,
+                }
             })
             .collect();
         let body = serde_json::to_vec(&Body { requests: &wire }).unwrap_or_default();
@@ -100,8 +125,8 @@ impl Transport for Http {
                 return Ok(a
                     .results
                     .into_iter()
-                    .map(|r| {
-                        decision(
+                    .map(|r| Outcome {
+                        decision: decision(
                             r.allowed,
                             r.limit,
                             r.remaining,
@@ -109,7 +134,15 @@ impl Transport for Http {
                             r.reset_after_ms,
                             r.delay_ms,
                             &r.reason,
-                        )
+                        ),
+                        reservation: r
+                            .reservation
+                            .as_deref()
+                            .and_then(|id| id.parse().ok())
+                            .unwrap_or(0),
+                        charged: r.charged,
+                        refunded: r.refunded,
+                        expired: r.expired,
                     })
                     .collect());
             }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use drl_core::Decision;
+use drl_api::Outcome;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::config::ClientConfig;
@@ -146,7 +146,7 @@ pub(crate) struct RemoteCounters {
 /// A check waiting for its batch.
 struct Pending {
     item: Item,
-    tx: oneshot::Sender<Result<Decision, SendError>>,
+    tx: oneshot::Sender<Result<Outcome, SendError>>,
 }
 
 /// The running remote backend.
@@ -192,7 +192,7 @@ impl Remote {
     }
 
     /// Queues one check; the receiver answers when its batch returns.
-    pub(crate) fn enqueue(&self, item: Item) -> oneshot::Receiver<Result<Decision, SendError>> {
+    pub(crate) fn enqueue(&self, item: Item) -> oneshot::Receiver<Result<Outcome, SendError>> {
         let (tx, rx) = oneshot::channel();
         // The driver lives as long as the sender; a send cannot fail while
         // `self` exists, and a dropped `tx` reads as unavailable anyway.
@@ -286,7 +286,7 @@ async fn send_timed(
     transport: &dyn Transport,
     items: Vec<Item>,
     deadline: Duration,
-) -> Result<Vec<Decision>, SendError> {
+) -> Result<Vec<Outcome>, SendError> {
     let n = items.len();
     match tokio::time::timeout(deadline, transport.send(items)).await {
         Ok(Ok(ds)) if ds.len() == n => Ok(ds),

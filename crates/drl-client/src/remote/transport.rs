@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use drl_api::{Op, Outcome};
 use drl_core::Decision;
 
 /// One check on the wire.
@@ -12,6 +13,8 @@ pub(crate) struct Item {
     pub(crate) limit: String,
     pub(crate) key: String,
     pub(crate) cost: u64,
+    /// What it does (take for [`crate::Client::check`]).
+    pub(crate) op: Op,
 }
 
 /// Why a batch got no decisions.
@@ -25,9 +28,9 @@ pub(crate) enum SendError {
 }
 
 /// Boxed future of one batch.
-pub(crate) type SendFuture = Pin<Box<dyn Future<Output = Result<Vec<Decision>, SendError>> + Send>>;
+pub(crate) type SendFuture = Pin<Box<dyn Future<Output = Result<Vec<Outcome>, SendError>> + Send>>;
 
-/// A wire protocol: sends one batch, answers its decisions in order.
+/// A wire protocol: sends one batch, answers its outcomes in order.
 pub(crate) trait Transport: Send + Sync + 'static {
     fn send(&self, batch: Vec<Item>) -> SendFuture;
 }

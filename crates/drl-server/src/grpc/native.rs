@@ -27,6 +27,10 @@ impl NativeService {
 pub fn status_of(e: &CheckError) -> Status {
     match e {
         CheckError::UnknownLimit { .. } => Status::not_found(e.to_string()),
+        CheckError::Store {
+            error: drl_store::StoreError::Invalid(_),
+            ..
+        } => Status::invalid_argument(e.to_string()),
         CheckError::Store { .. } => Status::unavailable(e.to_string()),
         _ => Status::invalid_argument(e.to_string()),
     }
@@ -51,6 +55,26 @@ pub async fn check(engine: &Engine, req: CheckRequest) -> Result<CheckResponse, 
             limit: &i.limit,
             key: &i.key,
             cost: i.cost.unwrap_or(1),
+            // An unknown mode is refused below, before anything is decided.
+            op: engine::Op::from_proto(i.mode, i.reservation_id).unwrap_or_default(),
+        }
+    }
+    for (index, i) in req.requests.iter().enumerate() {
+        let op = engine::Op::from_proto(i.mode, i.reservation_id);
+        let problem = match op {
+            None => Some(format!("unknown mode {}", i.mode)),
+            Some(engine::Op::Settle(0) | engine::Op::Release(0)) => Some(
+                "SETTLE and RELEASE need `reservation_id` (the id a RESERVE answered)".to_string(),
+            ),
+            Some(engine::Op::Settle(_) | engine::Op::Release(_)) => None,
+            Some(_) if i.reservation_id != 0 => {
+                Some("`reservation_id` goes with SETTLE or RELEASE only".to_string())
+            }
+            Some(_) => None,
+        };
+        if let Some(p) = problem {
+            rejected(Api::GrpcCheck, "invalid_mode");
+            return Err(Status::invalid_argument(format!("requests[{index}]: {p}")));
         }
     }
     // A single check (the usual call) needs no collection at all (and
@@ -86,7 +110,9 @@ pub async fn decide(
     let started = engine.now();
     let limits = engine.limits();
     let end = engine
-        .check_each(&limits, reqs, started, |d| emit(&ResultFields::of(&d)))
+        .check_each(&limits, reqs, started, |o| {
+            emit(&ResultFields::of_outcome(&o))
+        })
         .await;
     counted(engine, started, end)
 }
@@ -101,7 +127,9 @@ pub fn decide_now(
     mut emit: impl FnMut(&ResultFields),
 ) -> Option<Result<(), Status>> {
     let limits = engine.limits();
-    let end = engine.check_now(&limits, reqs, started, |d| emit(&ResultFields::of(&d)))?;
+    let end = engine.check_now(&limits, reqs, started, |o| {
+        emit(&ResultFields::of_outcome(&o))
+    })?;
     Some(counted(engine, started, end))
 }
 

@@ -8,8 +8,15 @@
 //! descriptor's `limit` override replaces the configured rule
 //! ([`drl_service::envoy_override`]).
 //!
-//! One difference, per docs/semantics.md: a denied request consumes
-//! nothing (envoyproxy/ratelimit counts hits over the limit too).
+//! A hit (`hits_addend` > 0, the request's or the descriptor's) is a
+//! *charge* by default, as envoyproxy/ratelimit counts it: consumed even
+//! past the limit, the answer OVER_LIMIT exactly when the count is then
+//! over the limit (with `limit_remaining` 0), so a response-path count
+//! (Envoy's `apply_on_stream_done`) denies the next request until the
+//! window rolls over. A descriptor's `hits_addend` of 0 checks only.
+//! `server.envoy_hits: take` answers as drl's other APIs do instead: a
+//! denied hit consumes nothing (docs/semantics.md, "Costs known
+//! afterwards").
 //!
 //! Another: a limited descriptor whose state key (its values, or its keys
 //! and values under an override) is longer than `server.max_key_bytes` is
@@ -30,7 +37,7 @@ use tonic::{Request, Response, Status};
 
 use drl_api::rls_answer::{Answer, HeaderFields, LimitFields, StatusFields};
 use drl_api::rls_request::{EntryView, INLINE_DESCRIPTORS, RequestView};
-use drl_config::UnknownDomain;
+use drl_config::{EnvoyHits, UnknownDomain};
 use drl_core::time::Nanos;
 use drl_service::engine::{self, Engine};
 use drl_service::envoy_override::{OverrideError, state_key};
@@ -332,7 +339,12 @@ pub async fn should_rate_limit_on<R>(
                         duration_until_reset: None,
                     }
                 } else {
-                    let dec = match engine::decide_raw(limit, key, cost, now).await {
+                    let decided = if cost > 0 && limits.server.envoy_hits == EnvoyHits::Charge {
+                        engine::charge_raw(limit, key, cost, now).await
+                    } else {
+                        engine::decide_raw(limit, key, cost, now).await
+                    };
+                    let dec = match decided {
                         Ok(dec) => tally.settle(limit, key, cost, dec),
                         Err(e) => {
                             tally.finish(engine.now());

@@ -70,6 +70,7 @@ pub fn build(
                     backend,
                     shadow: false,
                     key: KeyMapping::from_config(&KeyConfig::default()),
+                    reservations: Default::default(),
                 });
                 all.push(limit.clone());
                 Some(limit)

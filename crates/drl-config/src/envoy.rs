@@ -5,7 +5,7 @@
 //! prefix ending in `*`), an optional `rate_limit` (`unit` +
 //! `requests_per_unit`, or `unlimited: true`; optional `name` and
 //! `replaces`), `shadow_mode`, `detailed_metric` and nested `descriptors`.
-//! `value_to_metric`, `metadata` and `quota_mode` are accepted and ignored
+//! `value_to_metric` and `metadata` are accepted and ignored
 //! (drl labels no metric by request values and sends no dynamic metadata);
 //! `share_threshold` is refused (not supported).
 
@@ -42,6 +42,10 @@ pub struct EnvoyDescriptor {
     pub rate_limit: Option<EnvoyRateLimit>,
     /// Decide and count, but always answer OK.
     pub shadow_mode: bool,
+    /// A quota: over its limit it answers OVER_LIMIT for its descriptor,
+    /// but the request is OVER_LIMIT only if no other limit passes it
+    /// (every quota descriptor over, or an ordinary one over).
+    pub quota_mode: bool,
     /// Accepted for compatibility (metric detail; drl never labels by value).
     pub detailed_metric: bool,
     /// Nested descriptors.
@@ -65,10 +69,8 @@ struct RawDescriptor {
     detailed_metric: bool,
     #[serde(default)]
     descriptors: Option<Vec<EnvoyDescriptor>>,
-    // Accepted and ignored, as envoyproxy/ratelimit does for fields it does
-    // not use.
-    #[serde(default, rename = "quota_mode")]
-    _quota_mode: Option<serde_norway::Value>,
+    #[serde(default)]
+    quota_mode: bool,
     // Metric naming by request values (drl never labels by request values).
     #[serde(default, rename = "value_to_metric")]
     _value_to_metric: bool,
@@ -299,6 +301,7 @@ impl TryFrom<RawDescriptor> for EnvoyDescriptor {
             value: r.value.filter(|v| !v.is_empty()),
             rate_limit,
             shadow_mode: r.shadow_mode,
+            quota_mode: r.quota_mode,
             detailed_metric: r.detailed_metric,
             descriptors,
         })

@@ -290,6 +290,12 @@ pub struct ServerConfig {
     /// and counted, or denied and not counted). A `hits_addend` of 0
     /// checks only, either way.
     pub envoy_hits: EnvoyHits,
+    /// Answer every Envoy RLS request OK overall, whatever its descriptors
+    /// say (envoyproxy/ratelimit's `SHADOW_MODE`; default false).
+    pub envoy_shadow_mode: bool,
+    /// Treat every Envoy descriptor as `quota_mode: true`
+    /// (envoyproxy/ratelimit's `QUOTA_MODE`; default false).
+    pub envoy_quota_mode: bool,
     /// How long a reservation of the HTTP and native APIs stays open
     /// before it is closed at its estimate (default 300,000 ms).
     pub reservation_ttl_ms: u64,
@@ -390,6 +396,8 @@ impl Default for ServerConfig {
             allow_limit_removal: false,
             envoy_unknown_domain: UnknownDomain::Ok,
             envoy_hits: EnvoyHits::Charge,
+            envoy_shadow_mode: false,
+            envoy_quota_mode: false,
             reservation_ttl_ms: 300_000,
             max_reservations: 100_000,
             http_engine: HttpEngine::Hyper,

@@ -323,6 +323,7 @@ fn make_rule(domain: &str, unit: Unit, requests_per_unit: u32) -> EnvoyRule {
         name: None,
         replaces: Vec::new(),
         shadow: false,
+        quota: false,
         unit,
         requests_per_unit,
     }

@@ -89,6 +89,8 @@ pub struct EnvoyRule {
     pub replaces: Vec<String>,
     /// `shadow_mode`.
     pub shadow: bool,
+    /// `quota_mode`.
+    pub quota: bool,
     /// Window unit (`Second` for unlimited).
     pub unit: Unit,
     /// Requests per unit (0 for unlimited).
@@ -375,6 +377,7 @@ fn build_level(
                     name: rl.name.clone(),
                     replaces: rl.replaces.clone(),
                     shadow: d.shadow_mode,
+                    quota: d.quota_mode,
                     unit,
                     requests_per_unit: rpu,
                 })

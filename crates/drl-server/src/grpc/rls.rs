@@ -284,13 +284,18 @@ pub async fn should_rate_limit_on<R>(
     let now = started;
     let mut tally = engine::Tally::new(now);
     let mut statuses = SmallVec::with_capacity(rules.len());
-    let mut overall = Code::Ok;
+    // Over-limit ordinary descriptors, and quota descriptors over and in all
+    // (`quota_mode`): the request is over if any ordinary one is, or every
+    // quota one is (envoyproxy/ratelimit's rule).
+    let (mut over, mut quota_over, mut quotas) = (0usize, 0usize, 0usize);
     // (remaining, rule, reset_ns) of the most restrictive limited status.
     let mut tightest: Option<(u64, &EnvoyRule, u64)> = None;
     let mut key_buf = String::new();
     for (i, (d, rule)) in req.descriptors.iter().zip(rules.iter()).enumerate() {
         let cost = d.hits_addend.unwrap_or(hits);
         let Some(rule) = rule else {
+            // Without a limit: a passing quota under the global quota mode.
+            quotas += usize::from(limits.server.envoy_quota_mode);
             statuses.push(StatusFields {
                 code: Code::Ok as i32,
                 ..Default::default()
@@ -374,10 +379,25 @@ pub async fn should_rate_limit_on<R>(
                 }
             }
         };
-        if status.code == Code::OverLimit as i32 {
-            overall = Code::OverLimit;
+        // Unlimited descriptors count as neither kind.
+        if !matches!(rule.kind, RuleKind::Unlimited) {
+            let is_over = status.code == Code::OverLimit as i32;
+            if limits.server.envoy_quota_mode || rule.quota {
+                quotas += 1;
+                quota_over += usize::from(is_over);
+            } else {
+                over += usize::from(is_over);
+            }
         }
         statuses.push(status);
+    }
+    let mut overall = if over > 0 || (quotas > 0 && quota_over == quotas) {
+        Code::OverLimit
+    } else {
+        Code::Ok
+    };
+    if overall == Code::OverLimit && limits.server.envoy_shadow_mode {
+        overall = Code::Ok;
     }
     let headers = match tightest {
         Some((remaining, rule, reset)) if limits.server.envoy_response_headers => {
@@ -480,6 +500,7 @@ mod tests {
                 name: None,
                 replaces: Vec::new(),
                 shadow: false,
+                quota: false,
                 unit,
                 requests_per_unit: rpu,
             };

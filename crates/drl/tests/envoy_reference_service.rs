@@ -1,0 +1,155 @@
+//! envoyproxy/ratelimit's service tests for quota and shadow modes
+//! (`test/service/ratelimit_test.go`), ported to a real `drl serve` over
+//! Envoy RLS v3. The reference mocks its cache's per-descriptor answers;
+//! here a descriptor is over its limit because its rule is
+//! `requests_per_unit: 0` and under it because its rule is far above the
+//! calls made, so no verdict depends on the clock. Each test names the
+//! reference test whose expectations it keeps.
+
+mod common;
+
+use common::Drl;
+use drl_test_kit::envoy::request;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+const OK: i32 = Code::Ok as i32;
+const OVER: i32 = Code::OverLimit as i32;
+
+/// One domain: `rate`/`quota` descriptors, each `over` (0 per hour) or
+/// `under` (1,000 per hour), quotas with `quota_mode: true`; `free` has no
+/// limit and `open` is unlimited.
+fn config(server: &str) -> String {
+    format!(
+        "server:
+{server}
+envoy:
+  - domain: quota-domain
+    descriptors:
+      - key: rate
+        value: over
+        rate_limit: {{unit: hour, requests_per_unit: 0}}
+      - key: rate
+        value: under
+        rate_limit: {{unit: hour, requests_per_unit: 1000}}
+      - key: quota
+        value: over
+        quota_mode: true
+        rate_limit: {{unit: hour, requests_per_unit: 0}}
+      - key: quota
+        value: under
+        quota_mode: true
+        rate_limit: {{unit: hour, requests_per_unit: 1000}}
+      - key: open
+        rate_limit: {{unlimited: true}}
+"
+    )
+}
+
+/// The overall code and the per-descriptor codes of one request.
+async fn ask(server: &str, descriptors: &[(&str, &str)]) -> (i32, Vec<i32>) {
+    let drl = Drl::start(&config(server));
+    let mut client = RateLimitServiceClient::connect(drl.grpc_url())
+        .await
+        .unwrap();
+    let descs: Vec<[(&str, &str); 1]> = descriptors.iter().map(|d| [*d]).collect();
+    let refs: Vec<&[(&str, &str)]> = descs.iter().map(|d| &d[..]).collect();
+    let answer = client
+        .should_rate_limit(request("quota-domain", &refs, 1))
+        .await
+        .unwrap()
+        .into_inner();
+    let codes = answer.statuses.iter().map(|s| s.code).collect();
+    (answer.overall_code, codes)
+}
+
+const DEFAULTS: &str = "  envoy_quota_mode: false";
+
+/// TestServicePerDescriptorQuotaMode: an ordinary descriptor over, a quota
+/// under: over overall.
+#[tokio::test]
+async fn an_ordinary_descriptor_over_is_over_whatever_the_quotas() {
+    let got = ask(DEFAULTS, &[("rate", "over"), ("quota", "under")]).await;
+    assert_eq!(got, (OVER, vec![OVER, OK]));
+}
+
+/// TestServiceMixedPerDescriptorModes: the ordinary one under, the only
+/// quota over: every quota is over, so over overall.
+#[tokio::test]
+async fn every_quota_over_is_over() {
+    let got = ask(DEFAULTS, &[("rate", "under"), ("quota", "over")]).await;
+    assert_eq!(got, (OVER, vec![OK, OVER]));
+}
+
+/// TestServiceMixedPerDescriptorModesUnderLimit: both under: OK.
+#[tokio::test]
+async fn all_under_is_ok() {
+    let got = ask(DEFAULTS, &[("rate", "under"), ("quota", "under")]).await;
+    assert_eq!(got, (OK, vec![OK, OK]));
+}
+
+/// TestServiceQuotaModeOnlyAllOverTheLimit: two quotas, both over.
+#[tokio::test]
+async fn two_quotas_both_over_is_over() {
+    let got = ask(DEFAULTS, &[("quota", "over"), ("quota", "over")]).await;
+    assert_eq!(got, (OVER, vec![OVER, OVER]));
+}
+
+/// TestServiceQuotaModeOnlySomeOverTheLimit: two quotas, one over: OK
+/// overall, the over one still says so.
+#[tokio::test]
+async fn one_quota_of_two_over_is_ok_overall() {
+    let got = ask(DEFAULTS, &[("quota", "over"), ("quota", "under")]).await;
+    assert_eq!(got, (OK, vec![OVER, OK]));
+}
+
+/// TestServiceGlobalShadowMode: an ordinary descriptor over, the global
+/// shadow mode on: OK overall, the descriptor still OVER_LIMIT.
+#[tokio::test]
+async fn the_global_shadow_mode_answers_ok_overall() {
+    let got = ask(
+        "  envoy_shadow_mode: true",
+        &[("rate", "over"), ("rate", "under")],
+    )
+    .await;
+    assert_eq!(got, (OK, vec![OVER, OK]));
+}
+
+/// TestServiceQuotaModeWithShadowMode: every quota over and the global
+/// shadow mode on: OK overall.
+#[tokio::test]
+async fn the_global_shadow_mode_covers_quotas_too() {
+    let got = ask(
+        "  envoy_shadow_mode: true",
+        &[("quota", "over"), ("quota", "over")],
+    )
+    .await;
+    assert_eq!(got, (OK, vec![OVER, OVER]));
+}
+
+/// TestServiceGlobalQuotaMode: the global quota mode makes ordinary
+/// descriptors quotas: one of two over is OK overall.
+#[tokio::test]
+async fn the_global_quota_mode_makes_every_descriptor_a_quota() {
+    let got = ask(
+        "  envoy_quota_mode: true",
+        &[("rate", "over"), ("rate", "under")],
+    )
+    .await;
+    assert_eq!(got, (OK, vec![OVER, OK]));
+    let got = ask(
+        "  envoy_quota_mode: true",
+        &[("rate", "over"), ("quota", "over")],
+    )
+    .await;
+    assert_eq!(got, (OVER, vec![OVER, OVER]));
+}
+
+/// Unlimited descriptors count as neither kind (the reference skips them):
+/// a quota over beside an unlimited one is every quota over.
+#[tokio::test]
+async fn an_unlimited_descriptor_counts_as_neither() {
+    let got = ask(DEFAULTS, &[("quota", "over"), ("open", "x")]).await;
+    assert_eq!(got.0, OVER);
+    assert_eq!(got.1[0], OVER);
+}

@@ -7,6 +7,7 @@
 //! `Limits::build` then turns a `Config` into decidable limits (store
 //! wiring). Nothing here opens a socket or a store.
 
+mod dir;
 pub mod envoy;
 pub mod limitador;
 mod native;
@@ -24,6 +25,7 @@ pub use native::{
 /// The configuration served when `drl serve` is started without `--config`.
 pub const EMBEDDED_DEFAULT: &str = include_str!("default.yaml");
 
+pub use dir::parse_files;
 pub use drl_core::ConfigError;
 pub use yaml::yaml_error;
 

@@ -290,6 +290,10 @@ pub struct ServerConfig {
     /// and counted, or denied and not counted). A `hits_addend` of 0
     /// checks only, either way.
     pub envoy_hits: EnvoyHits,
+    /// With `--config DIR`: merge the descriptors of files that name the
+    /// same domain (envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`; default
+    /// false: such files are refused).
+    pub envoy_merge_domains: bool,
     /// Answer every Envoy RLS request OK overall, whatever its descriptors
     /// say (envoyproxy/ratelimit's `SHADOW_MODE`; default false).
     pub envoy_shadow_mode: bool,
@@ -396,6 +400,7 @@ impl Default for ServerConfig {
             allow_limit_removal: false,
             envoy_unknown_domain: UnknownDomain::Ok,
             envoy_hits: EnvoyHits::Charge,
+            envoy_merge_domains: false,
             envoy_shadow_mode: false,
             envoy_quota_mode: false,
             reservation_ttl_ms: 300_000,

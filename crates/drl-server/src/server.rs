@@ -314,6 +314,19 @@ fn watch_file(
 ) -> anyhow::Result<notify::RecommendedWatcher> {
     use notify::{EventKind, RecursiveMode, Watcher};
     let abs = std::path::absolute(path).context("config path")?;
+    if abs.is_dir() {
+        // A config directory: any change inside it (a file written,
+        // renamed, a ConfigMap's `..data` swap) reloads all of it.
+        let mut w = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+            if ev.is_ok_and(|ev| !matches!(ev.kind, EventKind::Access(_))) {
+                let _ = tx.try_send(FILE_CHANGE);
+            }
+        })
+        .context("cannot watch the config directory")?;
+        w.watch(&abs, RecursiveMode::NonRecursive)
+            .with_context(|| format!("cannot watch {}", abs.display()))?;
+        return Ok(w);
+    }
     let dir = abs
         .parent()
         .map(Path::to_path_buf)

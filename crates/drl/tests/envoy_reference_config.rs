@@ -11,8 +11,8 @@
 //! `over_limit` = denied; drl has no `near_limit`).
 //!
 //! Not yet passing, so not in this file:
-//! - TestDomainMerge, TestDuplicateKeyDomainMerge: drl has no
-//!   MERGE_DOMAIN_CONFIG (one domain from several files).
+//! - TestDomainMerge, TestDuplicateKeyDomainMerge: in
+//!   `envoy_reference_dir.rs` (a config directory).
 //! - TestShareThreshold (and the share_threshold subtests of
 //!   TestWildcardStatsBehavior): drl does not support `share_threshold`
 //!   (values matching one wildcard sharing one counter); it refuses the

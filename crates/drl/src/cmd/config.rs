@@ -13,7 +13,8 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 enum Sub {
     /// Check a config file (drl's, envoyproxy/ratelimit's or a limitador
-    /// limits file) as `drl serve` checks it at start: the file, its
+    /// limits file, or a directory of them) as `drl serve` checks it at
+    /// start: the file, its
     /// limits, TLS files, token files and cluster keys. Errors name the
     /// line and column; warnings (secrets readable by every user,
     /// certificates expired or expiring within 14 days) go to stderr.

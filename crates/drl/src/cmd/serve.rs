@@ -7,8 +7,10 @@ use std::process::ExitCode;
 /// Arguments of `drl serve`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Config file: drl's YAML, or an envoyproxy/ratelimit file. Without
-    /// it, the embedded default (limit `default`: gcra 100/s, burst 20).
+    /// Config file: drl's YAML, an envoyproxy/ratelimit or a limitador
+    /// file; or a directory of them (every *.yaml/*.yml, one domain per
+    /// envoyproxy/ratelimit file, at most one drl file). Without it, the
+    /// embedded default (limit `default`: gcra 100/s, burst 20).
     #[arg(long, short = 'c', env = "DRL_CONFIG")]
     pub config: Option<PathBuf>,
     /// HTTP listen address (overrides `listen.http`), e.g. 127.0.0.1:8080.

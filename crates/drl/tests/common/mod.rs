@@ -85,11 +85,35 @@ impl Drl {
     /// "listening" line only (not for `/readyz`: for listeners that need
     /// TLS or tokens).
     pub fn spawn(yaml: &str, args: &[&str]) -> Drl {
-        static CLEAR: std::sync::Once = std::sync::Once::new();
-        CLEAR.call_once(|| clear_of_window_end(Duration::from_secs(3600), HOUR_MARGIN));
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("drl.yaml");
         std::fs::write(&config, yaml).unwrap();
+        Self::spawn_at(dir, config, args)
+    }
+
+    /// Starts `drl serve --config DIR` on free loopback ports, `DIR` holding
+    /// `files` (name, text), and waits until it is ready.
+    pub fn start_dir(files: &[(&str, &str)]) -> Drl {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config");
+        std::fs::create_dir(&config).unwrap();
+        for (name, text) in files {
+            std::fs::write(config.join(name), text).unwrap();
+        }
+        let drl = Self::spawn_at(
+            dir,
+            config,
+            &["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"],
+        );
+        drl.wait_ready();
+        drl
+    }
+
+    /// Starts `drl serve --config CONFIG ARGS...` (`dir` holds `config`
+    /// and is kept with the process).
+    fn spawn_at(dir: tempfile::TempDir, config: std::path::PathBuf, args: &[&str]) -> Drl {
+        static CLEAR: std::sync::Once = std::sync::Once::new();
+        CLEAR.call_once(|| clear_of_window_end(Duration::from_secs(3600), HOUR_MARGIN));
         let mut child = Command::new(env!("CARGO_BIN_EXE_drl"))
             .arg("serve")
             .arg("--config")

@@ -42,15 +42,35 @@ const SHADOW: usize = 2;
 /// Every limit's counters by name. Registering a name again (a reload, or
 /// a second engine in the process) returns the same counters, so they
 /// never go back to zero while the process runs.
-fn limit_registry() -> &'static Mutex<BTreeMap<String, Arc<Counters<3>>>> {
-    static R: OnceLock<Mutex<BTreeMap<String, Arc<Counters<3>>>>> = OnceLock::new();
+fn limit_registry() -> &'static Mutex<BTreeMap<String, Arc<LimitCounts>>> {
+    static R: OnceLock<Mutex<BTreeMap<String, Arc<LimitCounts>>>> = OnceLock::new();
     R.get_or_init(Default::default)
+}
+
+/// One limit name's counters, and whether it ever decided (read once a
+/// second by the status sampler for every configured limit: one flag, not
+/// the sum of every shard, so idle limits cost next to nothing).
+#[derive(Debug, Default)]
+struct LimitCounts {
+    counts: Counters<3>,
+    used: std::sync::atomic::AtomicBool,
+}
+
+impl LimitCounts {
+    #[inline]
+    fn mark_used(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        // A load first: after the first decision the line is only read.
+        if !self.used.load(Relaxed) {
+            self.used.store(true, Relaxed);
+        }
+    }
 }
 
 /// One limit's decision counters.
 #[derive(Debug, Clone)]
 pub struct LimitMetrics {
-    counts: Arc<Counters<3>>,
+    counts: Arc<LimitCounts>,
     /// What the status page records (latency, top keys), if it is on.
     status: Option<Arc<crate::status::LimitStatus>>,
 }
@@ -81,28 +101,42 @@ impl LimitMetrics {
     /// Counts one decision.
     #[inline]
     pub fn record(&self, allowed: bool) {
-        self.counts.add(if allowed { ALLOWED } else { DENIED }, 1);
+        self.counts.mark_used();
+        self.counts
+            .counts
+            .add(if allowed { ALLOWED } else { DENIED }, 1);
     }
 
     /// Counts `allowed` admissions and `denied` denials at once.
     #[inline]
     pub fn record_many(&self, allowed: u64, denied: u64) {
-        self.counts.add_each([(ALLOWED, allowed), (DENIED, denied)]);
+        self.counts.mark_used();
+        self.counts
+            .counts
+            .add_each([(ALLOWED, allowed), (DENIED, denied)]);
     }
 
     /// Counts a denial that shadow mode let through.
     #[inline]
     pub fn shadow_allowed(&self) {
-        self.counts.add(SHADOW, 1);
+        self.counts.mark_used();
+        self.counts.counts.add(SHADOW, 1);
     }
 
     /// (allowed, denied, shadow-allowed) so far.
     pub fn totals(&self) -> (u64, u64, u64) {
         (
-            self.counts.get(ALLOWED),
-            self.counts.get(DENIED),
-            self.counts.get(SHADOW),
+            self.counts.counts.get(ALLOWED),
+            self.counts.counts.get(DENIED),
+            self.counts.counts.get(SHADOW),
         )
+    }
+
+    /// True once this limit name decided anything (since the process
+    /// started; reloads keep it).
+    #[inline]
+    pub fn used(&self) -> bool {
+        self.counts.used.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -302,7 +336,7 @@ fn label_value(out: &mut String, v: &str) {
 /// Appends the decision counters and latency histograms in the Prometheus
 /// text format.
 fn render_hot(out: &mut String) {
-    let limits: Vec<(String, Arc<Counters<3>>)> = {
+    let limits: Vec<(String, Arc<LimitCounts>)> = {
         let r = limit_registry().lock().unwrap_or_else(|e| e.into_inner());
         r.iter().map(|(k, v)| (k.clone(), Arc::clone(v))).collect()
     };
@@ -313,7 +347,7 @@ fn render_hot(out: &mut String) {
             for (result, i) in [("allowed", ALLOWED), ("denied", DENIED)] {
                 out.push_str("drl_decisions_total{limit=\"");
                 label_value(out, name);
-                let _ = writeln!(out, "\",result=\"{result}\"}} {}", c.get(i));
+                let _ = writeln!(out, "\",result=\"{result}\"}} {}", c.counts.get(i));
             }
         }
         out.push_str("# HELP drl_shadow_allowed_total Denials a shadow-mode limit let through.\n");
@@ -321,7 +355,7 @@ fn render_hot(out: &mut String) {
         for (name, c) in &limits {
             out.push_str("drl_shadow_allowed_total{limit=\"");
             label_value(out, name);
-            let _ = writeln!(out, "\"}} {}", c.get(SHADOW));
+            let _ = writeln!(out, "\"}} {}", c.counts.get(SHADOW));
         }
     }
     out.push_str(

@@ -42,12 +42,13 @@ impl StatusHub {
             st.series.retain(|name, _| names.contains(name.as_str()));
         }
         for l in &all {
-            let (a, d, _) = l.metrics.totals();
-            // A limit that never decided has no history yet (and costs
-            // nothing here): its series starts at its first decision.
-            if (a, d) == (0, 0) && !st.series.contains_key(&*l.name) {
+            // A limit that never decided has no history yet and costs one
+            // flag read here (not its counters' shards): its series starts
+            // at its first decision.
+            if !l.metrics.used() {
                 continue;
             }
+            let (a, d, _) = l.metrics.totals();
             let s = st.series.entry(l.name.to_string()).or_default();
             let decided = s.sample((a, d));
             if let (Some(n), Some(t)) = (decided, l.metrics.status().and_then(|s| s.top_keys())) {

@@ -87,16 +87,28 @@ fn settles_at_the_usage_header_refunding_and_charging() {
         let c = client();
         let app = app(c.clone());
         // Reserve 30, use 12: 18 refunded.
-        let r = app.clone().oneshot(request("t", 30, Some(12))).await.unwrap();
+        let r = app
+            .clone()
+            .oneshot(request("t", 30, Some(12)))
+            .await
+            .unwrap();
         assert_eq!(r.status(), StatusCode::OK);
         assert!(r.headers().contains_key("ratelimit"));
         assert_eq!(remaining(&c, "t").await, (true, 88));
         // Reserve 10, use 50: 40 more charged.
-        let r = app.clone().oneshot(request("t", 10, Some(50))).await.unwrap();
+        let r = app
+            .clone()
+            .oneshot(request("t", 10, Some(50)))
+            .await
+            .unwrap();
         assert_eq!(r.status(), StatusCode::OK);
         assert_eq!(remaining(&c, "t").await, (true, 38));
         // Reserve 30 (fits), use 90: 60 charged past the limit, into debt.
-        let r = app.clone().oneshot(request("t", 30, Some(90))).await.unwrap();
+        let r = app
+            .clone()
+            .oneshot(request("t", 30, Some(90)))
+            .await
+            .unwrap();
         assert_eq!(r.status(), StatusCode::OK);
         assert_eq!(remaining(&c, "t").await, (false, 0));
         // In debt: even an estimate of 1 is denied, as RateLimitLayer denies.
@@ -107,11 +119,20 @@ fn settles_at_the_usage_header_refunding_and_charging() {
             .layer(RateLimitLayer::new(c.clone(), classify));
         let same = plain.oneshot(request("t", 1, None)).await.unwrap();
         assert_eq!(same.status(), StatusCode::TOO_MANY_REQUESTS);
-        for h in ["ratelimit", "ratelimit-policy", "retry-after", "content-type"] {
+        for h in [
+            "ratelimit",
+            "ratelimit-policy",
+            "retry-after",
+            "content-type",
+        ] {
             assert_eq!(denied.headers().get(h), same.headers().get(h), "{h}");
         }
-        let a = axum::body::to_bytes(denied.into_body(), 1 << 16).await.unwrap();
-        let b = axum::body::to_bytes(same.into_body(), 1 << 16).await.unwrap();
+        let a = axum::body::to_bytes(denied.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let b = axum::body::to_bytes(same.into_body(), 1 << 16)
+            .await
+            .unwrap();
         assert_eq!(a, b);
         // Another key is untouched.
         assert_eq!(remaining(&c, "u").await, (true, 100));
@@ -138,9 +159,17 @@ fn an_estimate_above_what_remains_is_denied_and_consumes_nothing() {
     rt().block_on(async {
         let c = client();
         let app = app(c.clone());
-        let r = app.clone().oneshot(request("t", 90, Some(90))).await.unwrap();
+        let r = app
+            .clone()
+            .oneshot(request("t", 90, Some(90)))
+            .await
+            .unwrap();
         assert_eq!(r.status(), StatusCode::OK);
-        let r = app.clone().oneshot(request("t", 20, Some(1))).await.unwrap();
+        let r = app
+            .clone()
+            .oneshot(request("t", 20, Some(1)))
+            .await
+            .unwrap();
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(remaining(&c, "t").await, (true, 10));
         // An unclassified request passes untouched.

@@ -208,7 +208,11 @@ impl MemoryReplay {
                         r.key
                     );
                 }
-                let actual = if row.kind == Kind::Release { 0 } else { row.cost };
+                let actual = if row.kind == Kind::Release {
+                    0
+                } else {
+                    row.cost
+                };
                 let Some(marks) = r.marks else {
                     // Denied: it holds nothing; the answer is a query.
                     return Ok(Outcome::of(limiter.check(states, now, 0)));
@@ -296,12 +300,14 @@ impl Backend {
             Backend::Redis(r) => {
                 use drl_store::Store;
                 let RedisReplay { rt, store, spec } = &**r;
-                let check = |r: &Row| drl_store::Check {
-                    spec,
-                    key: &r.key,
-                    cost: r.cost,
-                    now: r.now,
-                };
+                fn check<'a>(spec: &'a drl_store::LimitSpec, r: &'a Row) -> drl_store::Check<'a> {
+                    drl_store::Check {
+                        spec,
+                        key: &r.key,
+                        cost: r.cost,
+                        now: r.now,
+                    }
+                }
                 let failed = |r: &Row| {
                     format!(
                         "Redis failed to decide the row at {} for key {:?}",
@@ -319,8 +325,9 @@ impl Backend {
                                 .position(|r| r.kind != Kind::Take)
                                 .unwrap_or(rest.len());
                             let (run, tail) = rest.split_at(n);
-                            let checks: Vec<_> = run.iter().map(check).collect();
-                            for (d, r) in rt.block_on(store.decide_many(&checks)).into_iter().zip(run)
+                            let checks: Vec<_> = run.iter().map(|r| check(spec, r)).collect();
+                            for (d, r) in
+                                rt.block_on(store.decide_many(&checks)).into_iter().zip(run)
                             {
                                 out.push(Outcome::of(d.with_context(|| failed(r))?));
                             }
@@ -328,7 +335,7 @@ impl Backend {
                         }
                         Kind::Charge => {
                             let d = rt
-                                .block_on(store.charge(check(first)))
+                                .block_on(store.charge(check(spec, first)))
                                 .with_context(|| failed(first))?;
                             out.push(Outcome::of(d));
                             rest = &rest[1..];
@@ -562,7 +569,8 @@ fn limiter(args: &Args) -> anyhow::Result<MultiLimiter> {
 
 /// Reads every row of `input` (skipping an optional header) and hands it
 /// to `f`; stops at the first bad row with an error naming its line.
-pub fn replay_rows(
+#[cfg(test)]
+fn replay_rows(
     input: impl io::Read,
     mut f: impl FnMut(&Row) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
@@ -622,7 +630,8 @@ fn tally(t: &mut Tally, row: &Row, o: &Outcome) {
         }
         Kind::Charge => t.admitted_cost += row.cost as u128,
         Kind::Settle | Kind::Release => {
-            t.admitted_cost = (t.admitted_cost + o.charged as u128).saturating_sub(o.refunded as u128);
+            t.admitted_cost =
+                (t.admitted_cost + o.charged as u128).saturating_sub(o.refunded as u128);
         }
         Kind::Check => {}
     }
@@ -750,7 +759,10 @@ mod tests {
             (&b"1\n"[..], "line 1: expected 2 to 5 fields"),
             (&b"1,a,1,take,x,y\n"[..], "line 1: expected 2 to 5 fields"),
             (&b"1,a,1,borrow\n"[..], "line 1: kind \"borrow\""),
-            (&b"1,a,1,settle\n"[..], "line 1: a settle row needs a reservation id"),
+            (
+                &b"1,a,1,settle\n"[..],
+                "line 1: a settle row needs a reservation id",
+            ),
             (&b"1,a,99999999999999999999\n"[..], "line 1: cost"),
         ] {
             let err = replay_rows(input, |_| Ok(())).unwrap_err().to_string();

@@ -81,6 +81,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .headers()
             .get("x-usage-tokens")
             .map(|v| v.to_str().unwrap_or("?").to_string());
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
+            .to_string();
         let left = client.check("tokens", "tenant-7", 0).await?;
         match used {
             Some(u) => println!(
@@ -89,9 +95,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 if left.allowed { "" } else { " (in debt)" }
             ),
             None => println!(
-                "call {i}: {status} (estimate {estimate} denied), budget left {}, retry after {} s",
-                left.remaining,
-                left.retry_after.unwrap_or(0).div_ceil(1_000_000_000)
+                "call {i}: {status} (estimate {estimate} denied), budget left {}, Retry-After {retry_after} s",
+                left.remaining
             ),
         }
     }

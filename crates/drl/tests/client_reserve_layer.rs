@@ -48,7 +48,7 @@ fn app(client: Client) -> Router {
         ))
 }
 
-async fn get(url: &str, key: &str, estimate: u64, used: u64) -> u16 {
+async fn send(url: &str, key: &str, estimate: u64, used: u64) -> u16 {
     reqwest::Client::new()
         .get(url)
         .header("x-key", key)
@@ -67,19 +67,19 @@ async fn budget(client: Client, key: &str) {
         let d = c.check("tokens", key, 0).await.unwrap();
         (d.allowed, d.remaining)
     };
-    assert_eq!(get(&url, key, 30, 12).await, 200);
+    assert_eq!(send(&url, key, 30, 12).await, 200);
     assert_eq!(left(client.clone()).await, (true, 88), "18 refunded");
-    assert_eq!(get(&url, key, 10, 50).await, 200);
+    assert_eq!(send(&url, key, 10, 50).await, 200);
     assert_eq!(left(client.clone()).await, (true, 38), "40 charged");
-    assert_eq!(get(&url, key, 40, 1).await, 429, "40 > 38 left");
+    assert_eq!(send(&url, key, 40, 1).await, 429, "40 > 38 left");
     assert_eq!(
         left(client.clone()).await,
         (true, 38),
         "a denial consumes nothing"
     );
-    assert_eq!(get(&url, key, 30, 90).await, 200);
+    assert_eq!(send(&url, key, 30, 90).await, 200);
     assert_eq!(left(client.clone()).await, (false, 0), "in debt");
-    assert_eq!(get(&url, key, 1, 1).await, 429);
+    assert_eq!(send(&url, key, 1, 1).await, 429);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

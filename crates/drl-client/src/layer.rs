@@ -14,9 +14,13 @@
 //! that only waits for the service and adds the headers: no boxed future,
 //! no clone of the service, and a short key ([`Key`]) stays inline. A
 //! remote check is one boxed future that awaits the client.
+//!
+//! [`ReserveLayer`] is the variant for costs known afterwards: it reserves
+//! an estimate and settles it at the cost the response reports.
 
 mod future;
 mod key;
+mod reserve;
 mod target;
 
 use std::sync::Arc;
@@ -31,6 +35,7 @@ use tower::{Layer, Service};
 use self::future::BoxError;
 pub use self::future::ResponseFuture;
 pub use self::key::Key;
+pub use self::reserve::{Actual, Reserve, ReserveLayer, UsageHeader};
 pub use self::target::Target;
 use crate::client::Backend;
 use crate::extract::RequestView;

@@ -54,7 +54,7 @@ pub use drl_core::Decision;
 pub use drl_core::Settlement;
 pub use error::Error;
 pub use in_process::InProcess;
-pub use layer::{RateLimit, RateLimitLayer, Target};
+pub use layer::{RateLimit, RateLimitLayer, Reserve, ReserveLayer, Target, UsageHeader};
 pub use permit::{Permit, RESERVATION_TTL};
 pub use policy::FailurePolicy;
 pub use remote::{Protocol, RemoteBuilder};

@@ -8,14 +8,18 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use drl_core::{Algorithm, Decision, MultiLimiter, Quota, State};
+use drl_core::{Algorithm, Decision, Mark, MultiLimiter, Quota, State};
 
 /// Decide a CSV trace of requests offline, as a limit would have.
 ///
-/// Input rows are `timestamp_ns,key[,cost]` (a header line starting with
-/// `timestamp` is optional; cost defaults to 1). Each key has its own state.
-/// Output rows are
-/// `timestamp_ns,key,allowed,remaining,retry_after_ns,reset_after_ns,delay_ns`.
+/// Input rows are `timestamp_ns,key[,cost[,kind[,id]]]` (a header line
+/// starting with `timestamp` is optional; cost defaults to 1, kind to
+/// `take`; `check`, `charge`, `reserve`, `settle`, `release` are the costs
+/// known afterwards, reservations named by `id`). Each key has its own
+/// state. Output rows are
+/// `timestamp_ns,key,allowed,remaining,retry_after_ns,reset_after_ns,delay_ns`,
+/// followed by `kind,charged,refunded` when the trace's first line has a
+/// kind column.
 ///
 /// Examples:
 ///   drl replay --algorithm gcra --quota 100/s --burst 20 access.csv
@@ -61,15 +65,24 @@ pub struct Args {
     /// `redis-server --loadmodule libdrl_redis_module.so`).
     #[arg(long, requires = "store", value_name = "ENGINE", value_parser = parse_engine)]
     pub redis_engine: Option<drl_store::Engine>,
+    /// How long a reservation stays open: settled at or after its expiry
+    /// it refunds nothing (docs/semantics.md, "Expiry").
+    #[arg(long, value_name = "MS", default_value_t = 300_000)]
+    pub reservation_ttl_ms: u64,
     /// The trace; `-` reads standard input.
     pub file: PathBuf,
 }
 
 const AFTER_HELP: &str = "\
-Input rows: timestamp_ns,key[,cost]   (header optional; cost defaults to 1)
+Input rows: timestamp_ns,key[,cost[,kind[,id]]]   (header optional; cost
+  defaults to 1, kind to take; kinds: take, check, charge, reserve (cost =
+  estimate), settle (cost = actual), release; reserve/settle/release name a
+  reservation by id)
 Output rows: timestamp_ns,key,allowed,remaining,retry_after_ns,reset_after_ns,delay_ns
+  [,kind,charged,refunded when the first line has a kind column]
   (retry_after_ns is empty when no wait can admit the request; delay_ns is
-  non-zero only for leaky-queue). Each key has its own state.
+  non-zero only for leaky-queue; charge, settle and release answer a query
+  right after). Each key has its own state.
 
 Examples:
   drl replay --algorithm gcra --quota 100/s --burst 20 access.csv
@@ -80,7 +93,9 @@ Examples:
 
 With --store the Redis scripts (or, with --redis-engine module, drl's Redis
 module) decide with the trace's timestamps; their output equals the
-in-memory output byte for byte (docs/semantics.md).";
+in-memory output byte for byte (docs/semantics.md). With --store only take
+and charge rows replay (a check, reserve, settle or release row is an
+error).";
 
 /// Rows decided per round trip with --store (one ordered pipeline).
 const CHUNK: usize = 512;
@@ -88,12 +103,48 @@ const CHUNK: usize = 512;
 /// Where decisions are made.
 enum Backend {
     /// In this process, one state per key.
-    Memory {
-        limiter: MultiLimiter,
-        states: HashMap<String, Vec<State>>,
-    },
+    Memory(Box<MemoryReplay>),
     /// Through Redis scripts, with the trace's timestamps.
     Redis(Box<RedisReplay>),
+}
+
+/// Deciding in this process: drl-core's `MultiLimiter`, one state per key,
+/// and the open reservations by id.
+struct MemoryReplay {
+    limiter: MultiLimiter,
+    states: HashMap<String, Vec<State>>,
+    open: HashMap<String, Open>,
+    ttl: u64,
+}
+
+/// A reservation a reserve row opened.
+struct Open {
+    key: String,
+    estimate: u64,
+    expires_at: u64,
+    /// The quotas' marks when admitted; `None`: denied (settles nothing).
+    marks: Option<Box<[Mark]>>,
+}
+
+/// What one row did.
+#[derive(Debug, Clone, Copy)]
+struct Outcome {
+    /// The decision (for charge, settle and release: a query right after).
+    decision: Decision,
+    /// Units charged beyond the estimate (settle only).
+    charged: u64,
+    /// Units refunded (settle and release only).
+    refunded: u64,
+}
+
+impl Outcome {
+    fn of(decision: Decision) -> Self {
+        Self {
+            decision,
+            charged: 0,
+            refunded: 0,
+        }
+    }
 }
 
 /// What deciding through Redis needs.
@@ -103,13 +154,101 @@ struct RedisReplay {
     spec: drl_store::LimitSpec,
 }
 
+impl MemoryReplay {
+    /// One row, as docs/semantics.md ("Costs known afterwards") says;
+    /// settle follows drl-core's `KeyedLimiter::settle` on the same parts.
+    fn row(&mut self, row: &Row) -> anyhow::Result<Outcome> {
+        let limiter = &self.limiter;
+        let states = match self.states.get_mut(&row.key) {
+            Some(s) => s,
+            None => self
+                .states
+                .entry(row.key.clone())
+                .or_insert_with(|| limiter.new_states()),
+        };
+        let now = row.now;
+        Ok(match row.kind {
+            Kind::Take => Outcome::of(limiter.decide(states, now, row.cost)),
+            Kind::Check => Outcome::of(limiter.check(states, now, row.cost)),
+            Kind::Charge => Outcome::of(limiter.charge(states, now, row.cost)),
+            Kind::Reserve => {
+                if self.open.contains_key(&row.id) {
+                    bail!(
+                        "the row at {now} for key {:?} reserves id {:?}, which is still open",
+                        row.key,
+                        row.id
+                    );
+                }
+                let (d, marks) = limiter.reserve(states, now, row.cost);
+                self.open.insert(
+                    row.id.clone(),
+                    Open {
+                        key: row.key.clone(),
+                        estimate: row.cost,
+                        expires_at: now.saturating_add(self.ttl),
+                        marks,
+                    },
+                );
+                Outcome::of(d)
+            }
+            Kind::Settle | Kind::Release => {
+                let what = row.kind.name();
+                let Some(r) = self.open.remove(&row.id) else {
+                    bail!(
+                        "the row at {now} for key {:?} {what}s id {:?}, which no reserve row opened (or is closed)",
+                        row.key,
+                        row.id
+                    );
+                };
+                if r.key != row.key {
+                    bail!(
+                        "the row at {now} {what}s id {:?} for key {:?}, but it was reserved for key {:?}",
+                        row.id,
+                        row.key,
+                        r.key
+                    );
+                }
+                let actual = if row.kind == Kind::Release {
+                    0
+                } else {
+                    row.cost
+                };
+                let Some(marks) = r.marks else {
+                    // Denied: it holds nothing; the answer is a query.
+                    return Ok(Outcome::of(limiter.check(states, now, 0)));
+                };
+                let expired = now >= r.expires_at;
+                if actual > r.estimate {
+                    let extra = actual - r.estimate;
+                    Outcome {
+                        decision: limiter.charge(states, now, extra),
+                        charged: extra,
+                        refunded: 0,
+                    }
+                } else if actual < r.estimate && !expired {
+                    let back = r.estimate - actual;
+                    Outcome {
+                        decision: limiter.refund(states, now, &marks, back),
+                        charged: 0,
+                        refunded: back,
+                    }
+                } else {
+                    Outcome::of(limiter.check(states, now, 0))
+                }
+            }
+        })
+    }
+}
+
 impl Backend {
     fn new(args: &Args, limiter: MultiLimiter) -> anyhow::Result<Self> {
         let Some(url) = &args.store else {
-            return Ok(Backend::Memory {
+            return Ok(Backend::Memory(Box::new(MemoryReplay {
                 limiter,
                 states: HashMap::new(),
-            });
+                open: HashMap::new(),
+                ttl: args.reservation_ttl_ms.saturating_mul(1_000_000),
+            })));
         };
         let urls: Vec<&str> = url
             .split(',')
@@ -155,44 +294,61 @@ impl Backend {
     }
 
     /// Decides `rows` in order.
-    fn decide(&mut self, rows: &[Row]) -> anyhow::Result<Vec<Decision>> {
+    fn decide(&mut self, rows: &[Row]) -> anyhow::Result<Vec<Outcome>> {
         match self {
-            Backend::Memory { limiter, states } => Ok(rows
-                .iter()
-                .map(|row| {
-                    let s = match states.get_mut(&row.key) {
-                        Some(s) => s,
-                        None => states
-                            .entry(row.key.clone())
-                            .or_insert_with(|| limiter.new_states()),
-                    };
-                    limiter.decide(s, row.now, row.cost)
-                })
-                .collect()),
+            Backend::Memory(m) => rows.iter().map(|row| m.row(row)).collect(),
             Backend::Redis(r) => {
                 use drl_store::Store;
                 let RedisReplay { rt, store, spec } = &**r;
-                let checks: Vec<drl_store::Check<'_>> = rows
-                    .iter()
-                    .map(|r| drl_store::Check {
+                fn check<'a>(spec: &'a drl_store::LimitSpec, r: &'a Row) -> drl_store::Check<'a> {
+                    drl_store::Check {
                         spec,
                         key: &r.key,
                         cost: r.cost,
                         now: r.now,
-                    })
-                    .collect();
-                rt.block_on(store.decide_many(&checks))
-                    .into_iter()
-                    .zip(rows)
-                    .map(|(d, r)| {
-                        d.with_context(|| {
-                            format!(
-                                "Redis failed to decide the row at {} for key {:?}",
-                                r.now, r.key
-                            )
-                        })
-                    })
-                    .collect()
+                    }
+                }
+                let failed = |r: &Row| {
+                    format!(
+                        "Redis failed to decide the row at {} for key {:?}",
+                        r.now, r.key
+                    )
+                };
+                let mut out = Vec::with_capacity(rows.len());
+                let mut rest = rows;
+                while let Some(first) = rest.first() {
+                    match first.kind {
+                        Kind::Take => {
+                            // A run of takes: one ordered pipeline.
+                            let n = rest
+                                .iter()
+                                .position(|r| r.kind != Kind::Take)
+                                .unwrap_or(rest.len());
+                            let (run, tail) = rest.split_at(n);
+                            let checks: Vec<_> = run.iter().map(|r| check(spec, r)).collect();
+                            for (d, r) in
+                                rt.block_on(store.decide_many(&checks)).into_iter().zip(run)
+                            {
+                                out.push(Outcome::of(d.with_context(|| failed(r))?));
+                            }
+                            rest = tail;
+                        }
+                        Kind::Charge => {
+                            let d = rt
+                                .block_on(store.charge(check(spec, first)))
+                                .with_context(|| failed(first))?;
+                            out.push(Outcome::of(d));
+                            rest = &rest[1..];
+                        }
+                        other => bail!(
+                            "the row at {} for key {:?} is a {}: with --store, replay takes and charges only (reservations and checks replay in memory)",
+                            first.now,
+                            first.key,
+                            other.name()
+                        ),
+                    }
+                }
+                Ok(out)
             }
         }
     }
@@ -215,6 +371,55 @@ fn parse_quota(s: &str) -> Result<Quota, String> {
     Quota::parse(s).map_err(|e| e.to_string())
 }
 
+/// What a row asks of the limit (docs/semantics.md, "Costs known
+/// afterwards").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kind {
+    /// Admit and consume, or deny and consume nothing (the default).
+    #[default]
+    Take,
+    /// Decide as a take would, change nothing.
+    Check,
+    /// Consume whatever remains (into debt if need be).
+    Charge,
+    /// Take the estimate `cost`, opening the reservation `id` if admitted.
+    Reserve,
+    /// Close the reservation `id` at the actual `cost`.
+    Settle,
+    /// Close the reservation `id` at 0.
+    Release,
+}
+
+impl Kind {
+    fn parse(s: &str) -> Option<Kind> {
+        Some(match s {
+            "" | "take" => Kind::Take,
+            "check" => Kind::Check,
+            "charge" => Kind::Charge,
+            "reserve" => Kind::Reserve,
+            "settle" => Kind::Settle,
+            "release" => Kind::Release,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Take => "take",
+            Kind::Check => "check",
+            Kind::Charge => "charge",
+            Kind::Reserve => "reserve",
+            Kind::Settle => "settle",
+            Kind::Release => "release",
+        }
+    }
+
+    /// True for the kinds that name a reservation.
+    fn has_id(self) -> bool {
+        matches!(self, Kind::Reserve | Kind::Settle | Kind::Release)
+    }
+}
+
 /// One input row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
@@ -222,15 +427,19 @@ pub struct Row {
     pub now: u64,
     /// `key`.
     pub key: String,
-    /// `cost` (default 1).
+    /// `cost` (default 1; a settle's actual cost; ignored by release).
     pub cost: u64,
+    /// `kind` (default take).
+    pub kind: Kind,
+    /// `id`: the reservation a reserve opens or a settle/release closes.
+    pub id: String,
 }
 
 /// Parses one CSV record; `line` is 1-based for messages.
 fn parse_row(rec: &csv::StringRecord, line: u64) -> anyhow::Result<Row> {
-    if rec.len() < 2 || rec.len() > 3 {
+    if rec.len() < 2 || rec.len() > 5 {
         bail!(
-            "line {line}: expected 2 or 3 fields (timestamp_ns,key[,cost]), found {}",
+            "line {line}: expected 2 to 5 fields (timestamp_ns,key[,cost[,kind[,id]]]), found {}",
             rec.len()
         );
     }
@@ -247,7 +456,23 @@ fn parse_row(rec: &csv::StringRecord, line: u64) -> anyhow::Result<Row> {
             anyhow::anyhow!("line {line}: cost {c:?} is not a whole number from 0 to 2^64-1")
         })?,
     };
-    Ok(Row { now, key, cost })
+    let kind_field = rec.get(3).map_or("", str::trim);
+    let kind = Kind::parse(kind_field).ok_or_else(|| {
+        anyhow::anyhow!(
+            "line {line}: kind {kind_field:?} is not one of take, check, charge, reserve, settle, release"
+        )
+    })?;
+    let id = rec.get(4).map_or("", str::trim).to_string();
+    if kind.has_id() && id.is_empty() {
+        bail!("line {line}: a {} row needs a reservation id", kind.name());
+    }
+    Ok(Row {
+        now,
+        key,
+        cost,
+        kind,
+        id,
+    })
 }
 
 /// Per-key totals for `--summary`.
@@ -279,47 +504,50 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
     let mut writer =
         rows_out.map(|w| csv::Writer::from_writer(BufWriter::with_capacity(1 << 16, w)));
-    if let Some(w) = writer.as_mut() {
-        w.write_record([
-            "timestamp_ns",
-            "key",
-            "allowed",
-            "remaining",
-            "retry_after_ns",
-            "reset_after_ns",
-            "delay_ns",
-        ])?;
-    }
+    // Written before the first row: with the kind columns when the
+    // trace's first line has a kind column.
+    let mut extended: Option<bool> = None;
     let mut backend = Backend::new(&args, limiter)?;
     let mut chunk: Vec<Row> = Vec::with_capacity(CHUNK);
-    let mut flush = |chunk: &mut Vec<Row>| -> anyhow::Result<()> {
-        let decisions = backend.decide(chunk)?;
-        for (row, d) in chunk.iter().zip(&decisions) {
+    let mut header_done = false;
+    let mut flush = |chunk: &mut Vec<Row>, ext: bool| -> anyhow::Result<()> {
+        if let (Some(w), false) = (writer.as_mut(), header_done) {
+            header_done = true;
+            let mut cols = vec![
+                "timestamp_ns",
+                "key",
+                "allowed",
+                "remaining",
+                "retry_after_ns",
+                "reset_after_ns",
+                "delay_ns",
+            ];
+            if ext {
+                cols.extend(["kind", "charged", "refunded"]);
+            }
+            w.write_record(cols)?;
+        }
+        let outcomes = backend.decide(chunk)?;
+        for (row, o) in chunk.iter().zip(&outcomes) {
             if args.summary {
-                let t = tallies.entry(row.key.clone()).or_default();
-                if d.allowed {
-                    t.admitted += 1;
-                    t.admitted_cost += row.cost as u128;
-                } else {
-                    t.denied += 1;
-                    t.denied_cost += row.cost as u128;
-                }
+                tally(tallies.entry(row.key.clone()).or_default(), row, o);
             }
             if let Some(w) = writer.as_mut() {
-                write_decision(w, row, d)?;
+                write_decision(w, row, o, ext)?;
             }
         }
         chunk.clear();
         Ok(())
     };
-    replay_rows(input, |row| {
+    replay_records(input, |row, has_kind| {
+        let ext = *extended.get_or_insert(has_kind);
         chunk.push(row.clone());
         if chunk.len() == CHUNK {
-            flush(&mut chunk)?;
+            flush(&mut chunk, ext)?;
         }
         Ok(())
     })?;
-    flush(&mut chunk)?;
+    flush(&mut chunk, extended.unwrap_or(false))?;
     if let Some(mut w) = writer {
         w.flush().context("cannot write the decisions")?;
     }
@@ -341,10 +569,21 @@ fn limiter(args: &Args) -> anyhow::Result<MultiLimiter> {
 
 /// Reads every row of `input` (skipping an optional header) and hands it
 /// to `f`; stops at the first bad row with an error naming its line.
-pub fn replay_rows(
+#[cfg(test)]
+fn replay_rows(
     input: impl io::Read,
     mut f: impl FnMut(&Row) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
+    replay_records(input, |row, _| f(row))
+}
+
+/// As [`replay_rows`], also telling `f` whether the trace's first line
+/// (header or row) has a kind column (4 fields or more).
+fn replay_records(
+    input: impl io::Read,
+    mut f: impl FnMut(&Row, bool) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut has_kind = false;
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
@@ -363,6 +602,7 @@ pub fn replay_rows(
         let line = rec.position().map_or(0, |p| p.line());
         if first {
             first = false;
+            has_kind = rec.len() >= 4;
             if rec
                 .get(0)
                 .is_some_and(|f| f.trim().to_ascii_lowercase().starts_with("timestamp"))
@@ -371,11 +611,39 @@ pub fn replay_rows(
             }
         }
         let row = parse_row(&rec, line)?;
-        f(&row)?;
+        f(&row, has_kind)?;
     }
 }
 
-fn write_decision<W: Write>(w: &mut csv::Writer<W>, row: &Row, d: &Decision) -> anyhow::Result<()> {
+/// Adds what `row` did to its key's tally: takes and reserves count as
+/// requests; the consumed cost counts admitted takes and reserves, charges,
+/// and settlements' charges less their refunds.
+fn tally(t: &mut Tally, row: &Row, o: &Outcome) {
+    match row.kind {
+        Kind::Take | Kind::Reserve if o.decision.allowed => {
+            t.admitted += 1;
+            t.admitted_cost += row.cost as u128;
+        }
+        Kind::Take | Kind::Reserve => {
+            t.denied += 1;
+            t.denied_cost += row.cost as u128;
+        }
+        Kind::Charge => t.admitted_cost += row.cost as u128,
+        Kind::Settle | Kind::Release => {
+            t.admitted_cost =
+                (t.admitted_cost + o.charged as u128).saturating_sub(o.refunded as u128);
+        }
+        Kind::Check => {}
+    }
+}
+
+fn write_decision<W: Write>(
+    w: &mut csv::Writer<W>,
+    row: &Row,
+    o: &Outcome,
+    extended: bool,
+) -> anyhow::Result<()> {
+    let d = &o.decision;
     let (mut ts, mut rem, mut retry, mut reset, mut delay) = (
         itoa::Buffer::new(),
         itoa::Buffer::new(),
@@ -383,6 +651,25 @@ fn write_decision<W: Write>(w: &mut csv::Writer<W>, row: &Row, d: &Decision) -> 
         itoa::Buffer::new(),
         itoa::Buffer::new(),
     );
+    if extended {
+        let (mut ch, mut rf) = (itoa::Buffer::new(), itoa::Buffer::new());
+        w.write_record([
+            ts.format(row.now),
+            row.key.as_str(),
+            if d.allowed { "true" } else { "false" },
+            rem.format(d.remaining),
+            match d.retry_after {
+                Some(r) => retry.format(r),
+                None => "",
+            },
+            reset.format(d.reset_after),
+            delay.format(d.delay),
+            row.kind.name(),
+            ch.format(o.charged),
+            rf.format(o.refunded),
+        ])?;
+        return Ok(());
+    }
     w.write_record([
         ts.format(row.now),
         row.key.as_str(),
@@ -449,12 +736,16 @@ mod tests {
                 Row {
                     now: 5,
                     key: "a".into(),
-                    cost: 1
+                    cost: 1,
+                    kind: Kind::Take,
+                    id: String::new(),
                 },
                 Row {
                     now: 6,
                     key: "b,c".into(),
-                    cost: 3
+                    cost: 3,
+                    kind: Kind::Take,
+                    id: String::new(),
                 },
             ]
         );
@@ -465,8 +756,13 @@ mod tests {
         for (input, msg) in [
             (&b"1,a\nx,b\n"[..], "line 2: timestamp_ns \"x\""),
             (&b"1,a\n2,b,-1\n"[..], "line 2: cost \"-1\""),
-            (&b"1\n"[..], "line 1: expected 2 or 3 fields"),
-            (&b"1,a,1,1\n"[..], "line 1: expected 2 or 3 fields"),
+            (&b"1\n"[..], "line 1: expected 2 to 5 fields"),
+            (&b"1,a,1,take,x,y\n"[..], "line 1: expected 2 to 5 fields"),
+            (&b"1,a,1,borrow\n"[..], "line 1: kind \"borrow\""),
+            (
+                &b"1,a,1,settle\n"[..],
+                "line 1: a settle row needs a reservation id",
+            ),
             (&b"1,a,99999999999999999999\n"[..], "line 1: cost"),
         ] {
             let err = replay_rows(input, |_| Ok(())).unwrap_err().to_string();

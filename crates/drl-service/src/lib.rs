@@ -19,6 +19,7 @@
 //! - [`check_body`]: the HTTP `POST /v1/check` body, parsed sans-IO.
 
 pub mod check_body;
+mod config_files;
 pub mod engine;
 pub mod envoy_override;
 pub mod headers;

@@ -4,8 +4,8 @@
 //! As limitador-server's handler (`limitador-server/src/envoy_rls/
 //! kuadrant_service.rs`) decides: a check asks whether one hit fits every
 //! applying limit (`is_rate_limited(namespace, ctx, 1)`; `hits_addend` is
-//! not read) and changes nothing; a report counts `hits_addend` (0 meaning
-//! 1) on every applying limit, past the limit if need be
+//! not read) and changes nothing; a report counts `hits_addend` (where 0
+//! means 1) on every applying limit, past the limit if need be
 //! (`update_counters`), so the next check is over the limit.
 
 use drl_api::rls_request::DescriptorView;

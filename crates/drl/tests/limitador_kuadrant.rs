@@ -218,6 +218,26 @@ async fn the_token_guard_applies_to_the_kuadrant_api() {
         tokens.display(),
         limits.display()
     ));
+    // The gRPC health service names it SERVING (probes need no token).
+    {
+        use tonic_health::pb::HealthCheckRequest;
+        use tonic_health::pb::health_check_response::ServingStatus;
+        use tonic_health::pb::health_client::HealthClient;
+        let channel = tonic::transport::Endpoint::from_shared(drl.grpc_url())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut h = HealthClient::new(channel);
+        let r = h
+            .check(HealthCheckRequest {
+                service: "kuadrant.service.ratelimit.v1.RateLimitService".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status, ServingStatus::Serving as i32);
+    }
     let mut c = Client::connect(drl.grpc_url()).await.unwrap();
     let e = c
         .check_rate_limit(request("five", &[APP1], 1))

@@ -304,8 +304,14 @@ impl Listeners {
                     RlsService::new(self.engine.clone()),
                 )
                 .max_decoding_message_size(s.max_body_bytes);
+                let kuadrant =
+                    drl_api::kuadrant::rate_limit_service_server::RateLimitServiceServer::new(
+                        crate::grpc::kuadrant::KuadrantService::new(self.engine.clone()),
+                    )
+                    .max_decoding_message_size(s.max_body_bytes);
                 let routes = tonic::service::Routes::new(native)
                     .add_service(rls)
+                    .add_service(kuadrant)
                     .add_service(tonic_health::pb::health_server::HealthServer::new(
                         tonic_health::server::HealthService::from_health_reporter(
                             self.health.clone(),
@@ -434,7 +440,7 @@ impl Listeners {
     }
 
     /// Sets what the gRPC health service answers: for the server (`""`)
-    /// and both rate-limit services, `SERVING` or `NOT_SERVING` (draining).
+    /// and the rate-limit services, `SERVING` or `NOT_SERVING` (draining).
     pub async fn set_serving(&self, serving: bool) {
         use tonic_health::ServingStatus;
         let status = if serving {
@@ -446,6 +452,7 @@ impl Listeners {
             "",
             "drl.v1.RateLimiter",
             "envoy.service.ratelimit.v3.RateLimitService",
+            "kuadrant.service.ratelimit.v1.RateLimitService",
         ] {
             self.health.set_service_status(name, status).await;
         }

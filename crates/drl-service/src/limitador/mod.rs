@@ -14,6 +14,10 @@
 //! requests can both pass the queries and then one be denied by a later
 //! limit after an earlier one counted it: that wastes capacity, it never
 //! admits beyond a limit (each count is itself a checked decision).
+//!
+//! limitador's own API (`CheckRateLimit`, `Report`) decides on the same
+//! rules in [`kuadrant`].
 
 pub mod decide;
+pub mod kuadrant;
 pub mod rules;

@@ -38,15 +38,18 @@
 //! `drl_store_breaker_transitions_total{to}`, and the gauge
 //! `drl_store_breaker_state` (0 closed, 1 open, 2 half-open).
 
+mod breaker;
+mod pending;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-// Tokio's clock, not std's: the same instant outside a paused runtime, and
-// the tests' virtual time inside one (`start_paused`), so that no breaker
-// verdict in them depends on how fast the machine runs them.
-use tokio::time::Instant;
+// The breaker reads tokio's clock, not std's: the same instant outside a
+// paused runtime, and the tests' virtual time inside one (`start_paused`),
+// so that no breaker verdict in them depends on how fast the machine runs
+// them (`breaker.rs`).
 
 use async_trait::async_trait;
 use drl_core::{Decision, DenyReason, Quota};
@@ -55,6 +58,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
 use crate::{Check, LimitSpec, MemoryStore, Store, StoreError};
+use breaker::Breaker;
+pub use breaker::BreakerState;
+use pending::PendingCharge;
+pub use pending::{FLUSH_PER_CALL, MAX_PENDING_CHARGES};
 
 /// What to do with a request the store could not decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -147,156 +154,6 @@ pub struct ResilienceConfig {
     pub breaker: BreakerConfig,
 }
 
-/// The breaker's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerState {
-    /// Requests go to the store.
-    Closed,
-    /// The store is considered down: requests fail over without trying it.
-    Open,
-    /// One probe request is trying the store.
-    HalfOpen,
-}
-
-impl BreakerState {
-    fn gauge(self) -> f64 {
-        match self {
-            BreakerState::Closed => 0.0,
-            BreakerState::Open => 1.0,
-            BreakerState::HalfOpen => 2.0,
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            BreakerState::Closed => "closed",
-            BreakerState::Open => "open",
-            BreakerState::HalfOpen => "half_open",
-        }
-    }
-}
-
-#[derive(Debug)]
-struct BreakerInner {
-    state: BreakerState,
-    failures: u32,
-    /// Open: when to let a probe through. Half-open: when the probe started.
-    since: Instant,
-    /// When the breaker last opened from closed (for the recovery log).
-    down_since: Option<Instant>,
-}
-
-#[derive(Debug)]
-struct Breaker {
-    cfg: BreakerConfig,
-    inner: Mutex<BreakerInner>,
-}
-
-impl Breaker {
-    fn new(cfg: BreakerConfig) -> Self {
-        metrics::gauge!("drl_store_breaker_state").set(0.0);
-        Self {
-            cfg,
-            inner: Mutex::new(BreakerInner {
-                state: BreakerState::Closed,
-                failures: 0,
-                since: Instant::now(),
-                down_since: None,
-            }),
-        }
-    }
-
-    fn open_for(&self) -> Duration {
-        Duration::from_millis(self.cfg.open_ms)
-    }
-
-    fn set(inner: &mut BreakerInner, to: BreakerState) {
-        if inner.state != to {
-            // Logged on transitions only: a store that stays down is one
-            // warning, not one per request.
-            match (inner.state, to) {
-                (BreakerState::Closed, BreakerState::Open) => {
-                    inner.down_since = Some(Instant::now());
-                    tracing::warn!(
-                        failures = inner.failures,
-                        "store unreachable: circuit breaker open; requests follow the limit's on_store_error policy until a probe succeeds"
-                    );
-                }
-                (_, BreakerState::Closed) => {
-                    let down_ms = inner
-                        .down_since
-                        .take()
-                        .map_or(0, |t| t.elapsed().as_millis() as u64);
-                    tracing::info!(down_ms, "store reachable again: circuit breaker closed");
-                }
-                (_, BreakerState::HalfOpen) => tracing::debug!("store probe: breaker half-open"),
-                (_, BreakerState::Open) => {
-                    tracing::debug!("store probe failed: breaker open again")
-                }
-            }
-            inner.state = to;
-            metrics::gauge!("drl_store_breaker_state").set(to.gauge());
-            metrics::counter!("drl_store_breaker_transitions_total", "to" => to.as_str())
-                .increment(1);
-        }
-    }
-
-    /// May this request use the store?
-    fn try_pass(&self) -> bool {
-        let mut b = self.inner.lock();
-        match b.state {
-            BreakerState::Closed => true,
-            BreakerState::Open => {
-                if b.since.elapsed() >= self.open_for() {
-                    Self::set(&mut b, BreakerState::HalfOpen);
-                    b.since = Instant::now();
-                    true
-                } else {
-                    false
-                }
-            }
-            // A probe that never reported (its future was dropped) must not
-            // wedge the breaker: allow another after `open_ms`.
-            BreakerState::HalfOpen => {
-                if b.since.elapsed() >= self.open_for() {
-                    b.since = Instant::now();
-                    true
-                } else {
-                    false
-                }
-            }
-        }
-    }
-
-    fn success(&self) {
-        let mut b = self.inner.lock();
-        b.failures = 0;
-        Self::set(&mut b, BreakerState::Closed);
-    }
-
-    fn failure(&self) {
-        let mut b = self.inner.lock();
-        b.failures = b.failures.saturating_add(1);
-        let trip = b.state == BreakerState::HalfOpen || b.failures >= self.cfg.failure_threshold;
-        if trip {
-            Self::set(&mut b, BreakerState::Open);
-            b.since = Instant::now();
-        }
-    }
-
-    fn state(&self) -> BreakerState {
-        self.inner.lock().state
-    }
-}
-
-/// A [`Store`] with deadlines, a circuit breaker, bounded concurrency and a
-/// At most this many keys wait with a charge the store could not take
-/// (see the module docs).
-pub const MAX_PENDING_CHARGES: usize = 10_000;
-
-/// At most this many pending charges are retried after one answered call.
-pub const FLUSH_PER_CALL: usize = 16;
-
 /// Which call of the store a request makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Call {
@@ -304,14 +161,7 @@ enum Call {
     Charge,
 }
 
-/// A charge waiting to be retried: the sum of a key's failed charges, at
-/// the latest of their stamps.
-#[derive(Debug, Clone, Copy)]
-struct PendingCharge {
-    cost: u64,
-    now: drl_core::Nanos,
-}
-
+/// A [`Store`] with deadlines, a circuit breaker, bounded concurrency and a
 /// per-limit failure policy (see the module docs).
 #[derive(Debug)]
 pub struct Resilient<S: Store> {
@@ -663,6 +513,7 @@ mod tests {
     use drl_core::Algorithm;
 
     use super::*;
+    use tokio::time::Instant;
 
     /// 0: answers like a memory store; 1: errs; 2: never answers; 3: invalid.
     #[derive(Default)]

@@ -429,7 +429,15 @@ impl Allocator for Fps {
             0.0
         };
         let units = to_units(self.local_limit);
-        if units == 0 {
+        if units == 0 && regime != Regime::Idle {
+            // Demand, but no share yet (its weight is not heard): no
+            // refill either; the burst it was ready for is its part until
+            // the others count it (refilled every interval, three idle
+            // nodes surging together took 1,129 against 1,000 in their
+            // first second).
+            self.local_limit = 0.0;
+            self.bucket.set_rate(input.now, 0);
+        } else if units == 0 {
             self.local_limit = 0.0;
             self.bucket.set_rate(input.now, 0);
             // Idle: ready for a burst that shows its demand, but only its

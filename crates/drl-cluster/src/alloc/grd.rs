@@ -104,9 +104,17 @@ impl Allocator for Grd {
             // The others count this limiter's demand at `h` (it lags):
             // they admit all of theirs while `remote + h` fits the limit,
             // else `remote × limit / (remote + h)`. Admit no more than the
-            // rest.
+            // rest. Of the headroom nobody has claimed (`limit - remote -
+            // h`), demand not yet heard takes its `1/N` part only: every
+            // node may be rising unheard at once (three idle nodes surging
+            // together each took it all for an interval).
             let (r, h, l) = (input.remote.max(0.0), h.max(0.0), self.limit);
-            let safe = if r + h <= l { l - r } else { l * h / (h + r) };
+            let n = input.nodes.max(1) as f64;
+            let safe = if r + h <= l {
+                h.min(input.local_rate) + (l - r - h) / n
+            } else {
+                l * h / (h + r)
+            };
             let admit = (safe / input.local_rate).clamp(0.0, 1.0);
             self.p = self.p.max(1.0 - admit);
         }

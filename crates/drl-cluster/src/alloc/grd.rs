@@ -239,6 +239,7 @@ mod tests {
             remote,
             nodes: 2,
             heard: None,
+            unpublished: false,
         }
     }
 

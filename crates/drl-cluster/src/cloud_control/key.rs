@@ -351,7 +351,10 @@ impl KeyState {
         // second); a count over a few milliseconds would seed it with noise.
         sl.last_tick = now;
         let since = now.saturating_sub(sl.created);
-        let (local_rate, local_forwarded) = if sl.unmeasured && since < s.interval {
+        // Until then the allocator keeps its start (its `1/N` share, GRD
+        // admitting all) and the key publishes nothing.
+        let young = sl.unmeasured && since < s.interval;
+        let (local_rate, local_forwarded) = if young {
             (0.0, 0.0)
         } else {
             let nominal = if sl.unmeasured { since } else { s.interval };
@@ -378,8 +381,10 @@ impl KeyState {
         // surging together each claimed the whole limit for an interval,
         // the remote sum being 0, then a share over `1/N` while the weights
         // rose: 1,253 admitted against 1,000 in the first second).
-        let fresh_claim = (claims(s.algorithm) && live > 1).then_some(sl.published);
-        sl.claimed = heard.or(lags.then_some(sl.heard)).or(fresh_claim);
+        let direct = heard.is_none() && !lags && claims(s.algorithm) && live > 1;
+        sl.claimed = heard
+            .or(lags.then_some(sl.heard))
+            .or(direct.then_some(sl.published));
         let input = IntervalInput {
             now,
             elapsed,
@@ -389,6 +394,7 @@ impl KeyState {
             remote,
             nodes: live,
             heard: sl.claimed,
+            unpublished: direct && sl.published <= 0.0,
         };
         let (published, old) = {
             let mut f = self.fast.lock();
@@ -396,7 +402,11 @@ impl KeyState {
             if moved && old.is_none() {
                 f.alloc.set_limit(now, effective);
             }
-            let published = f.alloc.on_interval(&input);
+            let published = if young {
+                0.0
+            } else {
+                f.alloc.on_interval(&input)
+            };
             f.effective = effective;
             f.demand = local_rate + remote;
             (published, old)

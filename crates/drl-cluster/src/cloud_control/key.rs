@@ -381,10 +381,15 @@ impl KeyState {
         // surging together each claimed the whole limit for an interval,
         // the remote sum being 0, then a share over `1/N` while the weights
         // rose: 1,253 admitted against 1,000 in the first second).
+        // (GRD only while unpublished: its demand is measured, not
+        // claimed, and an interval-old value in its steady state dropped
+        // 8 % under the limit at 1,000 limiters.)
         let direct = heard.is_none() && !lags && claims(s.algorithm) && live > 1;
+        let unpublished = direct && sl.published <= 0.0;
+        let fps = s.algorithm != AlgorithmKind::Grd;
         sl.claimed = heard
             .or(lags.then_some(sl.heard))
-            .or(direct.then_some(sl.published));
+            .or((direct && (fps || unpublished)).then_some(sl.published));
         let input = IntervalInput {
             now,
             elapsed,
@@ -394,7 +399,7 @@ impl KeyState {
             remote,
             nodes: live,
             heard: sl.claimed,
-            unpublished: direct && sl.published <= 0.0,
+            unpublished,
         };
         let (published, old) = {
             let mut f = self.fast.lock();

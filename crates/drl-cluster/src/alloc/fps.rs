@@ -429,7 +429,14 @@ impl Allocator for Fps {
             0.0
         };
         let units = to_units(self.local_limit);
-        if units == 0 {
+        if units == 0 && regime != Regime::Idle && input.unpublished {
+            // Demand, but nothing claimed yet: no refill either; the burst
+            // it was ready for is its part until the others count it
+            // (refilled every interval, three idle nodes surging together
+            // took 1,129 against 1,000 in their first second).
+            self.local_limit = 0.0;
+            self.bucket.set_rate(input.now, 0);
+        } else if units == 0 {
             self.local_limit = 0.0;
             self.bucket.set_rate(input.now, 0);
             // Idle: ready for a burst that shows its demand, but only its
@@ -529,6 +536,7 @@ mod tests {
             remote,
             nodes: 2,
             heard: None,
+            unpublished: false,
         });
         (fwd, w)
     }
@@ -668,6 +676,7 @@ mod tests {
             remote: 3_500.0,
             nodes: 2,
             heard: None,
+            unpublished: false,
         });
         assert_eq!(f.regime(), Regime::Bottlenecked);
         assert!((f.weight() - 1_500.0).abs() < 1e-6, "weight {}", f.weight());
@@ -689,6 +698,7 @@ mod tests {
             remote: 200.0,
             nodes: 2,
             heard: None,
+            unpublished: false,
         });
         // No sampled flow: second regime with demand above the limit.
         assert_eq!(f.regime(), Regime::Bottlenecked);

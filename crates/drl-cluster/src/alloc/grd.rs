@@ -104,9 +104,22 @@ impl Allocator for Grd {
             // The others count this limiter's demand at `h` (it lags):
             // they admit all of theirs while `remote + h` fits the limit,
             // else `remote × limit / (remote + h)`. Admit no more than the
-            // rest.
+            // rest. A limiter that left idle and was not published since
+            // (`unpublished`) takes only its `1/N` part of the headroom
+            // nobody has claimed: every idle node may be surging unheard at
+            // once (three idle nodes surging together each took it all for
+            // an interval).
             let (r, h, l) = (input.remote.max(0.0), h.max(0.0), self.limit);
-            let safe = if r + h <= l { l - r } else { l * h / (h + r) };
+            let n = input.nodes.max(1) as f64;
+            let safe = if r + h <= l {
+                if input.unpublished {
+                    h.min(input.local_rate) + (l - r - h) / n
+                } else {
+                    l - r
+                }
+            } else {
+                l * h / (h + r)
+            };
             let admit = (safe / input.local_rate).clamp(0.0, 1.0);
             self.p = self.p.max(1.0 - admit);
         }
@@ -231,6 +244,7 @@ mod tests {
             remote,
             nodes: 2,
             heard: None,
+            unpublished: false,
         }
     }
 

@@ -75,6 +75,7 @@ mod tests {
             remote,
             nodes: 2,
             heard: None,
+            unpublished: false,
         }
     }
 

@@ -74,6 +74,11 @@ pub struct IntervalInput {
     /// cluster admits the difference twice (peer table at scale,
     /// `cloud_control::key::KeyState`).
     pub heard: Option<f64>,
+    /// This limiter left idle and has not published its value since: the
+    /// others count it at nothing. FPS then holds the burst it was ready
+    /// for instead of refilling it every interval (every idle limiter may
+    /// be surging at once).
+    pub unpublished: bool,
 }
 
 /// A per-limiter allocation policy.

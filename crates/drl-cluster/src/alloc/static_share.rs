@@ -78,6 +78,7 @@ mod tests {
             remote: 0.0,
             nodes: 1,
             heard: None,
+            unpublished: false,
         };
         assert_eq!(s.on_interval(&input), 0.0);
         // 10 s of one unit every 100 µs (10,000/s offered): depth + 10 s x

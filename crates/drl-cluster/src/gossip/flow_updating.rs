@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use super::NodeId;
+use super::node_id::NodeId;
 
 /// One message of a key on one link: the sender's flow towards the
 /// receiver and its estimate of the average.

@@ -9,10 +9,9 @@
 //! (Jesus, Baquero, Almeida), tolerant of loss and of members leaving.
 
 pub mod flow_updating;
+mod node_id;
 pub mod push_sum;
 
 pub use flow_updating::{FlowMsg, FlowUpdating};
+pub use node_id::NodeId;
 pub use push_sum::{GossipMsg, LossCompensation, PushSum};
-
-/// A limiter's identity within a cluster: its index, `0..n`.
-pub type NodeId = u32;

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use rand::Rng;
 use rand::seq::index::sample;
 
-use super::NodeId;
+use super::node_id::NodeId;
 
 /// How a receiver makes up for lost gossip messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

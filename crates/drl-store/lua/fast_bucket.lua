@@ -7,12 +7,16 @@
 -- layout). ARGV: grace (ms), then per decision: now ("t": Redis TIME, read
 -- once per call), algorithm, cost, nq, then per quota: cap (burst*T), need
 -- (cost*T, or "x" when cost > burst). KEYS: every decision's nq keys in
--- order. The verdict is 1 (admitted), 0 (denied) or 2 (undecided: a
+-- order. The verdict is 1 (admitted), 0 (denied) or 2 (undecided: some
 -- quota's stored state holds more than its capacity, a debt left by a
--- charge, which this script does not decide; it writes nothing for that
--- decision and the client decides it again with main.lua). All keys are read with one MGET (GET for one); a key decided twice in one call
--- sees the first decision's state (a table of current values); each
--- written key is SET once at the end, with its last state.
+-- charge, which this script does not decide, whatever the cost or the
+-- other quotas; or a key an earlier decision of the call left undecided).
+-- It writes nothing for an undecided decision, and the client decides it
+-- again with main.lua, in order: every later decision on its keys is
+-- undecided too, so none is answered ahead of it. All keys are read with
+-- one MGET (GET for one); a key decided twice in one call sees the first
+-- decision's state (a table of current values); each written key is SET
+-- once at the end, with its last state.
 --
 -- Exactness: the only quantities that can exceed 2^53 are absolute times,
 -- held as (seconds, nanoseconds) pairs, both far below 2^53. A time
@@ -60,6 +64,7 @@ local out, o = {}, 0
 local a, ki = 2, 0 -- next ARGV index, last KEYS index used
 local nargv = #ARGV
 local ws, wp = {}, {} -- one decision's new states and expiries (scratch)
+local tainted -- keys of this call's undecided decisions (nil: none yet)
 while a <= nargv do
   local a1 = ARGV[a]
   local now_s, now_ns, now_dec
@@ -92,36 +97,45 @@ while a <= nargv do
   local admit = true
   local undecided = false
   for i = 1, nq do
-    local raw = cur[KEYS[ki + i]]
+    local k = KEYS[ki + i]
+    local raw = cur[k]
     out[o + 2 + i] = raw or ''
+    local cap = num(ARGV[a + 2 + 2 * i])
+    local sp, x
+    if raw and not undecided then
+      sp = find(raw, ' ', 1, true)
+      x = tonum(sub(raw, sp + 1))
+      -- A stored field above the capacity (only a charge writes one: a
+      -- debt) is beyond this script's exact range: undecided, whatever
+      -- the other quotas or the cost say, so that every decision on a key
+      -- in debt waits for the general script, in order. (tonumber rounds
+      -- monotonically and cap < 2^53, so the test is exact.)
+      if x > cap then undecided = true end
+    end
+    -- A key an earlier decision of this call left undecided: deciding now
+    -- would answer ahead of that decision.
+    if tainted and tainted[k] then undecided = true end
+    if undecided then admit = false end
     if admit then
       local need_dec = ARGV[a + 3 + 2 * i]
       if need_dec == 'x' then
         admit = false
       else
         local need = num(need_dec)
-        local cap = num(ARGV[a + 2 + 2 * i])
-        local s, ns, x = now_s, now_ns, 0
+        local s, ns = now_s, now_ns
         local last = now_dec -- decimal of max(now, stored last)
-        if kind == 1 then x = cap end
+        if not raw then
+          x = 0
+          if kind == 1 then x = cap end
+        end
         local d = 9007199254740992 -- 2^53: "long ago" for a missing state
         if raw then
-          local sp = find(raw, ' ', 1, true)
           local n = sp - 1
           local ls, lns
           if n <= 9 then
             ls, lns = 0, tonum(sub(raw, 1, n))
           else
             ls, lns = tonum(sub(raw, 1, n - 9)), tonum(sub(raw, n - 8, n))
-          end
-          x = tonum(sub(raw, sp + 1))
-          -- A stored field above the capacity (only a charge writes one:
-          -- a debt) is beyond this script's exact range: undecided.
-          -- (tonumber rounds monotonically and cap < 2^53, so the test
-          -- is exact.)
-          if x > cap then
-            undecided = true
-            admit = false
           end
           -- Clock clamp: now = max(now, last).
           if s < ls or (s == ls and ns < lns) then
@@ -178,6 +192,8 @@ while a <= nargv do
     end
   elseif undecided then
     out[base + 1] = 2
+    if not tainted then tainted = {} end
+    for i = 1, nq do tainted[KEYS[ki + i]] = true end
   else
     out[base + 1] = 0
   end

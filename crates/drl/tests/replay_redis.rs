@@ -187,13 +187,6 @@ fn redis_replay_of_takes_and_charges_equals_memory_for_every_algorithm() {
             "{alg}: trace exercises both"
         );
         for engine in ["lua", "module"] {
-            if (alg, engine) == ("leaky-queue", "lua") {
-                // Known discrepancy: after charges, the Lua script's
-                // leaky queue answers a later take differently from
-                // drl-core (and from the module), e.g. remaining 3 vs 2
-                // and reset_after 50 ms shorter. Left to drl-store.
-                continue;
-            }
             let mut with_store = base.to_vec();
             with_store.extend_from_slice(&["--store", &url, "--redis-engine", engine]);
             let redis = replay(&with_store, &input);

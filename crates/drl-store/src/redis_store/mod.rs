@@ -22,8 +22,9 @@
 //! script, or a `DRL.DECIDE` record with the charge bit): every quota of
 //! the limit is charged atomically, whatever it holds, into debt if need
 //! be. A fast script that meets a debt state (a stored field above the
-//! capacity, which only a charge writes) leaves that decision undecided
-//! and writes nothing for it; the store then decides it again, alone, with
+//! capacity, which only a charge writes) leaves that decision, and every
+//! later decision of the call on the same keys, undecided and writes
+//! nothing for them; the store then decides them again, in order, with
 //! the general script, which reads debts exactly.
 //!
 //! See `docs/redis.md` for the configuration and the arithmetic.
@@ -722,8 +723,10 @@ impl Store for RedisStore {
     /// cluster, per hash slot), cut into calls of at most `batch_max`
     /// decisions. The calls of one group go one after another (so repeated
     /// keys are decided in order); different groups go concurrently. A
-    /// check a fast script left undecided (its key holds a debt) is decided
-    /// by the general script after the calls, as if it had come last.
+    /// check a fast script left undecided (one of its keys holds a debt) is
+    /// decided by the general script after the calls, in order; the fast
+    /// script leaves every later check on the same keys undecided as well,
+    /// so each key's checks are still decided in the order given.
     async fn decide_many(&self, checks: &[Check<'_>]) -> Vec<Result<Decision, StoreError>> {
         let mut out: Vec<Option<Result<Decision, StoreError>>> = Vec::with_capacity(checks.len());
         let mut groups: Vec<(batch::Group, Vec<(usize, batch::Part)>)> = Vec::new();

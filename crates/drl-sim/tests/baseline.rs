@@ -154,10 +154,12 @@ fn short_timescale_burstiness() {
     // FPS is far less bursty than GRD but, once the flows no longer
     // phase-lock (1 ms jitter), burstier than CTB: 1.33 against 0.74 Mbps
     // over 10 runs (EXPERIMENTS.md, "Phase lock"); with 50 µs it was the
-    // smoother of the two (1.44 against 1.82).
+    // smoother of the two (1.44 against 1.82). Bound: the 10-run ratio,
+    // 1.8 (these two runs: 1.34 against 0.77 since an FPS limiter that
+    // left idle holds its burst until its weight is published, 1.6 before).
     assert!(sd("fps") < sd("grd"), "fps {} grd {}", sd("fps"), sd("grd"));
     assert!(
-        sd("fps") <= sd("ctb") * 1.6,
+        sd("fps") <= sd("ctb") * 1.8,
         "fps {} ctb {}",
         sd("fps"),
         sd("ctb")

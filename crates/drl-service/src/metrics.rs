@@ -56,13 +56,24 @@ struct LimitCounts {
     used: std::sync::atomic::AtomicBool,
 }
 
+/// Bumped whenever a limit name decides for the first time (rare: once
+/// per name per process), so the status sampler re-reads which limits are
+/// used only then, instead of touching every configured limit each second.
+static FIRST_USES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many limit names have decided for the first time so far (see
+/// [`LimitMetrics::used`]).
+pub fn first_uses() -> u64 {
+    FIRST_USES.load(std::sync::atomic::Ordering::Acquire)
+}
+
 impl LimitCounts {
     #[inline]
     fn mark_used(&self) {
-        use std::sync::atomic::Ordering::Relaxed;
+        use std::sync::atomic::Ordering::{AcqRel, Relaxed};
         // A load first: after the first decision the line is only read.
-        if !self.used.load(Relaxed) {
-            self.used.store(true, Relaxed);
+        if !self.used.load(Relaxed) && !self.used.swap(true, AcqRel) {
+            FIRST_USES.fetch_add(1, AcqRel);
         }
     }
 }

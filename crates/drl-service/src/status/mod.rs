@@ -140,6 +140,11 @@ struct HubState {
     /// The limits the series were last pruned against (their address: a
     /// reload swaps in new ones).
     pruned_for: usize,
+    /// The limits `active` indexes (held, so that their address cannot be
+    /// reused by a later reload's) and the first-use count it was read at.
+    active_for: Option<(std::sync::Arc<crate::limits::Limits>, u64)>,
+    /// Indices (native limits, then Envoy's) of the limits that decided.
+    active: Vec<usize>,
 }
 
 /// The status page's own state: history and gossip members, per engine.

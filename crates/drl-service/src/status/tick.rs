@@ -41,13 +41,22 @@ impl StatusHub {
             let names: std::collections::HashSet<&str> = all.iter().map(|l| &*l.name).collect();
             st.series.retain(|name, _| names.contains(name.as_str()));
         }
-        for l in &all {
-            // A limit that never decided has no history yet and costs one
-            // flag read here (not its counters' shards): its series starts
-            // at its first decision.
-            if !l.metrics.used() {
-                continue;
-            }
+        // Which limits ever decided: re-read (one flag per configured
+        // limit) only after a reload or a limit's first decision, so that
+        // 10,000 idle limits cost nothing a second (reading every limit's
+        // memory each second was the idle cost).
+        let uses = crate::metrics::first_uses();
+        let fresh = st
+            .active_for
+            .as_ref()
+            .is_some_and(|(l, u)| Arc::ptr_eq(l, &*limits) && *u == uses);
+        if !fresh {
+            st.active_for = Some((Arc::clone(&*limits), uses));
+            st.active = (0..all.len()).filter(|&i| all[i].metrics.used()).collect();
+        }
+        let active = std::mem::take(&mut st.active);
+        for &i in &active {
+            let l = all[i];
             let (a, d, _) = l.metrics.totals();
             let s = st.series.entry(l.name.to_string()).or_default();
             let decided = s.sample((a, d));
@@ -61,12 +70,13 @@ impl StatusHub {
             }
         }
         if ticks % GENERATION_S == 0 {
-            for l in limits.limits.iter() {
-                if let Some(t) = l.metrics.status().and_then(|s| s.top_keys()) {
+            for &i in &active {
+                if let Some(t) = all[i].metrics.status().and_then(|s| s.top_keys()) {
                     t.rotate();
                 }
             }
         }
+        st.active = active;
         if let Some((_, store)) = engine.stores().gossip() {
             let up = store.members();
             for m in st.members.values_mut() {

@@ -142,7 +142,8 @@ struct HubState {
     pruned_for: usize,
     /// The limits `active` indexes (held, so that their address cannot be
     /// reused by a later reload's) and the first-use count it was read at.
-    active_for: Option<(std::sync::Arc<crate::limits::Limits>, u64)>,
+    /// (Type-erased: the status data does not import the limits.)
+    active_for: Option<(Arc<dyn std::any::Any + Send + Sync>, u64)>,
     /// Indices (native limits, then Envoy's) of the limits that decided.
     active: Vec<usize>,
 }

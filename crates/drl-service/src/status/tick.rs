@@ -46,12 +46,13 @@ impl StatusHub {
         // 10,000 idle limits cost nothing a second (reading every limit's
         // memory each second was the idle cost).
         let uses = crate::metrics::first_uses();
-        let fresh = st
-            .active_for
-            .as_ref()
-            .is_some_and(|(l, u)| Arc::ptr_eq(l, &*limits) && *u == uses);
+        let fresh = st.active_for.as_ref().is_some_and(|(l, u)| {
+            std::ptr::addr_eq(Arc::as_ptr(l), Arc::as_ptr(&*limits)) && *u == uses
+        });
         if !fresh {
-            st.active_for = Some((Arc::clone(&*limits), uses));
+            let held: Arc<dyn std::any::Any + Send + Sync> =
+                Arc::<crate::limits::Limits>::clone(&*limits);
+            st.active_for = Some((held, uses));
             st.active = (0..all.len()).filter(|&i| all[i].metrics.used()).collect();
         }
         let active = std::mem::take(&mut st.active);

@@ -7,12 +7,11 @@
 
 mod common;
 
+use drl_test_kit::envoy::request;
 use std::time::Duration;
 
 use common::Drl;
 use drl_api::kuadrant::rate_limit_service_client::RateLimitServiceClient as KuadrantClient;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -56,26 +55,6 @@ const LIMITS: &str = r#"---
 "#;
 
 type Client = KuadrantClient<tonic::transport::Channel>;
-
-fn request(domain: &str, descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.to_string(),
-        descriptors: descriptors
-            .iter()
-            .map(|d| RateLimitDescriptor {
-                entries: d
-                    .iter()
-                    .map(|(k, v)| Entry {
-                        key: k.to_string(),
-                        value: v.to_string(),
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-            .collect(),
-        hits_addend: hits,
-    }
-}
 
 async fn check(c: &mut Client, domain: &str, entries: &[(&str, &str)], hits: u32) -> i32 {
     c.check_rate_limit(request(domain, &[entries], hits))

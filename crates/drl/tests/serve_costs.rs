@@ -10,7 +10,7 @@ use drl_api::pb::rate_limiter_client::RateLimiterClient;
 use drl_api::pb::{CheckItem, CheckRequest, CheckResult, Mode};
 use serde_json::{Value, json};
 
-/// Hourly fixed windows (the test helpers keep a run clear of the hour's
+/// Hourly fixed windows (the test helpers keep each test clear of the hour's
 /// end), so that counts only change by what the test does.
 const CONFIG: &str = "
 limits:

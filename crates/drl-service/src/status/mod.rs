@@ -137,11 +137,9 @@ struct HubState {
     /// When the previous sample was taken.
     last_tick: Option<Instant>,
     members: BTreeMap<u32, SeenMember>,
-    /// The limits the series were last pruned against (their address: a
-    /// reload swaps in new ones).
-    pruned_for: usize,
-    /// The limits `active` indexes (held, so that their address cannot be
-    /// reused by a later reload's) and the first-use count it was read at.
+    /// The limits the last sample saw and `active` indexes (held, so that
+    /// their address cannot be reused by a later reload's; a change prunes
+    /// the series), and the first-use count `active` was read at.
     /// (Type-erased: the status data does not import the limits.)
     active_for: Option<(Arc<dyn std::any::Any + Send + Sync>, u64)>,
     /// Indices (native limits, then Envoy's) of the limits that decided.

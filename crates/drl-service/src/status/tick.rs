@@ -33,23 +33,24 @@ impl StatusHub {
             .iter()
             .chain(limits.envoy_limits.iter())
             .collect();
-        // Prune the series of removed limits once per reload, not every
-        // second (10,000 names hashed a second was most of the idle cost).
-        let at = std::sync::Arc::as_ptr(&*limits) as usize;
-        if st.pruned_for != at {
-            st.pruned_for = at;
+        // The limits the last sample saw are held (so that a reload's new
+        // limits cannot take their address): a reload prunes the series of
+        // removed limits, and a reload or a limit's first decision re-reads
+        // which limits ever decided. Otherwise nothing here touches the
+        // configured limits: 10,000 idle ones cost nothing a second.
+        let uses = crate::metrics::first_uses();
+        let (reloaded, new_use) = match &st.active_for {
+            Some((held, u)) => (
+                !std::ptr::addr_eq(Arc::as_ptr(held), Arc::as_ptr(&*limits)),
+                *u != uses,
+            ),
+            None => (true, true),
+        };
+        if reloaded {
             let names: std::collections::HashSet<&str> = all.iter().map(|l| &*l.name).collect();
             st.series.retain(|name, _| names.contains(name.as_str()));
         }
-        // Which limits ever decided: re-read (one flag per configured
-        // limit) only after a reload or a limit's first decision, so that
-        // 10,000 idle limits cost nothing a second (reading every limit's
-        // memory each second was the idle cost).
-        let uses = crate::metrics::first_uses();
-        let fresh = st.active_for.as_ref().is_some_and(|(l, u)| {
-            std::ptr::addr_eq(Arc::as_ptr(l), Arc::as_ptr(&*limits)) && *u == uses
-        });
-        if !fresh {
+        if reloaded || new_use {
             let held: Arc<dyn std::any::Any + Send + Sync> =
                 Arc::<crate::limits::Limits>::clone(&*limits);
             st.active_for = Some((held, uses));

@@ -18,6 +18,8 @@ use redis::Value;
 const LUA: &str = concat!(
     include_str!("../../drl-store/lua/prelude.lua"),
     "\n",
+    include_str!("../../drl-store/lua/writes.lua"),
+    "\n",
     include_str!("../../drl-store/lua/algorithms.lua"),
     "\n",
     include_str!("../../drl-store/lua/main.lua"),

@@ -30,7 +30,6 @@ local sub, fmt, tonum, find, fmod = string.sub, string.format, tonumber, string.
 local grace = tonum(ARGV[1])
 local vals
 if #KEYS == 1 then vals = {redis.call('GET', KEYS[1])} else vals = redis.call('MGET', unpack(KEYS)) end
-local cur, px, order = {}, {}, {}
 for i = 1, #KEYS do
   local k = KEYS[i]
   if cur[k] == nil then cur[k] = vals[i] end
@@ -183,12 +182,7 @@ while a <= nargv do
   if admit then
     out[base + 1] = 1
     if write then
-      for i = 1, nq do
-        local k = KEYS[ki + i]
-        if not px[k] then order[#order + 1] = k end
-        cur[k] = ws[i]
-        px[k] = wp[i]
-      end
+      for i = 1, nq do stage(KEYS[ki + i], ws[i], wp[i]) end
     end
   elseif undecided then
     out[base + 1] = 2
@@ -201,8 +195,5 @@ while a <= nargv do
   ki = ki + nq
   a = a + 4 + 2 * nq
 end
-for i = 1, #order do
-  local k = order[i]
-  redis.call('SET', k, cur[k], 'PX', px[k])
-end
+flush()
 return out

@@ -48,7 +48,6 @@ end
 local grace = tonum(ARGV[1])
 local vals
 if #KEYS == 1 then vals = {redis.call('GET', KEYS[1])} else vals = redis.call('MGET', unpack(KEYS)) end
-local cur, px, order = {}, {}, {}
 for i = 1, #KEYS do
   local k = KEYS[i]
   if cur[k] == nil then cur[k] = vals[i] end
@@ -174,12 +173,7 @@ while a <= #ARGV do
   if admit then
     out[base + 1] = 1
     if write then
-      for i = 1, nq do
-        local k = KEYS[ki + i]
-        if not px[k] then order[#order + 1] = k end
-        cur[k] = ws[i]
-        px[k] = wp[i]
-      end
+      for i = 1, nq do stage(KEYS[ki + i], ws[i], wp[i]) end
     end
   else
     out[base + 1] = 0
@@ -188,8 +182,5 @@ while a <= #ARGV do
   ki = ki + nq
   a = a + 4 + 3 * nq
 end
-for i = 1, #order do
-  local k = order[i]
-  redis.call('SET', k, cur[k], 'PX', px[k])
-end
+flush()
 return out

@@ -20,7 +20,6 @@
 local grace = tonumber(ARGV[1])
 local vals
 if #KEYS == 1 then vals = {redis.call('GET', KEYS[1])} else vals = redis.call('MGET', unpack(KEYS)) end
-local cur, px, order = {}, {}, {}
 for i = 1, #KEYS do
   local k = KEYS[i]
   if cur[k] == nil then cur[k] = vals[i] end
@@ -80,9 +79,7 @@ while a <= #ARGV do
         local p = to_double(ms) + grace
         if rest > 0 then p = p + 1 end
         if p < 1 then p = 1 end
-        if not px[k] then order[#order + 1] = k end
-        cur[k] = w[1]
-        px[k] = p
+        stage(k, w[1], string.format('%.0f', p))
       end
     end
   else
@@ -92,8 +89,5 @@ while a <= #ARGV do
   ki = ki + nq
   a = a + 4 + 5 * nq
 end
-for i = 1, #order do
-  local k = order[i]
-  redis.call('SET', k, cur[k], 'PX', string.format('%.0f', px[k]))
-end
+flush()
 return out

@@ -15,9 +15,12 @@ use redis::{Cmd, Value};
 
 use crate::{LimitSpec, StoreError};
 
-/// The whole script: exact-arithmetic prelude, the seven algorithms, main.
+/// The whole script: exact-arithmetic prelude, the staged writes, the seven
+/// algorithms, main.
 pub(crate) const SOURCE: &str = concat!(
     include_str!("../../lua/prelude.lua"),
+    "\n",
+    include_str!("../../lua/writes.lua"),
     "\n",
     include_str!("../../lua/algorithms.lua"),
     "\n",
@@ -26,10 +29,18 @@ pub(crate) const SOURCE: &str = concat!(
 
 /// The fast path for the bucket algorithms (`lua/fast_bucket.lua`): same
 /// keys, states and reply as [`SOURCE`].
-pub(crate) const FAST_BUCKET: &str = include_str!("../../lua/fast_bucket.lua");
+pub(crate) const FAST_BUCKET: &str = concat!(
+    include_str!("../../lua/writes.lua"),
+    "\n",
+    include_str!("../../lua/fast_bucket.lua")
+);
 
 /// The fast path for the window algorithms (`lua/fast_window.lua`).
-pub(crate) const FAST_WINDOW: &str = include_str!("../../lua/fast_window.lua");
+pub(crate) const FAST_WINDOW: &str = concat!(
+    include_str!("../../lua/writes.lua"),
+    "\n",
+    include_str!("../../lua/fast_window.lua")
+);
 
 const TWO_53: u128 = 1 << 53;
 

@@ -105,7 +105,7 @@ pub fn format(state: &State, out: &mut Vec<u8>) {
         State::FixedWindow(s) => push_fields(out, &[s.last, s.index, s.count]),
         State::SlidingLog(s) => {
             push_u64(out, s.last);
-            for &(ts, cost) in &s.log {
+            for &(ts, cost) in s.log() {
                 out.push(b' ');
                 push_u64(out, ts);
                 out.push(b' ');
@@ -200,10 +200,7 @@ pub fn parse(limiter: &Limiter, raw: &[u8]) -> Result<State, StateTextError> {
             }
             let entries: VecDeque<(Nanos, u64)> =
                 log[1..].chunks(2).map(|c| (c[0], c[1])).collect();
-            State::SlidingLog(algo::sliding_log::State {
-                last: log[0],
-                log: entries,
-            })
+            State::SlidingLog(algo::sliding_log::State::new(log[0], entries))
         }
         Algorithm::SlidingWindow => {
             arity(4)?;
@@ -233,10 +230,10 @@ mod tests {
             credit: 0,
         });
         assert_eq!(to_text(&s), b"1700000000000000000 0");
-        let s = State::SlidingLog(algo::sliding_log::State {
-            last: 5,
-            log: [(3, 1), (5, 2)].into_iter().collect(),
-        });
+        let s = State::SlidingLog(algo::sliding_log::State::new(
+            5,
+            [(3, 1), (5, 2)].into_iter().collect(),
+        ));
         assert_eq!(to_text(&s), b"5 3 1 5 2");
         let s = State::SlidingWindow(algo::sliding_window::State {
             last: u64::MAX,

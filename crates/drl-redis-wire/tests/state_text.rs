@@ -30,10 +30,10 @@ fn state(a: Algorithm, f: [u64; 4], log: Vec<(u64, u64)>) -> State {
             index: f[1],
             count: f[2],
         }),
-        Algorithm::SlidingLog => State::SlidingLog(algo::sliding_log::State {
-            last: f[0],
-            log: log.into_iter().collect(),
-        }),
+        Algorithm::SlidingLog => State::SlidingLog(algo::sliding_log::State::new(
+            f[0],
+            log.into_iter().collect(),
+        )),
         Algorithm::SlidingWindow => State::SlidingWindow(algo::sliding_window::State {
             last: f[0],
             index: f[1],

@@ -8,6 +8,12 @@
 //! **Debt.** A charge logs its cost whatever is used, so `used` may pass
 //! `limit` (sums saturate at `2^64 - 1`); requests are denied until enough
 //! entries have expired.
+//!
+//! **Cost.** The state keeps the sum of its entries, so a decision costs a
+//! binary search plus the entries that expired since the last write (each
+//! expired entry is passed over at most until the next write drops it),
+//! not a pass over the whole log: one key holding thousands of entries
+//! decides as fast as one holding a few.
 
 use std::collections::VecDeque;
 
@@ -16,13 +22,52 @@ use crate::decision::{Decision, DenyReason};
 use crate::quota::Quota;
 use crate::time::Nanos;
 
-/// Sliding log state: empty as constructed.
+/// Sliding log state: empty as constructed ([`State::new`] from stored
+/// entries).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct State {
     /// `now` of the last write.
     pub last: Nanos,
     /// `(timestamp, cost)`, oldest first; timestamps strictly increasing.
-    pub log: VecDeque<(Nanos, u64)>,
+    log: VecDeque<(Nanos, u64)>,
+    /// The sum of the entries' costs (cannot overflow: at most `2^64 - 1`
+    /// entries of at most `2^64 - 1`).
+    total: u128,
+}
+
+impl State {
+    /// A state with `last` and the entries `log` (`(timestamp, cost)`,
+    /// oldest first, as stored).
+    pub fn new(last: Nanos, log: VecDeque<(Nanos, u64)>) -> Self {
+        let total = log.iter().map(|&(_, c)| c as u128).sum();
+        Self { last, log, total }
+    }
+
+    /// The entries, oldest first.
+    pub fn log(&self) -> &VecDeque<(Nanos, u64)> {
+        &self.log
+    }
+
+    /// The sum of every entry's cost, live or not (saturating at
+    /// `2^64 - 1`).
+    pub fn sum(&self) -> u64 {
+        sat(self.total)
+    }
+
+    /// The sum of the entries that count at `now` (saturating at
+    /// `2^64 - 1`), and the index of the first of them.
+    fn used(&self, quota: &Quota, now: Nanos) -> (u64, usize) {
+        let live = first_live(quota, self, now);
+        let expired: u128 = self.log.range(..live).map(|&(_, c)| c as u128).sum();
+        (sat(self.total - expired), live)
+    }
+
+    /// Drops the first `n` entries.
+    fn drop_front(&mut self, n: usize) {
+        for (_, c) in self.log.drain(..n) {
+            self.total -= c as u128;
+        }
+    }
 }
 
 /// Index of the first live entry at `now`.
@@ -39,11 +84,7 @@ fn expires_in(quota: &Quota, ts: Nanos, now: Nanos) -> Nanos {
 pub fn check(quota: &Quota, s: &State, now: Nanos, cost: u64) -> Decision {
     let now = now.max(s.last);
     let limit = quota.limit();
-    let live = first_live(quota, s, now);
-    let used = s
-        .log
-        .range(live..)
-        .fold(0u64, |a, &(_, c)| a.saturating_add(c));
+    let (used, live) = s.used(quota, now);
     let newest = s
         .log
         .back()
@@ -95,10 +136,17 @@ pub fn commit(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
     }
     let now = now.max(s.last);
     let live = first_live(quota, s, now);
-    s.log.drain(..live);
+    s.drop_front(live);
     match s.log.back_mut() {
-        Some((ts, c)) if *ts == now => *c = c.saturating_add(cost),
-        _ => s.log.push_back((now, cost)),
+        Some((ts, c)) if *ts == now => {
+            let merged = c.saturating_add(cost);
+            s.total += (merged - *c) as u128;
+            *c = merged;
+        }
+        _ => {
+            s.log.push_back((now, cost));
+            s.total += cost as u128;
+        }
     }
     s.last = now;
 }
@@ -112,7 +160,10 @@ pub fn charge(quota: &Quota, s: &mut State, now: Nanos, cost: u64) {
     while s.log.len() as u64 > quota.limit() {
         let (_, c) = s.log.pop_front().expect("longer than limit >= 1");
         let next = &mut s.log[0].1;
-        *next = next.saturating_add(c);
+        let merged = next.saturating_add(c);
+        // What saturation loses leaves the sum too.
+        s.total -= (c - (merged - *next)) as u128;
+        *next = merged;
     }
 }
 
@@ -127,7 +178,9 @@ pub fn refund(quota: &Quota, s: &mut State, now: Nanos, mark: u64, units: u64) {
         return;
     };
     let c = &mut s.log[at].1;
-    *c -= units.min(*c);
+    let back = units.min(*c);
+    *c -= back;
+    s.total -= back as u128;
     if *c == 0 {
         s.log.remove(at);
     }
@@ -142,4 +195,79 @@ pub fn mark(_quota: &Quota, s: &State, now: Nanos) -> u64 {
 /// True when no entry counts any more at `now`.
 pub fn is_fresh(quota: &Quota, s: &State, now: Nanos) -> bool {
     first_live(quota, s, now.max(s.last)) == s.log.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What `check` decided before the state kept its sum: a pass over the
+    /// live entries.
+    fn used_by_pass(quota: &Quota, s: &State, now: Nanos) -> u64 {
+        let now = now.max(s.last);
+        s.log
+            .range(first_live(quota, s, now)..)
+            .fold(0u64, |a, &(_, c)| a.saturating_add(c))
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Take(u64, u64),
+        Charge(u64, u64),
+        Refund(u64, u64, u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..400u64, 0..6u64).prop_map(|(dt, c)| Op::Take(dt, c)),
+            (0..400u64, prop_oneof![0..6u64, Just(u64::MAX)]).prop_map(|(dt, c)| Op::Charge(dt, c)),
+            (0..400u64, 0..2_000u64, 0..4u64).prop_map(|(dt, back, u)| Op::Refund(dt, back, u)),
+        ]
+    }
+
+    proptest! {
+        /// The kept sum is the entries' sum after any writes, and every
+        /// decision equals the one a pass over the entries gives.
+        #[test]
+        fn the_kept_sum_decides_as_a_pass_over_the_log(
+            limit in 1..12u64,
+            ops in proptest::collection::vec(op(), 1..120),
+        ) {
+            let q = Quota::new(limit, 1_000).unwrap();
+            let mut s = State::default();
+            let mut now = 0;
+            for op in ops {
+                match op {
+                    Op::Take(dt, c) => {
+                        now += dt;
+                        if check(&q, &s, now, c).allowed {
+                            commit(&q, &mut s, now, c);
+                        }
+                    }
+                    Op::Charge(dt, c) => {
+                        now += dt;
+                        charge(&q, &mut s, now, c);
+                    }
+                    Op::Refund(dt, back, u) => {
+                        now += dt;
+                        refund(&q, &mut s, now, now.saturating_sub(back), u);
+                    }
+                }
+                let sum: u128 = s.log.iter().map(|&(_, c)| c as u128).sum();
+                prop_assert_eq!(s.total, sum);
+                prop_assert_eq!(State::new(s.last, s.log.clone()), s.clone());
+                for later in [0, 1, 500, 999, 1_000, 5_000] {
+                    let at = now + later;
+                    prop_assert_eq!(s.used(&q, at.max(s.last)).0, used_by_pass(&q, &s, at));
+                    for cost in [0, 1, limit] {
+                        let d = check(&q, &s, at, cost);
+                        let used = used_by_pass(&q, &s, at);
+                        prop_assert_eq!(d.remaining, limit.saturating_sub(used).saturating_sub(if d.allowed { cost } else { 0 }));
+                        prop_assert_eq!(d.allowed, used.checked_add(cost).is_some_and(|x| x <= limit));
+                    }
+                }
+            }
+        }
+    }
 }

@@ -55,7 +55,7 @@ pub(crate) fn envelope(limiter: &Limiter, state: &State) -> Lanes {
         State::Gcra(s) | State::LeakyQueue(s) => [tat(s.last, s.ahead), 0, 0],
         State::FixedWindow(s) if s.count > 0 => [s.last, s.count, 0],
         State::SlidingLog(s) => {
-            let used = s.log.iter().fold(0u64, |a, &(_, c)| a.saturating_add(c));
+            let used = s.sum();
             if used > 0 { [s.last, used, 0] } else { [0; 3] }
         }
         State::SlidingWindow(s) if s.prev > 0 || s.curr > 0 => {
@@ -103,10 +103,7 @@ pub(crate) fn restore(limiter: &Limiter, lanes: &Lanes, now: Nanos) -> State {
         Algorithm::SlidingLog => State::SlidingLog(if b == 0 {
             sliding_log::State::default()
         } else {
-            sliding_log::State {
-                last: a,
-                log: [(a, b)].into(),
-            }
+            sliding_log::State::new(a, [(a, b)].into())
         }),
         Algorithm::SlidingWindow => State::SlidingWindow(if b == 0 && c == 0 {
             sliding_window::State::default()

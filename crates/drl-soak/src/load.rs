@@ -127,6 +127,9 @@ pub struct Slot {
     pub offered: u64,
     /// Checks admitted.
     pub admitted: u64,
+    /// Checks admitted and answered within the second they were sent in:
+    /// surely decided in that second (per-second slots only).
+    pub admitted_within: u64,
     /// Checks whose outcome the client does not know (error, timeout).
     pub unknown: u64,
 }
@@ -292,6 +295,9 @@ async fn one(
                 let slot = c.seconds.entry((limit, s)).or_default();
                 slot.offered += k as u64;
                 slot.admitted += admitted;
+                if rec.second(done_ns) == s {
+                    slot.admitted_within += admitted;
+                }
                 *c.node_seconds.entry((t.node, s)).or_default() += admitted;
                 if window_ms > 0 {
                     c.sent_windows.entry((limit, sw)).or_default().offered += k as u64;

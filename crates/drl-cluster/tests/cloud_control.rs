@@ -4,7 +4,7 @@
 
 use drl_cluster::alloc::AlgorithmKind;
 use drl_cluster::cloud_control::{
-    Aggregation, DatagramError, KeyLimit, KeyRef, Node, PeerId, Settings,
+    AdmitError, Aggregation, DatagramError, KeyLimit, KeyRef, Node, PeerId, Settings,
 };
 use drl_core::Nanos;
 
@@ -226,4 +226,66 @@ fn same_inputs_same_bytes() {
     };
     assert_eq!(trace(5), trace(5));
     assert_ne!(trace(5), trace(6), "the seed reaches the output");
+}
+
+/// Issue 42, D11 in the gossip key table: a full table refuses new keys
+/// (`TooManyKeys`, which the service answers as a denial) and never makes
+/// room by dropping a live key, so a flood of drained new keys cannot
+/// reset a victim. The victim's verdicts with the flood are exactly its
+/// verdicts without it.
+#[test]
+fn a_flood_of_new_keys_at_max_keys_never_resets_a_victim() {
+    for algorithm in [AlgorithmKind::Grd, AlgorithmKind::Fps] {
+        let settings = Settings {
+            max_keys: 8,
+            ..Settings::new(algorithm, 1)
+        };
+        let victim = |flood: bool| -> Vec<bool> {
+            let mut node = Node::new(0, settings.clone(), 7, 0).unwrap();
+            let mut verdicts = Vec::new();
+            let mut refused = 0;
+            for ms in 0..3_000u64 {
+                let now = ms * MS;
+                // The victim asks 4 units every millisecond: 4x its limit.
+                for _ in 0..4 {
+                    verdicts.push(node.admit(now, KEY, LIMIT, 1, 0).unwrap().allowed);
+                }
+                if flood {
+                    // 20 new keys a millisecond, each draining its bucket.
+                    for j in 0..20 {
+                        let name = format!("flood-{ms}-{j}");
+                        let key = KeyRef {
+                            limit: "api",
+                            aggregate: &name,
+                        };
+                        match node.admit(now, key, LIMIT, LIMIT.depth, 1) {
+                            Ok(_) => {}
+                            Err(e) => {
+                                assert_eq!(e, AdmitError::TooManyKeys(8));
+                                refused += 1;
+                            }
+                        }
+                    }
+                }
+                node.handle_timeout(now);
+            }
+            if flood {
+                assert!(refused > 50_000, "{algorithm}: refused {refused}");
+            }
+            verdicts
+        };
+        let alone = victim(false);
+        let flooded = victim(true);
+        let admitted = |v: &[bool]| v.iter().filter(|&&a| a).count();
+        assert!(
+            admitted(&alone) < alone.len() / 2,
+            "{algorithm} limits the victim"
+        );
+        assert_eq!(
+            admitted(&flooded),
+            admitted(&alone),
+            "{algorithm}: the flood changed the victim's admissions"
+        );
+        assert_eq!(flooded, alone, "{algorithm}: same verdicts, in order");
+    }
 }

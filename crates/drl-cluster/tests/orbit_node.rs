@@ -420,3 +420,58 @@ fn a_lost_table_is_sent_again_to_the_same_node_only() {
     let received: u64 = n.iter().map(|x| x.stats().tables_received).sum();
     assert!(received >= 2, "{received}");
 }
+
+/// Issue 42, D11 in the Orbit key table: a node holding `max_keys` keys
+/// in a window refuses new ones (`TooManyKeys`, nothing consumed) and
+/// never drops a live key to make room, so a flood of new keys cannot
+/// reset a drained victim. The victim's verdicts with the flood are
+/// exactly its verdicts without it.
+#[test]
+fn a_flood_of_new_keys_at_max_keys_never_resets_a_victim() {
+    let verdicts = |flood: bool| -> (Vec<bool>, u64) {
+        let c = OrbitConfig {
+            max_keys: 4,
+            ..cfg(90)
+        };
+        let ids = vec![0, 1, 2];
+        let mut n: Vec<OrbitNode> = ids
+            .iter()
+            .map(|&i| OrbitNode::new(c.clone(), i, ids.clone(), 0).unwrap())
+            .collect();
+        let mut wire = Wire::new();
+        let mut out = Vec::new();
+        let mut refused = 0;
+        // Three windows after the one the nodes started in.
+        for ms in (300..1_200u64).step_by(3) {
+            run(&mut n, &mut wire, ms * MS, (ms + 3) * MS);
+            let now = (ms + 3) * MS;
+            // The victim asks 4 every 3 ms: 400 a window, cap 90.
+            for _ in 0..4 {
+                out.push(n[0].admit(now, b"victim", 1).is_allowed());
+            }
+            if flood {
+                for j in 0..10 {
+                    let key = format!("flood-{ms}-{j}");
+                    match n[0].admit(now, key.as_bytes(), 5) {
+                        Admit::Denied {
+                            reason: DenyReason::TooManyKeys,
+                            ..
+                        } => refused += 1,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        (out, refused)
+    };
+    let (alone, _) = verdicts(false);
+    let (flooded, refused) = verdicts(true);
+    assert!(refused > 2_000, "refused {refused}");
+    let admitted = alone.iter().filter(|&&a| a).count();
+    assert!(
+        admitted > 0 && admitted < alone.len() / 2,
+        "{admitted} of {}",
+        alone.len()
+    );
+    assert_eq!(flooded, alone, "the flood changed the victim's verdicts");
+}

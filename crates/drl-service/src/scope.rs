@@ -244,6 +244,15 @@ impl Stores {
                 let _ = probe.load_script().await;
             });
         }
+        // A Redis that may evict drl's keys can reset limits: say so at
+        // start (not a refusal: `maxmemory` can change at run time, and
+        // managed services may hide their settings).
+        let probe = store.clone();
+        tokio::spawn(async move {
+            if let Ok(Some(warning)) = probe.eviction_risk().await {
+                tracing::warn!("{warning}");
+            }
+        });
         let resilient = Arc::new(Resilient::new(store, settings.1.clone()));
         *self.redis_status.lock() = Some((settings.0.engine, resilient.clone()));
         let store: Arc<dyn Store> = resilient;

@@ -7,7 +7,8 @@
 //! `replaces`), `shadow_mode`, `detailed_metric` and nested `descriptors`.
 //! `value_to_metric` and `metadata` are accepted and ignored
 //! (drl labels no metric by request values and sends no dynamic metadata);
-//! `share_threshold` is refused (not supported).
+//! `share_threshold` on a wildcard value makes every matching value count
+//! as one.
 
 use std::collections::BTreeSet;
 
@@ -48,6 +49,9 @@ pub struct EnvoyDescriptor {
     pub quota_mode: bool,
     /// Accepted for compatibility (metric detail; drl never labels by value).
     pub detailed_metric: bool,
+    /// `share_threshold` (wildcard values only): every value that matches
+    /// the wildcard counts under the wildcard itself, one counter for all.
+    pub share_threshold: bool,
     /// Nested descriptors.
     pub descriptors: Vec<EnvoyDescriptor>,
 }
@@ -71,6 +75,8 @@ struct RawDescriptor {
     descriptors: Option<Vec<EnvoyDescriptor>>,
     #[serde(default)]
     quota_mode: bool,
+    #[serde(default)]
+    share_threshold: bool,
     // Metric naming by request values (drl never labels by request values).
     #[serde(default, rename = "value_to_metric")]
     _value_to_metric: bool,
@@ -296,13 +302,22 @@ impl TryFrom<RawDescriptor> for EnvoyDescriptor {
                 ));
             }
         }
+        let value = r.value.filter(|v| !v.is_empty());
+        // envoyproxy/ratelimit's rule and words (config_impl.go).
+        if r.share_threshold && !value.as_deref().is_some_and(|v| v.contains('*')) {
+            return Err(format!(
+                "share_threshold can only be used with wildcard values (containing '*'), but found key '{}'",
+                composite(&r.key, value.as_deref())
+            ));
+        }
         Ok(EnvoyDescriptor {
             key: r.key,
-            value: r.value.filter(|v| !v.is_empty()),
+            value,
             rate_limit,
             shadow_mode: r.shadow_mode,
             quota_mode: r.quota_mode,
             detailed_metric: r.detailed_metric,
+            share_threshold: r.share_threshold,
             descriptors,
         })
     }

@@ -324,6 +324,7 @@ fn make_rule(domain: &str, unit: Unit, requests_per_unit: u32) -> EnvoyRule {
         replaces: Vec::new(),
         shadow: false,
         quota: false,
+        share: Vec::new(),
         unit,
         requests_per_unit,
     }

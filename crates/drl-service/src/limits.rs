@@ -91,6 +91,10 @@ pub struct EnvoyRule {
     pub shadow: bool,
     /// `quota_mode`.
     pub quota: bool,
+    /// Per entry of the descriptors it matches: the wildcard value to count
+    /// under instead of the request's value, where the path to this rule
+    /// went through a `share_threshold` wildcard (empty when none did).
+    pub share: Vec<Option<Arc<str>>>,
     /// Window unit (`Second` for unlimited).
     pub unit: Unit,
     /// Requests per unit (0 for unlimited).
@@ -318,12 +322,13 @@ fn build_domain(
     source: &str,
     all: &mut Vec<Arc<Limit>>,
 ) -> Result<EnvoyLevel, ConfigError> {
-    build_level(&d.descriptors, &d.domain, stores, source, all)
+    build_level(&d.descriptors, &d.domain, &[], stores, source, all)
 }
 
 fn build_level(
     descriptors: &[EnvoyDescriptor],
     parent_path: &str,
+    parent_share: &[Option<Arc<str>>],
     stores: &Stores,
     source: &str,
     all: &mut Vec<Arc<Limit>>,
@@ -331,6 +336,19 @@ fn build_level(
     let mut level = EnvoyLevel::default();
     for d in descriptors {
         let path = format!("{parent_path}.{}", composite(&d.key, d.value.as_deref()));
+        // The wildcard values this level's path counts under, one per level.
+        let mut share = parent_share.to_vec();
+        share.push(
+            d.value
+                .as_deref()
+                .filter(|_| d.share_threshold)
+                .map(Arc::from),
+        );
+        let rule_share = if share.iter().any(Option::is_some) {
+            share.clone()
+        } else {
+            Vec::new()
+        };
         let rule = match &d.rate_limit {
             None => None,
             Some(rl) => {
@@ -378,6 +396,7 @@ fn build_level(
                     replaces: rl.replaces.clone(),
                     shadow: d.shadow_mode,
                     quota: d.quota_mode,
+                    share: rule_share,
                     unit,
                     requests_per_unit: rpu,
                 })
@@ -385,7 +404,7 @@ fn build_level(
         };
         let node = EnvoyNode {
             rule,
-            children: build_level(&d.descriptors, &path, stores, source, all)?,
+            children: build_level(&d.descriptors, &path, &share, stores, source, all)?,
         };
         let k = level.by_key.entry(d.key.clone()).or_default();
         match d.value.as_deref() {

@@ -13,10 +13,9 @@
 //! Not yet passing, so not in this file:
 //! - TestDomainMerge, TestDuplicateKeyDomainMerge: in
 //!   `envoy_reference_dir.rs` (a config directory).
-//! - TestShareThreshold (and the share_threshold subtests of
-//!   TestWildcardStatsBehavior): drl does not support `share_threshold`
-//!   (values matching one wildcard sharing one counter); it refuses the
-//!   field.
+//! - The share_threshold subtests of TestWildcardStatsBehavior and the
+//!   stats keys of TestShareThreshold: drl counts matching values as one
+//!   (`share_threshold` below), but names no metric by wildcard.
 //!
 //! Ported in part (see each test): per-value stats names of
 //! `detailed_metric` and `value_to_metric`, and response dynamic
@@ -1216,5 +1215,110 @@ descriptors:
         decisions(&text, "test-domain.wild_foo*bar*", "allowed"),
         Some(2.0),
         "{text}"
+    );
+}
+
+const SHARE_THRESHOLD: &str = r#"# The reference's share_threshold fixtures (config and integration).
+domain: test-domain
+descriptors:
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: files_no_share
+    value: files_no_share/*
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: file
+    value: test1
+    rate_limit: {unit: minute, requests_per_unit: 50}
+  - key: file
+    value: test*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: midpath
+    value: /api*v1
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: path
+    value: path/*
+    share_threshold: true
+    descriptors:
+      - key: file
+        value: file/*
+        share_threshold: false
+        descriptors:
+          - key: type
+            rate_limit: {unit: minute, requests_per_unit: 120}
+"#;
+
+/// TestShareThreshold (test/config/config_test.go) and testShareThreshold
+/// (test/integration/integration_test.go): values matching a
+/// `share_threshold` wildcard share one counter; without it each value
+/// has its own; an explicit value keeps its own limit; a middle wildcard
+/// shares too; a parent sharing and a child not: the child's values
+/// count apart.
+#[tokio::test]
+async fn share_threshold() {
+    let mut s = Served::start(SHARE_THRESHOLD).await;
+    // Integration case 1: ten hits on files/a.pdf, then files/b.csv is
+    // over the shared 10/hour with 0 remaining.
+    for i in 0..10 {
+        let st = s.one(&[("files", "files/a.pdf")]).await;
+        assert_eq!((st.code, st.limit_remaining), (OK, 9 - i), "hit {i}");
+    }
+    let st = s.one(&[("files", "files/b.csv")]).await;
+    assert_eq!((st.code, st.limit_remaining), (OVER, 0));
+    assert_eq!(limit(&st), lim(10, HOUR));
+    // Integration case 2: without share_threshold each value is alone.
+    for i in 0..10 {
+        let v = format!("files_no_share/{i}");
+        let st = s.one(&[("files_no_share", &v)]).await;
+        assert_eq!((st.code, st.limit_remaining), (OK, 9), "{v}");
+    }
+    // Config case 4: test1 has its own 50/minute; test2, test23, test123
+    // share test*'s 100/minute.
+    let st = s.one(&[("file", "test1")]).await;
+    assert_eq!((limit(&st), st.limit_remaining), (lim(50, MINUTE), 49));
+    for (i, v) in ["test2", "test23", "test123"].iter().enumerate() {
+        let st = s.one(&[("file", v)]).await;
+        assert_eq!(limit(&st), lim(100, MINUTE), "{v}");
+        assert_eq!(st.limit_remaining, 99 - i as u32, "{v} shares the counter");
+    }
+    // Config case 5: a middle wildcard shares; a value outside it does not
+    // match at all.
+    for (i, v) in ["/api/v1", "/api-beta-v1", "/apiXYZv1"].iter().enumerate() {
+        let st = s.one(&[("midpath", v)]).await;
+        assert_eq!((st.code, st.limit_remaining), (OK, 99 - i as u32), "{v}");
+    }
+    let st = s.one(&[("midpath", "/api/v2")]).await;
+    assert_eq!((st.code, limit(&st)), (OK, None));
+    // Config case 3 (mixed): path/* shares, file/* does not: two paths with
+    // one file share a counter, two files count apart.
+    let a = s
+        .one(&[("path", "path/x"), ("file", "file/1"), ("type", "t")])
+        .await;
+    let b = s
+        .one(&[("path", "path/y"), ("file", "file/1"), ("type", "t")])
+        .await;
+    let c = s
+        .one(&[("path", "path/x"), ("file", "file/2"), ("type", "t")])
+        .await;
+    assert_eq!(
+        (a.limit_remaining, b.limit_remaining, c.limit_remaining),
+        (119, 118, 119)
+    );
+}
+
+/// TestShareThreshold's validation (config_impl.go): `share_threshold` on
+/// a value without `*` is refused, with the reference's words.
+#[test]
+fn share_threshold_without_a_wildcard_is_refused() {
+    refused(
+        "share_no_wildcard.yaml",
+        "domain: d\ndescriptors:\n  - key: k\n    value: plain\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+        &[
+            "share_threshold can only be used with wildcard values",
+            "k_plain",
+        ],
     );
 }

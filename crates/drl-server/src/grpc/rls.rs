@@ -69,26 +69,32 @@ fn limit_fields(rule: &EnvoyRule) -> LimitFields<'_> {
 
 /// The state key of a limited descriptor: under an override its keys and
 /// values ([`state_key`]); otherwise its values joined by U+001F (the
-/// rule's path names the keys). One entry without an override is its value
-/// itself, borrowed; otherwise the key is built in `buf`.
+/// rule's path names the keys), each value matched by a `share_threshold`
+/// wildcard replaced by the wildcard (`share`, one counter for every value
+/// it matches). One entry without an override is its value itself,
+/// borrowed; otherwise the key is built in `buf`.
 fn descriptor_key<'a>(
     buf: &'a mut String,
     entries: &'a [EntryView<'a>],
     is_override: bool,
+    share: &'a [Option<Arc<str>>],
 ) -> &'a str {
     if is_override {
         state_key(buf, entries.iter().map(|e| (e.key, e.value)));
         return buf;
     }
+    let value = |j: usize, e: &'a EntryView<'a>| -> &'a str {
+        share.get(j).and_then(Option::as_deref).unwrap_or(e.value)
+    };
     if let [one] = entries {
-        return one.value;
+        return value(0, one);
     }
     buf.clear();
     for (j, e) in entries.iter().enumerate() {
         if j > 0 {
             buf.push('\u{1f}');
         }
-        buf.push_str(e.value);
+        buf.push_str(value(j, e));
     }
     buf
 }
@@ -329,7 +335,7 @@ pub async fn should_rate_limit_on<R>(
                 }
             }
             RuleKind::Limited(limit) => {
-                let key = descriptor_key(&mut key_buf, &d.entries, is_override(i));
+                let key = descriptor_key(&mut key_buf, &d.entries, is_override(i), &rule.share);
                 if key.len() > limits.server.max_key_bytes {
                     // Too long to hold. Envoy takes an RLS error as a
                     // failure and, by default (`failure_mode_deny:
@@ -473,7 +479,7 @@ mod tests {
             stale in "\\PC{0,12}",
         ) {
             let mut buf = stale;
-            let got = descriptor_key(&mut buf, &view(&es), is_override).to_string();
+            let got = descriptor_key(&mut buf, &view(&es), is_override, &[]).to_string();
             prop_assert_eq!(got, reference_key(&es, is_override));
         }
 
@@ -501,6 +507,7 @@ mod tests {
                 replaces: Vec::new(),
                 shadow: false,
                 quota: false,
+                share: Vec::new(),
                 unit,
                 requests_per_unit: rpu,
             };
@@ -531,7 +538,7 @@ mod tests {
         }];
         let mut buf = String::new();
         let v = view(&es);
-        let key = descriptor_key(&mut buf, &v, false);
+        let key = descriptor_key(&mut buf, &v, false, &[]);
         assert!(std::ptr::eq(key.as_ptr(), es[0].value.as_ptr()));
     }
 

@@ -20,9 +20,6 @@ use drl_server::grpc::rls::RlsService;
 use drl_server::guard::GrpcGuard;
 use drl_server::tls::TlsSlot;
 use drl_service::engine::Engine;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use proptest::prelude::*;
 use prost::Message as _;
@@ -195,24 +192,7 @@ fn framed(msg: &[u8]) -> Vec<u8> {
 }
 
 fn rls(domain: &str, descs: &[&[(&str, &str)]], hits: u32) -> Vec<u8> {
-    RateLimitRequest {
-        domain: domain.to_string(),
-        descriptors: descs
-            .iter()
-            .map(|d| RateLimitDescriptor {
-                entries: d
-                    .iter()
-                    .map(|(k, v)| Entry {
-                        key: k.to_string(),
-                        value: v.to_string(),
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-            .collect(),
-        hits_addend: hits,
-    }
-    .encode_to_vec()
+    drl_test_kit::envoy::request(domain, descs, hits).encode_to_vec()
 }
 
 /// Asks both stacks; they must agree; returns the answer. One deliberate

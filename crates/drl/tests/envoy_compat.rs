@@ -6,8 +6,6 @@
 mod common;
 
 use common::{Drl, http_get, metric};
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
@@ -46,16 +44,7 @@ impl Rls {
     async fn ask(&mut self, descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitResponse {
         let descriptors = descriptors
             .iter()
-            .map(|d| RateLimitDescriptor {
-                entries: d
-                    .iter()
-                    .map(|(k, v)| Entry {
-                        key: k.to_string(),
-                        value: v.to_string(),
-                    })
-                    .collect(),
-                ..Default::default()
-            })
+            .map(|d| drl_test_kit::envoy::descriptor(d))
             .collect();
         self.client
             .should_rate_limit(RateLimitRequest {

@@ -8,9 +8,7 @@ mod common;
 
 use common::{Drl, http_get, metric};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
-    Entry, RateLimitOverride,
-};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
@@ -37,18 +35,11 @@ type Client = RateLimitServiceClient<tonic::transport::Channel>;
 
 fn desc(entries: &[(&str, &str)], limit: Option<(u32, i32)>) -> RateLimitDescriptor {
     RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: k.to_string(),
-                value: v.to_string(),
-            })
-            .collect(),
         limit: limit.map(|(requests_per_unit, unit)| RateLimitOverride {
             requests_per_unit,
             unit,
         }),
-        ..Default::default()
+        ..drl_test_kit::envoy::descriptor(entries)
     }
 }
 

@@ -9,8 +9,6 @@
 mod common;
 
 use common::{Drl, config_check};
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -54,20 +52,7 @@ const LIMITS: &str = r#"---
 type Client = RateLimitServiceClient<tonic::transport::Channel>;
 
 async fn ask(c: &mut Client, domain: &str, entries: &[(&str, &str)], hits: u32) -> i32 {
-    let req = RateLimitRequest {
-        domain: domain.to_string(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: entries
-                .iter()
-                .map(|(k, v)| Entry {
-                    key: k.to_string(),
-                    value: v.to_string(),
-                })
-                .collect(),
-            ..Default::default()
-        }],
-        hits_addend: hits,
-    };
+    let req = drl_test_kit::envoy::request(domain, &[entries], hits);
     c.should_rate_limit(req)
         .await
         .unwrap()
@@ -114,7 +99,7 @@ async fn decisions(drl: &Drl) {
     let r = c
         .should_rate_limit(RateLimitRequest {
             domain: "nope".into(),
-            descriptors: vec![RateLimitDescriptor::default()],
+            descriptors: vec![Default::default()],
             hits_addend: 1,
         })
         .await

@@ -183,7 +183,11 @@ pub fn binding<'a>(policy: &'a HeaderValue, d: &Decision) -> &'a [u8] {
     let mut best: Option<PolicyItem<'_>> = None;
     for it in items(bytes) {
         first.get_or_insert(it.name);
-        if it.q == Some(q) && best.as_ref().is_none_or(|b| it.w.unwrap_or(0) > b.w.unwrap_or(0)) {
+        if it.q == Some(q)
+            && best
+                .as_ref()
+                .is_none_or(|b| it.w.unwrap_or(0) > b.w.unwrap_or(0))
+        {
             best = Some(it);
         }
     }

@@ -144,10 +144,7 @@ fn t_and_retry_after_agree_on_a_denial() {
 fn quota() -> impl Strategy<Value = Quota> {
     (
         1u64..=1_000_000_000_000_000_000,
-        prop_oneof![
-            (1u64..=86_400).prop_map(|s| s * SECOND),
-            1u64..=10 * SECOND,
-        ],
+        prop_oneof![(1u64..=86_400).prop_map(|s| s * SECOND), 1u64..=10 * SECOND,],
     )
         .prop_filter_map("valid quota", |(l, w)| Quota::new(l, w).ok())
 }
@@ -160,15 +157,17 @@ fn decision(limits: Vec<u64>) -> impl Strategy<Value = Decision> {
         proptest::option::of(any::<u64>()),
         any::<u64>(),
     )
-        .prop_map(|(allowed, remaining, limit, retry_after, reset_after)| Decision {
-            allowed,
-            remaining,
-            limit,
-            retry_after: if allowed { Some(0) } else { retry_after },
-            reset_after,
-            delay: 0,
-            reason: (!allowed).then_some(DenyReason::OverLimit),
-        })
+        .prop_map(
+            |(allowed, remaining, limit, retry_after, reset_after)| Decision {
+                allowed,
+                remaining,
+                limit,
+                retry_after: if allowed { Some(0) } else { retry_after },
+                reset_after,
+                delay: 0,
+                reason: (!allowed).then_some(DenyReason::OverLimit),
+            },
+        )
 }
 
 proptest! {

@@ -118,6 +118,21 @@ struct PolicyItem<'a> {
     w: Option<u64>,
 }
 
+/// The end (past the closing quote) of the String `v` starts with.
+fn string_end(v: &[u8]) -> Option<usize> {
+    if v.first() != Some(&b'"') {
+        return None;
+    }
+    let mut at = 1;
+    loop {
+        match v.get(at)? {
+            b'\\' => at += 2,
+            b'"' => return Some(at + 1),
+            _ => at += 1,
+        }
+    }
+}
+
 /// The items of a `RateLimit-Policy` value this module wrote. Stops at
 /// anything else (a value from elsewhere yields what precedes it).
 fn items(policy: &[u8]) -> impl Iterator<Item = PolicyItem<'_>> {
@@ -126,19 +141,8 @@ fn items(policy: &[u8]) -> impl Iterator<Item = PolicyItem<'_>> {
         while policy.get(at) == Some(&b',') || policy.get(at) == Some(&b' ') {
             at += 1;
         }
-        if policy.get(at) != Some(&b'"') {
-            return None;
-        }
         let start = at;
-        at += 1;
-        loop {
-            match policy.get(at)? {
-                b'\\' => at += 2,
-                b'"' => break,
-                _ => at += 1,
-            }
-        }
-        at += 1;
+        at += string_end(&policy[at..])?;
         let mut item = PolicyItem {
             name: &policy[start..at],
             q: None,
@@ -178,6 +182,13 @@ fn items(policy: &[u8]) -> impl Iterator<Item = PolicyItem<'_>> {
 /// decision no item matches (a failure-policy answer) names the first.
 pub fn binding<'a>(policy: &'a HeaderValue, d: &Decision) -> &'a [u8] {
     let bytes = policy.as_bytes();
+    // One item (a single-quota limit, the common case): its name, without
+    // reading the parameters.
+    if let Some(end) = string_end(bytes) {
+        if !bytes[end..].contains(&b',') {
+            return &bytes[..end];
+        }
+    }
     let q = d.limit.min(SF_INTEGER_MAX);
     let mut first = None;
     let mut best: Option<PolicyItem<'_>> = None;

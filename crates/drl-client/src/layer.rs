@@ -154,7 +154,8 @@ fn denied(
     policy: HeaderValue,
     ratelimit: HeaderValue,
 ) -> Response<Body> {
-    let mut resp = drl_http::problem::rate_limited(&t.limit, t.cost, status, d).map(Body::from);
+    let mut resp =
+        drl_http::problem::rate_limited(&t.limit, t.cost, status, &policy, d).map(Body::from);
     drl_http::headers::insert_ratelimit_values(resp.headers_mut(), policy, ratelimit);
     resp
 }
@@ -199,7 +200,7 @@ where
             // In process: decided already; the readied service answers an
             // admission, nothing is boxed or cloned.
             Some(Ok((d, policy))) => {
-                let ratelimit = drl_http::headers::ratelimit(&t.limit, &d);
+                let ratelimit = drl_http::headers::ratelimit(&policy, &d);
                 if d.allowed {
                     ResponseFuture::inner(self.inner.call(req), Some((policy, ratelimit)))
                 } else {
@@ -238,7 +239,7 @@ impl<S, F> RateLimit<S, F> {
                 Err(e) => return Ok(check_failed(&e)),
             };
             let policy = client.policy_header(&t.limit, &d);
-            let ratelimit = drl_http::headers::ratelimit(&t.limit, &d);
+            let ratelimit = drl_http::headers::ratelimit(&policy, &d);
             if !d.allowed {
                 return Ok(denied(&t, deny_status, &d, policy, ratelimit));
             }

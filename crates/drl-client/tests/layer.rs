@@ -146,8 +146,9 @@ proptest! {
                     prop_assert!(h("ratelimit").is_none());
                 }
                 Ok(d) => {
-                    prop_assert_eq!(h("ratelimit-policy"), Some(twin.policy_header(s.limit, &d)), "step {} {:?}", i, s);
-                    prop_assert_eq!(h("ratelimit"), Some(drl_http::headers::ratelimit(s.limit, &d)), "step {} {:?}", i, s);
+                    let policy = twin.policy_header(s.limit, &d);
+                    prop_assert_eq!(h("ratelimit-policy"), Some(policy.clone()), "step {} {:?}", i, s);
+                    prop_assert_eq!(h("ratelimit"), Some(drl_http::headers::ratelimit(&policy, &d)), "step {} {:?}", i, s);
                     prop_assert_eq!(h("retry-after"), drl_http::headers::retry_after(&d), "step {} {:?}", i, s);
                     if d.allowed {
                         prop_assert_eq!(resp.status(), StatusCode::OK, "step {} {:?}", i, s);
@@ -156,7 +157,7 @@ proptest! {
                         prop_assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS, "step {} {:?}", i, s);
                         prop_assert_eq!(h("content-type").unwrap(), "application/problem+json");
                         prop_assert_eq!(body, drl_http::problem::rate_limited_body(
-                            s.limit, s.cost, StatusCode::TOO_MANY_REQUESTS, &d));
+                            s.limit, s.cost, StatusCode::TOO_MANY_REQUESTS, &policy, &d));
                     }
                 }
             }

@@ -1,5 +1,6 @@
 //! RFC 9457 problem details (`application/problem+json`), and the 429 a
-//! denial answers with.
+//! denial answers with: draft-ietf-httpapi-ratelimit-headers-11's
+//! `quota-exceeded` problem type (§5.1).
 
 use drl_core::Decision;
 use http::{HeaderValue, Response, StatusCode, header};
@@ -30,9 +31,22 @@ pub fn response(status: StatusCode, kind: &str, title: &str, detail: &str) -> Re
     r
 }
 
-/// The body of the denial `d` of a check of `cost` on limit `limit`,
-/// answered with `status` (429 unless the caller asked for another).
-pub fn rate_limited_body(limit: &str, cost: u64, status: StatusCode, d: &Decision) -> String {
+/// The problem type of a denial (draft-ietf-httpapi-ratelimit-headers-11
+/// §5.1, registered in §10.2.1).
+pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
+/// The body of the denial `d` of a check of `cost` on limit `limit` (whose
+/// `RateLimit-Policy` value is `policy`), answered with `status` (429
+/// unless the caller asked for another): the [`QUOTA_EXCEEDED`] type with
+/// its `violated-policies` member (the policy `RateLimit` names,
+/// [`headers::binding_name`]), and drl's `limit` and `retry_after_ms`.
+pub fn rate_limited_body(
+    limit: &str,
+    cost: u64,
+    status: StatusCode,
+    policy: &HeaderValue,
+    d: &Decision,
+) -> String {
     let detail = match d.retry_after {
         Some(ns) => format!(
             "limit {limit:?} is exhausted for this client; retry in {} ms",
@@ -41,10 +55,11 @@ pub fn rate_limited_body(limit: &str, cost: u64, status: StatusCode, d: &Decisio
         None => format!("a request of cost {cost} can never fit limit {limit:?}"),
     };
     serde_json::json!({
-        "type": "https://drl.invalid/problems/rate-limited",
+        "type": QUOTA_EXCEEDED,
         "title": "Too Many Requests",
         "status": status.as_u16(),
         "detail": detail,
+        "violated-policies": [headers::binding_name(policy, d)],
         "limit": limit,
         "retry_after_ms": d.retry_after.map(ceil_ms),
     })
@@ -55,8 +70,14 @@ pub fn rate_limited_body(limit: &str, cost: u64, status: StatusCode, d: &Decisio
 /// ([`rate_limited_body`]) and `Retry-After` when a wait admits the
 /// request. The `RateLimit*` headers are added by
 /// [`headers::insert_ratelimit`], as for an admission.
-pub fn rate_limited(limit: &str, cost: u64, status: StatusCode, d: &Decision) -> Response<String> {
-    let mut r = Response::new(rate_limited_body(limit, cost, status, d));
+pub fn rate_limited(
+    limit: &str,
+    cost: u64,
+    status: StatusCode,
+    policy: &HeaderValue,
+    d: &Decision,
+) -> Response<String> {
+    let mut r = Response::new(rate_limited_body(limit, cost, status, policy, d));
     *r.status_mut() = status;
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, PROBLEM_JSON.clone());
@@ -82,7 +103,8 @@ mod tests {
             delay: 0,
             reason: Some(DenyReason::OverLimit),
         };
-        let r = rate_limited("api", 1, StatusCode::TOO_MANY_REQUESTS, &d);
+        let p = headers::policy("api", &[drl_core::Quota::parse("3/3s").unwrap()]);
+        let r = rate_limited("api", 1, StatusCode::TOO_MANY_REQUESTS, &p, &d);
         assert_eq!(r.status(), 429);
         assert_eq!(
             r.headers()[header::CONTENT_TYPE],
@@ -90,7 +112,11 @@ mod tests {
         );
         assert_eq!(r.headers()[header::RETRY_AFTER], "3");
         let v: serde_json::Value = serde_json::from_str(r.body()).unwrap();
-        assert_eq!(v["type"], "https://drl.invalid/problems/rate-limited");
+        assert_eq!(
+            v["type"],
+            "https://iana.org/assignments/http-problem-types#quota-exceeded"
+        );
+        assert_eq!(v["violated-policies"], serde_json::json!(["api"]));
         assert_eq!(v["status"], 429);
         assert_eq!(v["limit"], "api");
         assert_eq!(v["retry_after_ms"], 2500);
@@ -98,7 +124,7 @@ mod tests {
             retry_after: None,
             ..d
         };
-        let r = rate_limited("api", 9, StatusCode::FORBIDDEN, &never);
+        let r = rate_limited("api", 9, StatusCode::FORBIDDEN, &p, &never);
         assert!(r.headers().get(header::RETRY_AFTER).is_none());
         assert!(r.body().contains("cost 9 can never fit"), "{}", r.body());
     }

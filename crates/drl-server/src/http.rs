@@ -447,9 +447,10 @@ async fn forward_auth_bounded(
     let mut resp = if d.allowed {
         StatusCode::OK.into_response()
     } else {
-        drl_http::problem::rate_limited(&limit.name, cost, deny_status, &d).into_response()
+        drl_http::problem::rate_limited(&limit.name, cost, deny_status, &limit.policy, &d)
+            .into_response()
     };
-    drl_http::headers::insert_ratelimit(resp.headers_mut(), &limit.name, limit.policy.clone(), &d);
+    drl_http::headers::insert_ratelimit(resp.headers_mut(), limit.policy.clone(), &d);
     resp
 }
 

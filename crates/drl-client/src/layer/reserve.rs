@@ -212,7 +212,7 @@ where
             };
             let d = *permit.decision();
             let policy = client.policy_header(&t.limit, &d);
-            let ratelimit = drl_http::headers::ratelimit(&t.limit, &d);
+            let ratelimit = drl_http::headers::ratelimit(&policy, &d);
             if !permit.allowed() {
                 return Ok(denied(&t, shared.deny_status, &d, policy, ratelimit));
             }

@@ -75,7 +75,7 @@ http {{
       add_header Retry-After $drl_retry always;
       add_header RateLimit $drl_ratelimit always;
       default_type application/problem+json;
-      return 429 '{{"type":"https://drl.invalid/problems/rate-limited","title":"Too Many Requests","status":429}}';
+      return 429 '{{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429}}';
     }}
   }}
 }}

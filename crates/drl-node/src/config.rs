@@ -127,8 +127,13 @@ pub struct GossipConfig {
     /// Failure detection tuning.
     #[serde(default)]
     pub membership: MembershipConfig,
-    /// Fault injection (tests only; off by default).
+    /// Fault injection (tests only; off by default). Exists only with the
+    /// cargo feature `fault-injection`: a build without it refuses the key.
     #[serde(default)]
+    #[cfg_attr(
+        not(feature = "fault-injection"),
+        serde(deserialize_with = "crate::test_only::cluster_faults")
+    )]
     pub faults: FaultConfig,
     /// Seed of the node's random streams (default: the node id).
     #[serde(default)]
@@ -511,8 +516,8 @@ impl GossipConfig {
         if let Err(e) = self.settings().validate() {
             return Err(ConfigError::Invalid(e.to_string()));
         }
-        let f = &self.faults;
-        if !(0.0..=1.0).contains(&f.drop_rate) {
+        #[cfg(feature = "fault-injection")]
+        if !(0.0..=1.0).contains(&self.faults.drop_rate) {
             return bad("faults.drop_rate must be in [0, 1]");
         }
         let m = &self.membership;

@@ -7,14 +7,12 @@
 //! `tokio::net::lookup_host`: `/etc/hosts`, search domains, what
 //! Kubernetes pods expect) by default, or, with `discovery.nameserver`
 //! set, a small DNS client over UDP that asks that server for A and AAAA
-//! records directly (no search list, no cache). [`DnsResponder`] is a
-//! static DNS server for tests and local experiments.
+//! records directly (no search list, no cache). The static DNS server the
+//! tests answer with is drl-test-kit's `dns::DnsResponder`.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::str::FromStr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -331,129 +329,6 @@ pub fn decode_answer(msg: &[u8], id: u16, qtype: u16) -> Result<Option<Vec<IpAdd
     Ok(Some(out))
 }
 
-/// A static DNS server on UDP (for tests and local experiments): answers
-/// A and AAAA queries from a table that can be changed while it runs;
-/// an unknown name is NXDOMAIN. Stops when dropped.
-#[derive(Debug)]
-pub struct DnsResponder {
-    addr: SocketAddr,
-    table: Arc<Mutex<BTreeMap<String, Vec<IpAddr>>>>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl DnsResponder {
-    /// Binds `addr` (port 0: any free port) and starts answering.
-    pub fn start(addr: SocketAddr) -> std::io::Result<Self> {
-        let sock = UdpSocket::bind(addr)?;
-        sock.set_read_timeout(Some(Duration::from_millis(50)))?;
-        let addr = sock.local_addr()?;
-        let table: Arc<Mutex<BTreeMap<String, Vec<IpAddr>>>> = Arc::default();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let thread = {
-            let (table, stop) = (table.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 512];
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let Ok((n, from)) = sock.recv_from(&mut buf) else {
-                        continue;
-                    };
-                    if let Some(reply) =
-                        answer(&buf[..n], &table.lock().unwrap_or_else(|e| e.into_inner()))
-                    {
-                        let _ = sock.send_to(&reply, from);
-                    }
-                }
-            })
-        };
-        Ok(Self {
-            addr,
-            table,
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    /// The address it answers on.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// Sets the records of `name` (an empty list: the name has no
-    /// records).
-    pub fn set(&self, name: &str, ips: Vec<IpAddr>) {
-        self.table
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(name.trim_end_matches('.').to_ascii_lowercase(), ips);
-    }
-
-    /// Removes `name` (NXDOMAIN from now on).
-    pub fn remove(&self, name: &str) {
-        self.table
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&name.trim_end_matches('.').to_ascii_lowercase());
-    }
-}
-
-impl Drop for DnsResponder {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// The reply to one query, from `table`.
-fn answer(q: &[u8], table: &BTreeMap<String, Vec<IpAddr>>) -> Option<Vec<u8>> {
-    if q.len() < 12 || q[2] & 0x80 != 0 || u16_at(q, 4).ok()? != 1 {
-        return None;
-    }
-    let (name, end) = read_name(q, 12).ok()?;
-    let qtype = u16_at(q, end).ok()?;
-    let question = q.get(12..end + 4)?;
-    let mut r = Vec::with_capacity(512);
-    r.extend_from_slice(&q[0..2]);
-    let records: Vec<&IpAddr> = match table.get(&name) {
-        None => {
-            // NXDOMAIN, recursion available.
-            r.extend_from_slice(&[0x81, 0x83, 0, 1, 0, 0, 0, 0, 0, 0]);
-            r.extend_from_slice(question);
-            return Some(r);
-        }
-        Some(ips) => ips
-            .iter()
-            .filter(|ip| match qtype {
-                TYPE_A => ip.is_ipv4(),
-                TYPE_AAAA => ip.is_ipv6(),
-                _ => false,
-            })
-            .collect(),
-    };
-    r.extend_from_slice(&[0x81, 0x80, 0, 1]);
-    r.extend_from_slice(&(records.len() as u16).to_be_bytes());
-    r.extend_from_slice(&[0, 0, 0, 0]);
-    r.extend_from_slice(question);
-    for ip in records {
-        r.extend_from_slice(&[0xC0, 12]);
-        r.extend_from_slice(&qtype.to_be_bytes());
-        r.extend_from_slice(&[0, 1, 0, 0, 0, 5]);
-        match ip {
-            IpAddr::V4(v) => {
-                r.extend_from_slice(&4u16.to_be_bytes());
-                r.extend_from_slice(&v.octets());
-            }
-            IpAddr::V6(v) => {
-                r.extend_from_slice(&16u16.to_be_bytes());
-                r.extend_from_slice(&v.octets());
-            }
-        }
-    }
-    Some(r)
-}
-
 /// The node id of a StatefulSet pod: its hostname's trailing ordinal plus
 /// one (`drl-0` is node 1, `drl-2` node 3). The hostname is `$HOSTNAME`,
 /// else `/etc/hostname`.
@@ -563,88 +438,6 @@ mod tests {
     }
 
     #[test]
-    fn client_and_responder_agree() {
-        let dns = DnsResponder::start("127.0.0.1:0".parse().unwrap()).unwrap();
-        let v4: Vec<IpAddr> = vec![[127, 0, 0, 2].into(), [127, 0, 0, 3].into()];
-        let v6: IpAddr = "::1".parse().unwrap();
-        let mut both = v4.clone();
-        both.push(v6);
-        dns.set("drl.test", both.clone());
-        let t = Duration::from_secs(2);
-        let mut got = query_server(dns.addr(), "DRL.test.", t).unwrap();
-        got.sort();
-        let mut want = both.clone();
-        want.sort();
-        assert_eq!(got, want);
-        dns.set("drl.test", v4[..1].to_vec());
-        assert_eq!(query_server(dns.addr(), "drl.test", t).unwrap(), v4[..1]);
-        dns.set("drl.test", vec![]);
-        assert!(query_server(dns.addr(), "drl.test", t).unwrap().is_empty());
-        assert!(
-            query_server(dns.addr(), "other.test", t)
-                .unwrap()
-                .is_empty(),
-            "NXDOMAIN"
-        );
-        drop(dns);
-        let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let e = query_server(
-            silent.local_addr().unwrap(),
-            "x",
-            Duration::from_millis(100),
-        );
-        assert!(e.is_err(), "no answer is an error, never an empty cluster");
-    }
-
-    #[tokio::test]
-    async fn both_resolvers_answer_through_resolve() {
-        // The system resolver (getaddrinfo: /etc/hosts has localhost).
-        let sys = resolve("localhost", 9191, &DiscoveryConfig::default())
-            .await
-            .unwrap();
-        assert!(
-            sys.contains(&SocketAddr::from(([127, 0, 0, 1], 9191))),
-            "{sys:?}"
-        );
-        assert!(sys.windows(2).all(|w| w[0] < w[1]), "sorted, deduplicated");
-        // A given nameserver: its records, with the port; a missing name
-        // is no peer (not an error); a silent server is an error.
-        let dns = DnsResponder::start("127.0.0.1:0".parse().unwrap()).unwrap();
-        dns.set(
-            "peers.test",
-            vec![[127, 0, 0, 3].into(), [127, 0, 0, 2].into()],
-        );
-        let cfg = DiscoveryConfig {
-            nameserver: Some(dns.addr()),
-            timeout_ms: 1_000,
-            ..DiscoveryConfig::default()
-        };
-        assert_eq!(
-            resolve("peers.test", 7, &cfg).await.unwrap(),
-            vec![
-                SocketAddr::from(([127, 0, 0, 2], 7)),
-                SocketAddr::from(([127, 0, 0, 3], 7))
-            ]
-        );
-        assert!(resolve("gone.test", 7, &cfg).await.unwrap().is_empty());
-        let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let cfg = DiscoveryConfig {
-            nameserver: Some(silent.local_addr().unwrap()),
-            timeout_ms: 100,
-            ..DiscoveryConfig::default()
-        };
-        assert!(resolve("peers.test", 7, &cfg).await.is_err());
-        assert!(
-            DiscoveryConfig {
-                interval_ms: 5,
-                ..DiscoveryConfig::default()
-            }
-            .validate()
-            .is_err()
-        );
-    }
-
-    #[test]
     fn ordinals() {
         assert_eq!(ordinal_of("drl-0").unwrap(), 1);
         assert_eq!(
@@ -665,18 +458,6 @@ mod tests {
         #[test]
         fn hostile_answers_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300), id in any::<u16>()) {
             let _ = decode_answer(&bytes, id, TYPE_A);
-            let _ = answer(&bytes, &BTreeMap::new());
-        }
-
-        #[test]
-        fn answers_round_trip(ips in proptest::collection::vec(any::<[u8; 4]>(), 0..20), id in any::<u16>()) {
-            let ips: Vec<IpAddr> = ips.into_iter().map(IpAddr::from).collect();
-            let mut table = BTreeMap::new();
-            table.insert("a.b".to_string(), ips.clone());
-            let q = encode_query(id, "a.b", TYPE_A).unwrap();
-            let r = answer(&q, &table).unwrap();
-            prop_assert_eq!(decode_answer(&r, id, TYPE_A).unwrap(), Some(ips));
-            prop_assert_eq!(decode_answer(&r, id.wrapping_add(1), TYPE_A).unwrap(), None);
         }
     }
 }

@@ -4,7 +4,7 @@
 //! * [`transport`]: authenticated UDP (HMAC-SHA256, versioned frames,
 //!   replay windows, strict bounds) behind a [`transport::Transport`] trait
 //!   that gossip, membership and Orbit share, plus a fault-injecting wrapper
-//!   for tests;
+//!   for tests (cargo feature `fault-injection`, off in shipped builds);
 //! * [`membership`]: SWIM failure detection and join/leave by `foca`;
 //! * [`discovery`]: `dns:NAME:PORT` seeds resolved periodically;
 //! * [`gossip`]: the sans-IO [`gossip::Driver`] that feeds drl-cluster's
@@ -22,6 +22,7 @@ pub mod gossip;
 pub mod membership;
 pub mod orbit;
 pub mod store;
+mod test_only;
 pub mod transport;
 
 pub use config::{GossipConfig, MembershipConfig};

@@ -40,7 +40,9 @@ pub use drl_cluster::cloud_control::KeySnapshot;
 use crate::config::{ConfigError, GossipConfig};
 use crate::gossip::Driver;
 use crate::membership::{Membership, NodeIdent, Output};
-use crate::transport::fault::{FaultHandle, FaultyTransport};
+use crate::transport::fault::FaultHandle;
+#[cfg(feature = "fault-injection")]
+use crate::transport::fault::FaultyTransport;
 use crate::transport::{
     Datagram, Transport, TransportError, TransportStats, UdpTransport, channel,
 };
@@ -115,11 +117,18 @@ fn key_limit(spec: &LimitSpec, nodes: &StrengthReducedU64) -> KeyLimit {
     }
 }
 
+/// The node's transport: UDP, wrapped in the fault injector in test builds
+/// (cargo feature `fault-injection`).
+#[cfg(feature = "fault-injection")]
+type NodeTransport = FaultyTransport<UdpTransport>;
+#[cfg(not(feature = "fault-injection"))]
+type NodeTransport = UdpTransport;
+
 /// A running gossip node behind the `Store` trait.
 #[derive(Debug)]
 pub struct GossipStore {
     shared: Arc<Shared>,
-    transport: Arc<FaultyTransport<UdpTransport>>,
+    transport: Arc<NodeTransport>,
     tasks: Vec<JoinHandle<()>>,
     stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
@@ -140,7 +149,10 @@ impl GossipStore {
         let keys = cfg.load_keys().map_err(ConfigError::from)?;
         let udp = UdpTransport::bind(cfg.bind, cfg.node_id, keys).await?;
         let local = udp.local_addr();
+        #[cfg(feature = "fault-injection")]
         let transport = Arc::new(FaultyTransport::new(udp, cfg.faults.clone()));
+        #[cfg(not(feature = "fault-injection"))]
+        let transport = Arc::new(udp);
         let settings = cfg.settings();
         let seed = cfg.seed.unwrap_or(cfg.node_id as u64);
         let origin = Instant::now();
@@ -245,9 +257,14 @@ impl GossipStore {
         self.transport.set_keys(keys);
     }
 
-    /// Controls the fault injector (partitions, loss) at run time.
+    /// Controls the fault injector (partitions, loss) at run time (without
+    /// the cargo feature `fault-injection`, a handle with nothing to
+    /// control).
     pub fn faults(&self) -> FaultHandle {
-        self.transport.handle()
+        #[cfg(feature = "fault-injection")]
+        return self.transport.handle();
+        #[cfg(not(feature = "fault-injection"))]
+        FaultHandle::default()
     }
 
     /// Nodes counted live (this one included): up in membership and heard
@@ -388,7 +405,7 @@ impl Store for GossipStore {
 /// either is touched.
 struct NodeLoop {
     shared: Arc<Shared>,
-    transport: Arc<FaultyTransport<UdpTransport>>,
+    transport: Arc<NodeTransport>,
     membership: Membership,
     driver: Driver,
     tx: mpsc::Sender<Input>,

@@ -8,9 +8,9 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use drl_core::{Algorithm, Quota};
-use drl_node::discovery::DnsResponder;
 use drl_node::orbit::{OrbitConfig, OrbitStore};
 use drl_store::LimitSpec;
+use drl_test_kit::dns::DnsResponder;
 
 const KEY: &str = "orbit-dns-test-key-0123456789abc";
 

@@ -38,8 +38,8 @@ fn dump(c: &mut redis::Connection) -> Vec<(String, Option<Vec<u8>>, i64)> {
 
 #[test]
 fn errors_write_nothing() {
-    let r = Redis::with_module();
-    let mut c = r.conn();
+    let r = Redis::start_module();
+    let mut c = r.admin();
     let _: () = redis::cmd("SET")
         .arg("good")
         .arg("5 0")
@@ -185,8 +185,8 @@ fn errors_write_nothing() {
 
 #[test]
 fn keys_expire_once_fresh() {
-    let r = Redis::with_module();
-    let mut c = r.conn();
+    let r = Redis::start_module();
+    let mut c = r.admin();
     // gcra 1 per 5 s: after one admission the state is fresh in 5 s;
     // PX = 5000 + grace 50. (At 1 per 200 ms a loaded machine's pause
     // between two calls made the denial below an admission.)
@@ -240,8 +240,8 @@ fn keys_expire_once_fresh() {
 
 #[test]
 fn getkeys_version_and_replication() {
-    let master = Redis::with_module();
-    let mut c = master.conn();
+    let master = Redis::start_module();
+    let mut c = master.admin();
     let v: i64 = redis::cmd("DRL.VERSION").query(&mut c).unwrap();
     assert_eq!(v, 2);
     let keys: Vec<String> = redis::cmd("COMMAND")
@@ -256,8 +256,8 @@ fn getkeys_version_and_replication() {
     assert_eq!(keys, ["k1", "k2", "k3"]);
     // A replica WITHOUT the module follows the SETs the module replicates.
     let port = master.port.to_string();
-    let replica = Redis::start(&["--replicaof", "127.0.0.1", &port]);
-    let mut rc = replica.conn();
+    let replica = Redis::start_with_free_port(&["--replicaof", "127.0.0.1", &port]);
+    let mut rc = replica.admin();
     wait_until(Duration::from_secs(30), "the replica to sync", || {
         let info: String = redis::cmd("INFO")
             .arg("replication")
@@ -316,8 +316,8 @@ fn getkeys_version_and_replication() {
 #[test]
 fn reads_integer_encoded_values() {
     // Redis stores "5" as an integer object; the module must read it as text.
-    let r = Redis::with_module();
-    let mut c = r.conn();
+    let r = Redis::start_module();
+    let mut c = r.admin();
     let _: () = redis::cmd("SET").arg("log").arg(5).query(&mut c).unwrap();
     let _: () = redis::cmd("SET").arg("num").arg(12).query(&mut c).unwrap();
     let enc: String = redis::cmd("OBJECT")
@@ -362,8 +362,8 @@ fn aof_replays_without_the_module() {
         let path = common::module_path();
         let mut args = aof.to_vec();
         args.extend(["--loadmodule", path.to_str().unwrap()]);
-        let master = Redis::start(&args);
-        let mut c = master.conn();
+        let master = Redis::start_with_free_port(&args);
+        let mut c = master.admin();
         let d = [at(
             7_000_000_000,
             Algorithm::FixedWindow,
@@ -375,8 +375,8 @@ fn aof_replays_without_the_module() {
         redis::cmd("MGET").arg(&keys[..]).query(&mut c).unwrap()
     }; // SIGKILLed here: only the AOF remains.
     assert_eq!(want[0].as_deref(), Some("7000000000 0 2"));
-    let plain = Redis::start(&aof);
-    let mut c = plain.conn();
+    let plain = Redis::start_with_free_port(&aof);
+    let mut c = plain.admin();
     let got: Vec<Option<String>> = redis::cmd("MGET").arg(&keys[..]).query(&mut c).unwrap();
     assert_eq!(got, want, "the AOF holds the module's writes as plain SETs");
     let ttl: i64 = redis::cmd("PTTL").arg(&keys[1]).query(&mut c).unwrap();
@@ -388,13 +388,13 @@ fn cluster_checks_the_declared_keys() {
     // A one-node cluster owning every slot: Redis itself enforces that one
     // call's keys share a slot, from the key spec the module declares.
     let path = common::module_path();
-    let r = Redis::start(&[
+    let r = Redis::start_with_free_port(&[
         "--cluster-enabled",
         "yes",
         "--loadmodule",
         path.to_str().unwrap(),
     ]);
-    let mut c = r.conn();
+    let mut c = r.admin();
     let _: () = redis::cmd("CLUSTER")
         .arg("ADDSLOTSRANGE")
         .arg(0)
@@ -417,9 +417,9 @@ fn cluster_checks_the_declared_keys() {
 fn only_written_keys_count_as_modified() {
     // Like the Lua script, a call that only reads a key (a denial, a query)
     // does not abort a transaction WATCHing it; a write does.
-    let r = Redis::with_module();
-    let mut c = r.conn();
-    let mut other = r.conn();
+    let r = Redis::start_module();
+    let mut c = r.admin();
+    let mut other = r.admin();
     let keys = ["watched".to_string()];
     let quota = [q(1, 60_000_000_000)];
     let run = |c: &mut redis::Connection, other: &mut redis::Connection, cost| -> bool {
@@ -440,8 +440,8 @@ fn a_panic_is_an_error_and_writes_nothing() {
     // A sliding-log state with an entry after `last` is not one drl ever
     // writes; with debug assertions drl-core's arithmetic panics on it. The
     // module must answer an error, write nothing and keep serving.
-    let r = Redis::with_module();
-    let mut c = r.conn();
+    let r = Redis::start_module();
+    let mut c = r.admin();
     let _: () = redis::cmd("SET")
         .arg("odd")
         .arg("5 9 1")
@@ -473,8 +473,8 @@ fn a_panic_is_an_error_and_writes_nothing() {
 #[test]
 fn charges_store_debts_that_are_read_as_debts() {
     const S: u64 = 1_000_000_000;
-    let r = Redis::with_module();
-    let mut c = r.conn();
+    let r = Redis::start_module();
+    let mut c = r.admin();
     let t0 = 1_764_000_000 * S;
     let d = |op, now, cost| Decision {
         clock: Clock::Caller(now),

@@ -25,7 +25,7 @@ const GRACE_MS: u64 = 600_000;
 
 fn server() -> &'static Redis {
     static R: OnceLock<Redis> = OnceLock::new();
-    R.get_or_init(Redis::with_module)
+    R.get_or_init(Redis::start_module)
 }
 
 fn wall_ns() -> u64 {
@@ -38,7 +38,7 @@ fn wall_ns() -> u64 {
 fn check_trace(t: &Trace) -> Result<(), TestCaseError> {
     static CASE: AtomicU64 = AtomicU64::new(0);
     let prefix = format!("diff{}", CASE.fetch_add(1, Ordering::Relaxed));
-    let mut c = server().conn();
+    let mut c = server().admin();
     let mut model: HashMap<String, Vec<u8>> = HashMap::new();
     let mut now = t.start;
     for call in &t.calls {

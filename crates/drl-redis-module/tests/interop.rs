@@ -29,7 +29,7 @@ const GRACE_MS: u64 = 600_000;
 
 fn server() -> &'static Redis {
     static R: OnceLock<Redis> = OnceLock::new();
-    R.get_or_init(Redis::with_module)
+    R.get_or_init(Redis::start_module)
 }
 
 /// EVALSHA of the Lua script with drl-store's ARGV layout (see main.lua).
@@ -39,7 +39,7 @@ fn lua(c: &mut redis::Connection, keys: &[String], decisions: &[Decision]) -> Va
         redis::cmd("SCRIPT")
             .arg("LOAD")
             .arg(LUA)
-            .query(&mut server().conn())
+            .query(&mut server().admin())
             .expect("SCRIPT LOAD")
     });
     let mut cmd = redis::cmd("EVALSHA");
@@ -76,7 +76,7 @@ fn check(t: &Trace) -> Result<(), TestCaseError> {
         format!("mod{case}"),
         format!("mix{case}"),
     ];
-    let mut c = server().conn();
+    let mut c = server().admin();
     let mut now = t.start;
     for (n, call) in t.calls.iter().enumerate() {
         let mut decisions = Vec::new();
@@ -150,7 +150,7 @@ proptest! {
 /// round, on one key (the explicit form of the mixed trace above).
 #[test]
 fn each_engine_reads_the_others_state() {
-    let mut c = server().conn();
+    let mut c = server().admin();
     let q = [drl_core::Quota::new(3, 3_000_000_000).unwrap()];
     let d = |now| [common::at(now, drl_core::Algorithm::Gcra, 1, &q)];
     let key = vec!["interop:gcra".to_string()];

@@ -5,8 +5,9 @@
 //!
 //! Binaries: `drl-soak` is this crate's (`CARGO_BIN_EXE_drl-soak`); the
 //! `drl` binary it starts is `$DRL_BIN`, or else `drl` in the same target
-//! directory (`cargo test --workspace` builds it; with `cargo test -p
-//! drl-soak` alone, run `cargo build -p drl` first). A missing binary
+//! directory (`cargo test --workspace` builds it, with the fault injector
+//! its tests enable; with `cargo test -p drl-soak` alone, run `cargo build
+//! -p drl --features fault-injection` first). A missing binary
 //! fails the test: it never skips.
 
 use std::path::PathBuf;
@@ -24,7 +25,7 @@ fn drl_bin() -> PathBuf {
     let drl = soak.with_file_name("drl");
     assert!(
         drl.is_file(),
-        "no drl binary at {} (run `cargo build -p drl` with the same target dir, or set DRL_BIN)",
+        "no drl binary at {} (run `cargo build -p drl --features fault-injection` with the same target dir, or set DRL_BIN)",
         drl.display()
     );
     drl

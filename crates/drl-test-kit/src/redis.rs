@@ -177,7 +177,7 @@ impl RedisServer {
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
             .arg(
-                "redis-server \"$@\" >/dev/null 2>&1 & pid=$!; echo $pid; \
+                "redis-server \"$@\" >\"$DRL_REDIS_LOG\" 2>&1 & pid=$!; echo $pid; \
                  cat >/dev/null; kill -CONT $pid 2>/dev/null; kill -9 $pid 2>/dev/null; wait",
             )
             .arg("redis-watchdog");
@@ -189,6 +189,7 @@ impl RedisServer {
             .arg("--dir")
             .arg(self.dir.path())
             .args(&self.extra)
+            .env("DRL_REDIS_LOG", self.dir.path().join("redis.log"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
@@ -207,16 +208,27 @@ impl RedisServer {
             pid,
         });
         let port = self.port;
-        wait_until(
-            Duration::from_secs(10),
-            "redis-server to answer PING",
-            || match &self.tls {
-                None => ping(port),
-                Some(_) => self
-                    .try_admin()
-                    .is_some_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok()),
-            },
-        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !match &self.tls {
+            None => ping(port),
+            Some(_) => self
+                .try_admin()
+                .is_some_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok()),
+        } {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server {:?} did not answer PING within 30 s; its log:\n{}",
+                self.extra,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// What the server wrote to stdout and stderr (its log, warnings and
+    /// up) since it was last started.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
     }
 
     /// The server's directory (config files, cluster state).

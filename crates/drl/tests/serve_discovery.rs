@@ -1,6 +1,6 @@
 //! DNS discovery end to end: three real `drl serve` processes whose only
 //! seed is `dns:drl-peers.test:PORT`, answered by a real DNS server (a
-//! static UDP responder in this process, `drl_node::discovery::DnsResponder`)
+//! static UDP responder in this process, `drl_test_kit::dns::DnsResponder`)
 //! on 127.0.0.1. The nodes bind 127.0.0.1, .2 and .3 on the same port, so
 //! the three A records are the cluster. They find each other by name
 //! (each counts 3 live nodes); a record removed is a peer gone (the other
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Drl, http_get, metric, post_json, wait_for_or};
-use drl_node::discovery::DnsResponder;
+use drl_test_kit::dns::DnsResponder;
 
 const NAME: &str = "drl-peers.test";
 

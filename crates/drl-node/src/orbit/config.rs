@@ -246,8 +246,14 @@ pub struct OrbitConfig {
     /// Largest encoded table accepted from a peer, bytes (default 8 MiB).
     #[serde(default = "defaults::max_message_bytes")]
     pub max_message_bytes: usize,
-    /// Fault injection on this node's ring traffic (tests only).
+    /// Fault injection on this node's ring traffic (tests only). Exists
+    /// only with the cargo feature `fault-injection`: a build without it
+    /// refuses the key.
     #[serde(default)]
+    #[cfg_attr(
+        not(feature = "fault-injection"),
+        serde(deserialize_with = "crate::test_only::orbit_fault")
+    )]
     pub fault: Option<FaultConfig>,
 }
 

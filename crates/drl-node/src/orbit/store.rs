@@ -22,7 +22,9 @@ use super::config::OrbitConfig;
 use super::error::OrbitError;
 use super::ring_id::limit_id;
 use super::wire::{self, Payload, Reassembler};
-use crate::transport::fault::{FaultHandle, FaultyTransport};
+use crate::transport::fault::FaultHandle;
+#[cfg(feature = "fault-injection")]
+use crate::transport::fault::FaultyTransport;
 use crate::transport::{Datagram, Transport, TransportStats, UdpTransport, channel};
 
 /// One decision with the window it was charged to.
@@ -156,14 +158,13 @@ impl OrbitStore {
         config.validate()?;
         let keys = config.key.load_ring()?;
         let udp = UdpTransport::bind(config.bind, config.node_id, keys).await?;
-        match config.fault.clone() {
-            Some(f) => {
-                let t = FaultyTransport::new(udp, f);
-                let h = t.handle();
-                Self::with_transport(config, Arc::new(t), Some(h))
-            }
-            None => Self::with_transport(config, Arc::new(udp), None),
+        #[cfg(feature = "fault-injection")]
+        if let Some(f) = config.fault.clone() {
+            let t = FaultyTransport::new(udp, f);
+            let h = t.handle();
+            return Self::with_transport(config, Arc::new(t), Some(h));
         }
+        Self::with_transport(config, Arc::new(udp), None)
     }
 
     /// Starts the runtime on an existing transport, which it then owns: it

@@ -1,5 +1,6 @@
 //! [`FaultyTransport`]: a transport wrapper that loses, delays and
-//! partitions datagrams, for tests. Off by default ([`FaultConfig::default`]
+//! partitions datagrams, for tests (compiled only with the cargo feature
+//! `fault-injection`; shipped builds have `fault_off.rs` instead). Off by default ([`FaultConfig::default`]
 //! injects nothing); the random stream is seeded, so a given seed drops the
 //! same sequence of sends.
 //!

@@ -11,9 +11,14 @@
 //! replayed is dropped and counted, never handed up. The accepted keys can
 //! be replaced while the transport runs ([`Transport::set_keys`]), for key
 //! rotation.
-//! [`fault::FaultyTransport`] wraps any transport with seeded loss, delay and
-//! partitions for tests.
+//! With the cargo feature `fault-injection` (tests only), `fault::FaultyTransport`
+//! wraps any transport with seeded loss, delay and partitions; without it,
+//! [`fault`] is an empty stand-in and no config can turn faults on.
 
+#[cfg(feature = "fault-injection")]
+pub mod fault;
+#[cfg(not(feature = "fault-injection"))]
+#[path = "fault_off.rs"]
 pub mod fault;
 pub mod frame;
 pub mod keys;
@@ -203,6 +208,7 @@ impl Counters {
     }
 
     /// A datagram dropped by the fault injector, `dir` `"in"` or `"out"`.
+    #[cfg(feature = "fault-injection")]
     pub(crate) fn on_injected_drop(&self, dir: &'static str) {
         self.injected_drops.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("drl_node_datagrams_total", "dir" => dir, "result" => "injected_drop")

@@ -193,18 +193,22 @@ fn relay_yaml(
          quota: {}\n    burst: {}\n",
         a.limit, a.burst
     );
+    // No `faults:` key without a delay: a build without fault injection
+    // refuses the key.
+    let faults = match a.limiter_rtt_ms / 2 {
+        0 => String::new(),
+        d => format!("  faults: {{ delay_ms: {d} }}\n"),
+    };
     if algorithm == "ctb" || algorithm == DELAY_ONLY {
         format!("{common}chain: INPUT\nscope: local\n{class}")
     } else {
         format!(
             "{common}chain: OUTPUT\nscope: gossip\ncluster:\n  node_id: {site}\n  bind: {}\n  \
-             seeds: [{}]\n  key_file: {}\n  estimate_interval_ms: {}\n  \
-             faults: {{ delay_ms: {} }}\n{class}",
+             seeds: [{}]\n  key_file: {}\n  estimate_interval_ms: {}\n{faults}{class}",
             sites[site - 1],
             peers.join(", "),
             key.display(),
             a.interval_ms,
-            a.limiter_rtt_ms / 2
         )
     }
 }
@@ -236,6 +240,16 @@ fn fig3(a: Fig3Args) -> anyhow::Result<ExitCode> {
         if !["ctb", "gtb", "grd", "fps", "grd-smooth", "fps-mean"].contains(&alg.as_str()) {
             bail!("--algorithms: unknown {alg:?} (ctb, gtb, grd, fps, grd-smooth, fps-mean)");
         }
+    }
+    // The relays' gossip delay is the fault injector's (`cluster.faults`),
+    // which only a build with the cargo feature `fault-injection` has.
+    let gossip = algorithms.iter().any(|alg| alg != "ctb");
+    if gossip && a.limiter_rtt_ms / 2 > 0 && !cfg!(feature = "fault-injection") {
+        bail!(
+            "--limiter-rtt-ms delays gossip with the cluster transport's fault injector, \
+             which this build lacks: build drl with `--features fault-injection`, \
+             or pass --limiter-rtt-ms 0"
+        );
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let exe = std::env::current_exe().context("locating the drl binary")?;

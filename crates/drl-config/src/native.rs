@@ -49,10 +49,10 @@ pub struct Config {
     pub redis_resilience: drl_store::ResilienceConfig,
     /// The Orbit ring of `scope: orbit` limits (see docs/orbit-runtime.md).
     #[serde(default)]
-    pub orbit: Option<drl_node::orbit::OrbitConfig>,
+    pub orbit: Option<drl_cluster_net::orbit::OrbitConfig>,
     /// The gossip cluster of `scope: gossip` limits (see docs/gossip.md).
     #[serde(default)]
-    pub cluster: Option<drl_node::GossipConfig>,
+    pub cluster: Option<drl_cluster_net::GossipConfig>,
     /// Who may ask: bearer tokens for the APIs and for `/metrics`.
     #[serde(default)]
     pub auth: crate::sections::AuthConfig,

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use drl_cluster::alloc::AlgorithmKind;
-use drl_node::GossipConfig;
+use drl_cluster_net::GossipConfig;
 use serde::{Deserialize, Deserializer};
 
 use crate::classify::{Cidr, Match, parse_protocol};
@@ -45,7 +45,7 @@ pub enum Scope {
     /// The limit applies to this relay's traffic alone.
     #[default]
     Local,
-    /// The limit is global, shared by gossip (drl-node's Cloud Control
+    /// The limit is global, shared by gossip (drl-cluster-net's Cloud Control
     /// node, as `drl serve`'s `scope: gossip`).
     Gossip,
 }

@@ -3,8 +3,8 @@
 //! The relay takes packets from a Linux NFQUEUE, classifies them into
 //! configured limits, and forwards or drops each one with drl-cluster's
 //! Cloud Control node: alone (`scope: local`) or sharing a global limit
-//! with other relays by gossip (`scope: gossip`, through drl-node's
-//! [`drl_node::GossipStore`]: the same node, transport and membership as
+//! with other relays by gossip (`scope: gossip`, through drl-cluster-net's
+//! [`drl_cluster_net::GossipStore`]: the same node, transport and membership as
 //! `drl serve`). docs/relay.md is the operator's guide.
 //!
 //! Sans-IO parts (pure, tested without a kernel):

@@ -3,7 +3,7 @@
 //!
 //! * `scope: local`: a [`Node`] with no peers, owned by the packet loop
 //!   and ticked by it ([`Limiter::tick`]);
-//! * `scope: gossip`: drl-node's [`GossipStore`] (the same node, driver,
+//! * `scope: gossip`: drl-cluster-net's [`GossipStore`] (the same node, driver,
 //!   authenticated UDP transport and SWIM membership as `drl serve`'s
 //!   `scope: gossip`), decided through [`GossipStore::decide_now`].
 //!
@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use drl_cluster::cloud_control::{KeyLimit, KeyRef, KeySnapshot, Keys, Node, Settings};
+use drl_cluster_net::{GossipStore, StartError};
 use drl_core::{Algorithm, Nanos, Quota};
-use drl_node::{GossipStore, StartError};
 use drl_store::{Check, LimitSpec};
 
 use crate::config::{Class, RelayConfig};

@@ -310,7 +310,7 @@ fn render_gossip(o: &mut String, snaps: &Snapshots) {
                 o,
                 name,
                 "counter",
-                "Gossip and membership traffic (drl-node transport).",
+                "Gossip and membership traffic (drl-cluster-net transport).",
             );
             let _ = writeln!(o, "{name} {v}");
         }

@@ -10,11 +10,11 @@
 //! (deadline, circuit breaker, fail open/closed/local), connected once at
 //! start ([`Stores::connect_redis`]).
 //!
-//! `gossip` is a `drl_node::GossipStore` (Cloud Control GRD/FPS over
+//! `gossip` is a `drl_cluster_net::GossipStore` (Cloud Control GRD/FPS over
 //! authenticated UDP gossip), started once at start
 //! ([`Stores::start_gossip`]).
 //!
-//! `orbit` is a `drl_node::orbit::OrbitStore` (strict global caps on a
+//! `orbit` is a `drl_cluster_net::orbit::OrbitStore` (strict global caps on a
 //! ring), started once at start ([`Stores::start_orbit`]); every orbit
 //! limit is registered with it when a config is loaded.
 //!
@@ -26,9 +26,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use drl_cluster_net::orbit::{OrbitConfig, OrbitStore};
+use drl_cluster_net::{GossipConfig, GossipStore};
 use drl_core::{Decision, KeyedConfig, KeyedLimiter, Nanos};
-use drl_node::orbit::{OrbitConfig, OrbitStore};
-use drl_node::{GossipConfig, GossipStore};
 use drl_store::{
     Check, LimitSpec, MemoryStore, RedisConfig, RedisStore, ResilienceConfig, Resilient, Store,
     StoreError,
@@ -193,8 +193,8 @@ fn same_but_key(a: &OrbitConfig, b: &OrbitConfig) -> bool {
 /// Cluster keys read for a reload, not installed yet.
 #[derive(Debug)]
 pub struct PendingKeys {
-    orbit: Option<drl_node::transport::KeyRing>,
-    gossip: Option<drl_node::transport::KeyRing>,
+    orbit: Option<drl_cluster_net::transport::KeyRing>,
+    gossip: Option<drl_cluster_net::transport::KeyRing>,
 }
 
 /// What a Redis connection was made from; a reload that changes it needs

@@ -4,7 +4,7 @@
 //! The simulator (`engine.rs`) and the gossip fault harness
 //! (`faults/gossip.rs`) drain a node's payloads with [`drain`]; [`replay`]
 //! feeds a whole trace. drl's `one_trace` test feeds the same trace to
-//! drl-node's driver (the service's glue) and checks that verdicts and
+//! drl-cluster-net's driver (the service's glue) and checks that verdicts and
 //! outgoing bytes are identical: the simulator runs the service's node,
 //! not a copy of it.
 

@@ -125,7 +125,7 @@ pub async fn run(
     while !stop.load(Ordering::Relaxed) && start.elapsed() + Duration::from_secs(LONGEST_S) < until
     {
         let kind = draw(&mut rng);
-        let drl_nodes: Vec<usize> = {
+        let drl_cluster_nets: Vec<usize> = {
             let t = sh.topo();
             (0..t.procs.len())
                 .filter(|&i| t.procs[i].group != Group::RedisServer)
@@ -147,13 +147,13 @@ pub async fn run(
         };
         let nodes = match kind {
             "kill-restart" => {
-                let n = drl_nodes[rng.random_range(0..drl_nodes.len())];
+                let n = drl_cluster_nets[rng.random_range(0..drl_cluster_nets.len())];
                 sh.set_nodes(slot, &[n]);
                 kill_restart(&sh, &client, n, Duration::from_secs(2)).await;
                 vec![n]
             }
             "stop-cont" => {
-                let n = drl_nodes[rng.random_range(0..drl_nodes.len())];
+                let n = drl_cluster_nets[rng.random_range(0..drl_cluster_nets.len())];
                 sh.set_nodes(slot, &[n]);
                 stop_cont(&sh, n, Duration::from_millis(1500)).await;
                 vec![n]
@@ -188,7 +188,7 @@ pub async fn run(
                 gossip.clone()
             }
             "reload-spare" => {
-                let n = drl_nodes[rng.random_range(0..drl_nodes.len())];
+                let n = drl_cluster_nets[rng.random_range(0..drl_cluster_nets.len())];
                 {
                     let mut t = sh.topo();
                     t.state[n].spare = if t.state[n].spare == 50 { 60 } else { 50 };
@@ -197,7 +197,7 @@ pub async fn run(
                 vec![n]
             }
             _ => {
-                let n = drl_nodes[rng.random_range(0..drl_nodes.len())];
+                let n = drl_cluster_nets[rng.random_range(0..drl_cluster_nets.len())];
                 reload(&sh, n, kind).await;
                 vec![n]
             }

@@ -30,7 +30,7 @@ const RULES: &[Rule] = &[
             "drl-store",
             "drl-server",
             "drl-sim",
-            "drl-node",
+            "drl-cluster-net",
             "drl-redis-module",
             "drl",
             // No async runtime in the algorithms.
@@ -41,7 +41,7 @@ const RULES: &[Rule] = &[
         krate: "drl-cluster",
         forbidden: &[
             "drl-store",
-            "drl-node",
+            "drl-cluster-net",
             "drl-server",
             "drl-sim",
             "drl-redis-module",
@@ -54,14 +54,14 @@ const RULES: &[Rule] = &[
         krate: "drl-sim",
         forbidden: &[
             "drl-store",
-            "drl-node",
+            "drl-cluster-net",
             "drl-server",
             "drl-redis-module",
             "drl",
         ],
     },
     Rule {
-        krate: "drl-node",
+        krate: "drl-cluster-net",
         forbidden: &["drl-server", "drl"],
     },
     Rule {
@@ -69,7 +69,7 @@ const RULES: &[Rule] = &[
         forbidden: &[
             "drl-cluster",
             "drl-store",
-            "drl-node",
+            "drl-cluster-net",
             "drl-server",
             "drl-sim",
             "drl-redis-module",
@@ -84,7 +84,7 @@ const RULES: &[Rule] = &[
         forbidden: &[
             "drl-cluster",
             "drl-store",
-            "drl-node",
+            "drl-cluster-net",
             "drl-server",
             "drl-service",
             "drl-sim",
@@ -101,7 +101,7 @@ const RULES: &[Rule] = &[
         forbidden: &[
             "drl-cluster",
             "drl-store",
-            "drl-node",
+            "drl-cluster-net",
             "drl-server",
             "drl-sim",
             "drl-redis-module",
@@ -115,7 +115,7 @@ const RULES: &[Rule] = &[
         forbidden: &[
             "drl-cluster",
             "drl-store",
-            "drl-node",
+            "drl-cluster-net",
             "drl-config",
             "drl-service",
             "drl-server",
@@ -325,18 +325,18 @@ fn a_forbidden_crate_reached_through_an_intermediate_is_reported_with_its_path()
     let graph = hand_built(&[
         ("drl-cluster", &["drl-core", "helper"]),
         ("drl-core", &[]),
-        ("helper", &["drl-node"]),
-        ("drl-node", &["drl-core"]),
+        ("helper", &["drl-cluster-net"]),
+        ("drl-cluster-net", &["drl-core"]),
     ]);
     let rules = [Rule {
         krate: "drl-cluster",
-        forbidden: &["drl-node", "drl-server"],
+        forbidden: &["drl-cluster-net", "drl-server"],
     }];
     assert_eq!(
         violations(&graph, &rules),
         vec![
-            "`drl-cluster` must not depend on `drl-node`, but reaches it through: \
-             drl-cluster -> helper -> drl-node"
+            "`drl-cluster` must not depend on `drl-cluster-net`, but reaches it through: \
+             drl-cluster -> helper -> drl-cluster-net"
                 .to_owned()
         ]
     );
@@ -345,20 +345,20 @@ fn a_forbidden_crate_reached_through_an_intermediate_is_reported_with_its_path()
 #[test]
 fn an_allowed_graph_has_no_violations_and_a_missing_crate_is_reported() {
     let graph = hand_built(&[
-        ("drl-node", &["drl-cluster"]),
+        ("drl-cluster-net", &["drl-cluster"]),
         ("drl-cluster", &["drl-core"]),
         ("drl-core", &["parking_lot"]),
         ("parking_lot", &[]),
     ]);
     let ok = [Rule {
         krate: "drl-cluster",
-        forbidden: &["drl-node"],
+        forbidden: &["drl-cluster-net"],
     }];
     assert!(violations(&graph, &ok).is_empty());
 
     let stale = [Rule {
         krate: "drl-gone",
-        forbidden: &["drl-node"],
+        forbidden: &["drl-cluster-net"],
     }];
     let found = violations(&graph, &stale);
     assert_eq!(found.len(), 1);

@@ -1,7 +1,7 @@
 //! One trace, one verdict: the same sequence of arrivals, payloads,
 //! membership events and timer firings, fed to a Cloud Control node through
 //! drl-sim (`drl_sim::node_trace`, how the simulator drives its limiters)
-//! and through drl-node's `Driver` (the service's glue, on a manual clock),
+//! and through drl-cluster-net's `Driver` (the service's glue, on a manual clock),
 //! gives identical verdicts and identical outgoing bytes. The simulator
 //! runs the service's node, not a copy of it.
 
@@ -9,9 +9,9 @@ use std::net::SocketAddr;
 
 use drl_cluster::alloc::AlgorithmKind;
 use drl_cluster::cloud_control::{Aggregation, KeyLimit, KeyRef, Node, PeerId, Settings};
+use drl_cluster_net::gossip::Driver;
+use drl_cluster_net::membership::{Event, NodeIdent};
 use drl_core::Nanos;
-use drl_node::gossip::Driver;
-use drl_node::membership::{Event, NodeIdent};
 use drl_sim::node_trace::{Input, Output, drain, replay};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -140,7 +140,7 @@ fn addr(id: PeerId) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 9_000 + id as u16))
 }
 
-/// Feeds the trace to drl-node's `Driver` the way `GossipStore` does:
+/// Feeds the trace to drl-cluster-net's `Driver` the way `GossipStore` does:
 /// membership as foca events, payloads with their sender id, decisions on
 /// the shared key table, the timer when due, and a drain after each input.
 fn through_driver(s: &Settings, trace: &[Input]) -> Vec<Output> {
@@ -207,7 +207,7 @@ fn one_trace_one_verdict() {
                 (0..sim.len().max(service.len())).find(|&i| sim.get(i) != service.get(i))
             {
                 panic!(
-                    "{what}: output {i} differs: drl-sim {:?}, drl-node {:?}",
+                    "{what}: output {i} differs: drl-sim {:?}, drl-cluster-net {:?}",
                     sim.get(i),
                     service.get(i)
                 );

@@ -1,4 +1,4 @@
-//! Two `drl relay`s sharing one global limit by gossip (drl-node's
+//! Two `drl relay`s sharing one global limit by gossip (drl-cluster-net's
 //! transport and membership, the same node as `drl serve`'s
 //! `scope: gossip`), on real kernel TCP with 3:7 demand: the aggregate
 //! reaches 10 Mbps ±10 % over a 10 s window with neither site starved, and

@@ -40,7 +40,7 @@ fn gauge(d: &Drl, name: &str) -> Option<f64> {
 fn live(nodes: &[Drl]) -> Vec<Option<f64>> {
     nodes
         .iter()
-        .map(|d| gauge(d, "drl_node_live_nodes"))
+        .map(|d| gauge(d, "drl_cluster_net_live_nodes"))
         .collect()
 }
 
@@ -113,7 +113,10 @@ cluster:
         || format!("live {:?}\n{}", live(&nodes), logs(&nodes)),
         || live(&nodes) == vec![Some(3.0); 3],
     );
-    assert_eq!(gauge(&nodes[0], "drl_node_discovered_peers"), Some(2.0));
+    assert_eq!(
+        gauge(&nodes[0], "drl_cluster_net_discovered_peers"),
+        Some(2.0)
+    );
 
     // Node 3's record disappears: nodes 1 and 2 forget it, and node 3,
     // no longer heard by anyone, is left alone.
@@ -123,7 +126,10 @@ cluster:
         || format!("live {:?}\n{}", live(&nodes), logs(&nodes)),
         || live(&nodes) == vec![Some(2.0), Some(2.0), Some(1.0)],
     );
-    assert_eq!(gauge(&nodes[0], "drl_node_discovered_peers"), Some(1.0));
+    assert_eq!(
+        gauge(&nodes[0], "drl_cluster_net_discovered_peers"),
+        Some(1.0)
+    );
     assert!(
         nodes[0]
             .log

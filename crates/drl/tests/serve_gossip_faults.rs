@@ -99,12 +99,15 @@ fn gossip_serve_nodes_hold_the_limit_with_ten_percent_loss() {
     });
     for i in 0..3 {
         let sent = c
-            .metric(i, "drl_node_datagrams_total{dir=\"out\",result=\"sent\"}")
+            .metric(
+                i,
+                "drl_cluster_net_datagrams_total{dir=\"out\",result=\"sent\"}",
+            )
             .unwrap_or(0.0);
         let dropped = c
             .metric(
                 i,
-                "drl_node_datagrams_total{dir=\"out\",result=\"injected_drop\"}",
+                "drl_cluster_net_datagrams_total{dir=\"out\",result=\"injected_drop\"}",
             )
             .unwrap_or(0.0);
         let rate = dropped / (sent + dropped);
@@ -310,7 +313,7 @@ fn gossip_serve_partitioned_node_falls_back_to_one_nth_and_heals() {
 /// SIGTERM: the node drains, then leaves the cluster (a SWIM leave), exits
 /// cleanly, and the others count it gone and take (N-1)/N of the limit.
 /// That the leave is seen without waiting for failure detection is proven
-/// without a clock in drl-node's `gossip_cluster.rs`
+/// without a clock in drl-cluster-net's `gossip_cluster.rs`
 /// (`join_restores_the_limit_and_leave_is_seen_at_once`: suspicion
 /// longer than the test's hang guard); `drl serve` does not expose the
 /// membership timings to do the same here.

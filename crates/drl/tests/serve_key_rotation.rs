@@ -12,7 +12,7 @@ use common::wait_for_or;
 fn unknown_key(c: &Cluster, node: usize) -> f64 {
     c.metric(
         node,
-        "drl_node_datagrams_total{dir=\"in\",result=\"unknown_key\"}",
+        "drl_cluster_net_datagrams_total{dir=\"in\",result=\"unknown_key\"}",
     )
     .unwrap_or(0.0)
 }
@@ -20,7 +20,7 @@ fn unknown_key(c: &Cluster, node: usize) -> f64 {
 fn accepted(c: &Cluster, node: usize) -> f64 {
     c.metric(
         node,
-        "drl_node_datagrams_total{dir=\"in\",result=\"accepted\"}",
+        "drl_cluster_net_datagrams_total{dir=\"in\",result=\"accepted\"}",
     )
     .unwrap_or(0.0)
 }

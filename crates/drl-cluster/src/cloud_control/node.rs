@@ -114,7 +114,7 @@ pub enum DatagramError {
 /// aggregation of the peers' values (peer table or push-sum), the paper's
 /// 1/N rule, and dissemination in bounded, prefix-compressed payloads.
 /// Sans-IO: it never reads a clock, sleeps or touches a socket; the
-/// service (drl-node) and the simulator (drl-sim) drive the same type.
+/// service (drl-cluster-net) and the simulator (drl-sim) drive the same type.
 ///
 /// # Call order
 ///

@@ -1,6 +1,6 @@
 //! [`Settings`]: everything a Cloud Control node is tuned by, in one place.
 //!
-//! The service's `cluster:` section (drl-node's `GossipConfig`) and the
+//! The service's `cluster:` section (drl-cluster-net's `GossipConfig`) and the
 //! simulator's flags (`drl sim ...`) both map to this struct, so every
 //! allocator and every tunable is reachable from both, and a setting tried
 //! in the simulator is the one the service runs.

@@ -8,9 +8,9 @@ use super::latency::quantile_ns;
 use super::topkeys::{self, Ranking};
 use crate::engine::Engine;
 use crate::limits::Limit;
+use drl_cluster_net::orbit::OrbitStore;
+use drl_cluster_net::{GossipConfig, GossipStore};
 use drl_config::Scope;
-use drl_node::orbit::OrbitStore;
-use drl_node::{GossipConfig, GossipStore};
 use drl_store::{RedisStore, Resilient};
 
 /// Keys shown per ranking and per cluster table.

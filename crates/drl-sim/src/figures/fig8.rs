@@ -11,7 +11,7 @@
 //! the exact control bytes.
 //!
 //! Control traffic is counted per datagram as its payload (the node's wire
-//! format) plus [`DATAGRAM_OVERHEAD`]: drl-node's encrypted frame bound to
+//! format) plus [`DATAGRAM_OVERHEAD`]: drl-cluster-net's encrypted frame bound to
 //! a node id and the IPv4 and UDP headers. The paper's updates were 48
 //! bytes including IP and UDP headers.
 
@@ -29,8 +29,8 @@ use crate::engine::{RunOptions, RunResult, run_with};
 use crate::metrics::jain;
 use crate::scenario::{Churn, MS, SEC, Scenario, ScenarioError};
 
-/// Bytes a datagram costs on the wire beyond the node's payload: drl-node's
-/// frame bound to a node id (`drl_node::transport::frame::OVERHEAD`, 51:
+/// Bytes a datagram costs on the wire beyond the node's payload: drl-cluster-net's
+/// frame bound to a node id (`drl_cluster_net::transport::frame::OVERHEAD`, 51:
 /// header, key id, receiver id, nonce, Poly1305 tag) and IPv4 + UDP
 /// headers (28).
 pub const DATAGRAM_OVERHEAD: u64 = 51 + 28;

@@ -20,7 +20,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
     after_help = "The paper's setup: a 50 Mbps global limit, 40 ms flow and \
 inter-limiter RTTs, 0-5 long-lived TCP flows per limiter (the same draw for every \
 algorithm and branching), one flow starting every 100 ms in random order, each living \
-60 s. Control traffic is the node's payload plus 79 bytes per datagram (drl-node's \
+60 s. Control traffic is the node's payload plus 79 bytes per datagram (drl-cluster-net's \
 encrypted frame, IPv4 and UDP). Writes fig8.csv, seconds.csv, summary.json and \
 fig8.svg. EXPERIMENTS.md, \"Figure 8\"."
 )]

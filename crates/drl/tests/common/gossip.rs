@@ -446,9 +446,10 @@ cluster:
         metric(&text, name_and_labels)
     }
 
-    /// The number of live nodes node `node` counts (`drl_node_live_nodes`).
+    /// The number of live nodes node `node` counts (`drl_cluster_net_live_nodes`).
     pub fn live_nodes(&self, node: usize) -> Option<u64> {
-        self.metric(node, "drl_node_live_nodes").map(|v| v as u64)
+        self.metric(node, "drl_cluster_net_live_nodes")
+            .map(|v| v as u64)
     }
 
     /// Rewrites node `node`'s config with `faults` (YAML lines indented

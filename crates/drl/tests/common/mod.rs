@@ -17,7 +17,7 @@ pub use drl_test_kit::drl::{
     parse_response, wait_for, wait_for_or,
 };
 
-/// drl's binary, as cargo built it for these tests (with drl-node's
+/// drl's binary, as cargo built it for these tests (with drl-cluster-net's
 /// fault injector: the `fault-injection` feature of the dev-dependency).
 pub const BIN: &str = env!("CARGO_BIN_EXE_drl");
 

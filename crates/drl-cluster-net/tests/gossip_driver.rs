@@ -9,10 +9,10 @@ use std::net::SocketAddr;
 
 use drl_cluster::alloc::{AlgorithmKind, FlowId};
 use drl_cluster::cloud_control::{Aggregation, KeyLimit, KeyRef, Node};
+use drl_cluster_net::GossipConfig;
+use drl_cluster_net::gossip::Driver;
+use drl_cluster_net::membership::{Event, NodeIdent};
 use drl_core::Nanos;
-use drl_node::GossipConfig;
-use drl_node::gossip::Driver;
-use drl_node::membership::{Event, NodeIdent};
 
 const MS: Nanos = 1_000_000;
 const SEC: Nanos = 1_000 * MS;

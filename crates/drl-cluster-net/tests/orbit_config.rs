@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
+use drl_cluster_net::orbit::{KeySource, OrbitConfig};
 use drl_core::{Algorithm, Quota};
-use drl_node::orbit::{KeySource, OrbitConfig};
 use drl_store::LimitSpec;
 
 fn example(n: u32) -> serde_norway::Value {
@@ -122,7 +122,11 @@ fn previous_key_files_parse_validate_and_load() {
         KeySource::file(&new).with_previous(vec![old.clone()])
     );
     let ring = c.key.load_ring().unwrap();
-    let id = |p: &std::path::Path| drl_node::transport::ClusterKey::from_file(p).unwrap().id();
+    let id = |p: &std::path::Path| {
+        drl_cluster_net::transport::ClusterKey::from_file(p)
+            .unwrap()
+            .id()
+    };
     assert_eq!(ring.ids(), vec![id(&new), id(&old)]);
     c.key.previous_files = vec![old.clone(), old.clone()];
     assert!(c.validate().unwrap_err().to_string().contains("twice"));

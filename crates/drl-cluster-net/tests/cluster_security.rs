@@ -12,8 +12,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use drl_node::transport::frame::{self, Header, Receiver};
-use drl_node::transport::{
+use drl_cluster_net::transport::frame::{self, Header, Receiver};
+use drl_cluster_net::transport::{
     ClusterKey, Datagram, KeyRing, Transport, TransportStats, UdpTransport, channel,
 };
 use parking_lot::Mutex;

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use drl_node::discovery::{DiscoveryConfig, decode_answer, encode_query, query_server, resolve};
+use drl_cluster_net::discovery::{
+    DiscoveryConfig, decode_answer, encode_query, query_server, resolve,
+};
 use drl_test_kit::dns::{DnsResponder, answer};
 use proptest::prelude::*;
 

@@ -170,7 +170,7 @@ impl GossipStore {
             discovered: Mutex::new(Vec::new()),
             cfg,
         });
-        metrics::gauge!("drl_node_live_nodes").set(1.0);
+        metrics::gauge!("drl_cluster_net_live_nodes").set(1.0);
         let (tx, rx) = mpsc::channel::<Input>(4_096);
         let recv_task = {
             let t = transport.clone();
@@ -436,7 +436,7 @@ async fn resolve_loop(
             match crate::discovery::resolve(name, *port, &cfg).await {
                 Ok(addrs) => last[i] = addrs,
                 Err(e) => {
-                    metrics::counter!("drl_node_discovery_errors_total").increment(1);
+                    metrics::counter!("drl_cluster_net_discovery_errors_total").increment(1);
                     tracing::warn!(name = %name, error = %e, "dns seed did not resolve; keeping its previous answer");
                 }
             }
@@ -517,7 +517,7 @@ impl NodeLoop {
             let out = self.membership.join(&added);
             self.apply(out).await;
         }
-        metrics::gauge!("drl_node_discovered_peers").set(now.len() as f64);
+        metrics::gauge!("drl_cluster_net_discovered_peers").set(now.len() as f64);
         *self.shared.discovered.lock() = now.iter().copied().collect();
         self.dns_known = now;
     }
@@ -536,7 +536,7 @@ impl NodeLoop {
                 if let Err(e) = self.driver.on_datagram(now, d.sender, &d.payload) {
                     tracing::debug!(peer = d.sender, error = %e, "gossip payload refused");
                     self.shared.gossip_rejected.fetch_add(1, Ordering::Relaxed);
-                    metrics::counter!("drl_node_gossip_rejected_total").increment(1);
+                    metrics::counter!("drl_cluster_net_gossip_rejected_total").increment(1);
                 }
             }
             _ => {}
@@ -562,7 +562,7 @@ impl NodeLoop {
         }
         let live = self.driver.live(now);
         if self.shared.live.swap(live, Ordering::Relaxed) != live {
-            metrics::gauge!("drl_node_live_nodes").set(live as f64);
+            metrics::gauge!("drl_cluster_net_live_nodes").set(live as f64);
         }
     }
 

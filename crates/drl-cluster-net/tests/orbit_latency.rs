@@ -14,9 +14,9 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use drl_cluster_net::orbit::{KeySource, LimitSettings, OrbitConfig, OrbitStore, RingMember};
+use drl_cluster_net::transport::fault::FaultConfig;
 use drl_core::{Algorithm, Clock, Quota, SystemClock};
-use drl_node::orbit::{KeySource, LimitSettings, OrbitConfig, OrbitStore, RingMember};
-use drl_node::transport::fault::FaultConfig;
 use drl_store::LimitSpec;
 
 const SEC: u64 = 1_000_000_000;

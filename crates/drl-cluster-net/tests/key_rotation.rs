@@ -8,9 +8,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use drl_node::orbit::{KeySource, OrbitConfig, OrbitStore, RingMember};
-use drl_node::transport::TransportStats;
-use drl_node::{GossipConfig, GossipStore};
+use drl_cluster_net::orbit::{KeySource, OrbitConfig, OrbitStore, RingMember};
+use drl_cluster_net::transport::TransportStats;
+use drl_cluster_net::{GossipConfig, GossipStore};
 
 async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let t0 = Instant::now();

@@ -14,9 +14,9 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use drl_node::transport::fault::{FaultConfig, FaultyTransport};
-use drl_node::transport::frame::{self, Header, Receiver};
-use drl_node::transport::{ClusterKey, Transport, UdpTransport, channel};
+use drl_cluster_net::transport::fault::{FaultConfig, FaultyTransport};
+use drl_cluster_net::transport::frame::{self, Header, Receiver};
+use drl_cluster_net::transport::{ClusterKey, Transport, UdpTransport, channel};
 
 fn key() -> ClusterKey {
     ClusterKey::new(b"test cluster key, 32 bytes long!").unwrap()
@@ -124,24 +124,28 @@ async fn transports_talk_and_payload_bounds_hold() {
         a.send(
             b.local_addr(),
             0,
-            &[0; drl_node::transport::MAX_PAYLOAD + 1]
+            &[0; drl_cluster_net::transport::MAX_PAYLOAD + 1]
         )
         .await
         .is_err()
     );
-    a.send(b.local_addr(), 0, &[7; drl_node::transport::MAX_PAYLOAD])
-        .await
-        .unwrap();
+    a.send(
+        b.local_addr(),
+        0,
+        &[7; drl_cluster_net::transport::MAX_PAYLOAD],
+    )
+    .await
+    .unwrap();
     assert_eq!(
         b.recv().await.unwrap().payload.len(),
-        drl_node::transport::MAX_PAYLOAD
+        drl_cluster_net::transport::MAX_PAYLOAD
     );
     assert_eq!(a.stats().sent, 2);
     // a has not heard from b: both frames are bound to b's IPv4 address.
     let addr_overhead = frame::FIXED_LEN + 6 + frame::TAG_LEN;
     assert_eq!(
         a.stats().sent_bytes,
-        (5 + addr_overhead + drl_node::transport::MAX_PAYLOAD + addr_overhead) as u64
+        (5 + addr_overhead + drl_cluster_net::transport::MAX_PAYLOAD + addr_overhead) as u64
     );
     // Once a has heard from b, its frames are bound to b's node id.
     let before = a.stats().sent_bytes;

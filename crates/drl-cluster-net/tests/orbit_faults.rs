@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use drl_cluster_net::orbit::{KeySource, OrbitConfig, OrbitStore, RingMember};
+use drl_cluster_net::transport::MAX_PAYLOAD;
+use drl_cluster_net::transport::fault::FaultConfig;
 use drl_core::{Algorithm, Clock, Quota, SystemClock};
-use drl_node::orbit::{KeySource, OrbitConfig, OrbitStore, RingMember};
-use drl_node::transport::MAX_PAYLOAD;
-use drl_node::transport::fault::FaultConfig;
 use drl_store::LimitSpec;
 use parking_lot::Mutex;
 

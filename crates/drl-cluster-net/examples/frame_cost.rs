@@ -4,12 +4,12 @@
 //! receiver binding, replay window), for a heartbeat-sized and a full
 //! payload. Also prints the framing overhead per datagram.
 //!
-//! `cargo run --release -p drl-node --example frame_cost`
+//! `cargo run --release -p drl-cluster-net --example frame_cost`
 
 use std::time::Instant;
 
-use drl_node::transport::frame::{self, Header, Receiver};
-use drl_node::transport::{ClusterKey, KeyRing, MAX_PAYLOAD, UdpTransport, channel};
+use drl_cluster_net::transport::frame::{self, Header, Receiver};
+use drl_cluster_net::transport::{ClusterKey, KeyRing, MAX_PAYLOAD, UdpTransport, channel};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {

@@ -12,7 +12,7 @@ use serde::de::Error as _;
 pub(crate) fn refused(key: &str) -> String {
     format!(
         "`{key}` is a test-only setting; this build has no fault injection \
-         (cargo feature drl-node/fault-injection)"
+         (cargo feature drl-cluster-net/fault-injection)"
     )
 }
 
@@ -50,7 +50,7 @@ mod tests {
             .to_string();
         assert!(
             e.contains("`cluster.faults` is a test-only setting")
-                && e.contains("drl-node/fault-injection"),
+                && e.contains("drl-cluster-net/fault-injection"),
             "{e}"
         );
         let e = serde_norway::from_str::<Section>("fault: {}")

@@ -3,13 +3,13 @@
 //! sends; then 1, 100 and 1,000 active keys), and the decision latency of
 //! `scope: gossip` against the local in-memory store.
 //!
-//! `cargo run --release -p drl-node --example gossip_bench`
+//! `cargo run --release -p drl-cluster-net --example gossip_bench`
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use drl_cluster_net::{GossipConfig, GossipStore};
 use drl_core::{Algorithm, Quota};
-use drl_node::{GossipConfig, GossipStore};
 use drl_store::{Check, LimitSpec, MemoryStore, Store};
 
 fn spec() -> LimitSpec {

@@ -7,8 +7,8 @@
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
+use drl_cluster_net::orbit::{OrbitConfig, OrbitStore};
 use drl_core::{Algorithm, Quota};
-use drl_node::orbit::{OrbitConfig, OrbitStore};
 use drl_store::LimitSpec;
 use drl_test_kit::dns::DnsResponder;
 

@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use drl_cluster::alloc::AlgorithmKind;
 use drl_cluster::cloud_control::{KeyLimit, KeyRef, Node, wire};
+use drl_cluster_net::transport::frame::{self, Header, Receiver};
+use drl_cluster_net::transport::{ClusterKey, KeyRing, channel};
+use drl_cluster_net::{GossipConfig, GossipStore};
 use drl_core::{Algorithm, Quota};
-use drl_node::transport::frame::{self, Header, Receiver};
-use drl_node::transport::{ClusterKey, KeyRing, channel};
-use drl_node::{GossipConfig, GossipStore};
 use drl_store::{Check, LimitSpec};
 
 const KEY: &[u8] = b"gossip cluster test key, 32 byte";
@@ -486,7 +486,7 @@ async fn bad_packets_never_change_an_estimate() {
     // node 1 has counted this one (so the kernel's receive buffer never
     // overflows, however slowly the node is scheduled), the estimate
     // watched all along.
-    let counted = |after: &drl_node::transport::TransportStats, n: u64| {
+    let counted = |after: &drl_cluster_net::transport::TransportStats, n: u64| {
         [
             after.unknown_key - before.unknown_key,
             after.forged - before.forged,

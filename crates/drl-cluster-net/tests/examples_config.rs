@@ -1,7 +1,7 @@
 //! The `cluster:` sections of `examples/gossip/node*.yaml` are valid
 //! `GossipConfig`s describing one 3-node cluster.
 
-use drl_node::GossipConfig;
+use drl_cluster_net::GossipConfig;
 
 #[test]
 fn example_cluster_sections_parse_and_agree() {

@@ -96,7 +96,7 @@ pub trait Transport: Send + Sync + 'static {
 }
 
 /// Plain counters of a transport (also exported as `metrics` counters
-/// `drl_node_datagrams_total{dir, result}` and `drl_node_bytes_total{dir}`).
+/// `drl_cluster_net_datagrams_total{dir, result}` and `drl_cluster_net_bytes_total{dir}`).
 #[derive(Debug, Default)]
 pub struct Counters {
     sent: AtomicU64,
@@ -168,26 +168,26 @@ impl Counters {
     pub(crate) fn on_sent(&self, bytes: usize) {
         self.sent.fetch_add(1, Ordering::Relaxed);
         self.sent_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-        metrics::counter!("drl_node_datagrams_total", "dir" => "out", "result" => "sent")
+        metrics::counter!("drl_cluster_net_datagrams_total", "dir" => "out", "result" => "sent")
             .increment(1);
-        metrics::counter!("drl_node_bytes_total", "dir" => "out").increment(bytes as u64);
+        metrics::counter!("drl_cluster_net_bytes_total", "dir" => "out").increment(bytes as u64);
     }
 
     pub(crate) fn on_send_error(&self) {
         self.send_errors.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("drl_node_datagrams_total", "dir" => "out", "result" => "error")
+        metrics::counter!("drl_cluster_net_datagrams_total", "dir" => "out", "result" => "error")
             .increment(1);
     }
 
     pub(crate) fn on_received(&self, bytes: usize) {
         self.received_bytes
             .fetch_add(bytes as u64, Ordering::Relaxed);
-        metrics::counter!("drl_node_bytes_total", "dir" => "in").increment(bytes as u64);
+        metrics::counter!("drl_cluster_net_bytes_total", "dir" => "in").increment(bytes as u64);
     }
 
     pub(crate) fn on_accepted(&self) {
         self.accepted.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("drl_node_datagrams_total", "dir" => "in", "result" => "accepted")
+        metrics::counter!("drl_cluster_net_datagrams_total", "dir" => "in", "result" => "accepted")
             .increment(1);
     }
 
@@ -203,7 +203,7 @@ impl Counters {
             Reject::TooManySenders => &self.unknown_sender,
         };
         c.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("drl_node_datagrams_total", "dir" => "in", "result" => why.as_str())
+        metrics::counter!("drl_cluster_net_datagrams_total", "dir" => "in", "result" => why.as_str())
             .increment(1);
     }
 
@@ -211,7 +211,7 @@ impl Counters {
     #[cfg(feature = "fault-injection")]
     pub(crate) fn on_injected_drop(&self, dir: &'static str) {
         self.injected_drops.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("drl_node_datagrams_total", "dir" => dir, "result" => "injected_drop")
+        metrics::counter!("drl_cluster_net_datagrams_total", "dir" => dir, "result" => "injected_drop")
             .increment(1);
     }
 

@@ -1,4 +1,4 @@
-//! drl-node: the runtime that turns drl-cluster's sans-IO protocol cores
+//! drl-cluster-net: the runtime that turns drl-cluster's sans-IO protocol cores
 //! into a running cluster node.
 //!
 //! * [`transport`]: authenticated UDP (HMAC-SHA256, versioned frames,

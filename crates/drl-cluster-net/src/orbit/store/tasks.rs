@@ -72,7 +72,7 @@ pub(super) async fn resolve_ring(inner: Arc<Inner>) {
             let found = match crate::discovery::resolve(name, *port, &cfg).await {
                 Ok(a) => a,
                 Err(e) => {
-                    metrics::counter!("drl_node_discovery_errors_total").increment(1);
+                    metrics::counter!("drl_cluster_net_discovery_errors_total").increment(1);
                     tracing::warn!(member = id, error = %e, "orbit: ring member did not resolve; keeping its address");
                     continue;
                 }

@@ -1,4 +1,4 @@
-//! [`Driver`]: the sans-IO glue between drl-node's inputs (membership
+//! [`Driver`]: the sans-IO glue between drl-cluster-net's inputs (membership
 //! events, authenticated datagrams, a timer) and drl-cluster's Cloud
 //! Control [`Node`].
 //!

@@ -452,12 +452,12 @@ fn a_flood_of_new_keys_at_max_keys_never_resets_a_victim() {
             if flood {
                 for j in 0..10 {
                     let key = format!("flood-{ms}-{j}");
-                    match n[0].admit(now, key.as_bytes(), 5) {
-                        Admit::Denied {
-                            reason: DenyReason::TooManyKeys,
-                            ..
-                        } => refused += 1,
-                        _ => {}
+                    if let Admit::Denied {
+                        reason: DenyReason::TooManyKeys,
+                        ..
+                    } = n[0].admit(now, key.as_bytes(), 5)
+                    {
+                        refused += 1;
                     }
                 }
             }

@@ -1,6 +1,6 @@
 //! YAML parser errors as [`ConfigError`]s.
 
-use drl_core::ConfigError;
+use crate::error::ConfigError;
 
 /// A serde_norway error as a [`ConfigError`] at the place it reports.
 pub fn yaml_error(source_name: &str, e: &serde_norway::Error) -> ConfigError {

@@ -10,7 +10,6 @@
 
 pub mod algo;
 pub mod algorithm;
-pub mod config_error;
 pub mod decision;
 pub mod keyed;
 pub mod ledger;
@@ -21,7 +20,6 @@ pub mod reservation;
 pub mod time;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
-pub use config_error::ConfigError;
 pub use decision::{Decision, DenyReason};
 pub use keyed::{AtomicLimiter, KeyBytes, KeyedConfig, KeyedLimiter, KeyedStats};
 pub use ledger::Ledger;

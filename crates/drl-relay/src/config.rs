@@ -104,7 +104,7 @@ pub struct RelayConfig {
     pub accept_all: bool,
 }
 
-pub use drl_core::ConfigError;
+pub use drl_config::ConfigError;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

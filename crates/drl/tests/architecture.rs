@@ -2,15 +2,16 @@
 //!
 //! [`RULES`] lists, for each lower crate, the crates it must never reach.
 //! The check walks the *transitive* closure of normal dependencies (not dev,
-//! not build) in `cargo metadata`'s resolved graph, for every feature and
-//! every target platform, so a forbidden crate reached through any
+//! not build) that cargo resolves when that crate is built alone
+//! (`cargo tree -p CRATE --all-features --target all`: every feature of
+//! the crate, every target platform, and the features of its dependencies
+//! as the crate asks for them, so drl-client's `default-features = false`
+//! on drl-config counts), so a forbidden crate reached through any
 //! intermediate crate fails the test, and the message shows the path.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::process::Command;
-
-use serde_json::Value;
 
 /// One rule: `krate` must not depend, directly or transitively, on any of
 /// `forbidden`.
@@ -26,6 +27,8 @@ const RULES: &[Rule] = &[
     Rule {
         krate: "drl-core",
         forbidden: &[
+            // ConfigError and the limit schema are drl-config's.
+            "drl-config",
             "drl-cluster",
             "drl-store",
             "drl-server",
@@ -67,6 +70,7 @@ const RULES: &[Rule] = &[
     Rule {
         krate: "drl-http",
         forbidden: &[
+            "drl-config",
             "drl-cluster",
             "drl-store",
             "drl-cluster-net",
@@ -79,6 +83,8 @@ const RULES: &[Rule] = &[
             "axum",
         ],
     },
+    // drl-client takes drl-config without its `serve` feature: the limit
+    // schema and ConfigError, none of the server's stores.
     Rule {
         krate: "drl-client",
         forbidden: &[
@@ -90,6 +96,8 @@ const RULES: &[Rule] = &[
             "drl-sim",
             "drl-redis-module",
             "drl",
+            "redis",
+            "foca",
         ],
     },
     Rule {
@@ -217,70 +225,55 @@ fn violations(graph: &Graph, rules: &[Rule]) -> Vec<String> {
     out
 }
 
-/// Builds the graph of normal dependencies from `cargo metadata`'s JSON.
-///
-/// An edge is kept if any of its kinds is normal (`"kind": null`), whatever
-/// its target platform; dev-only and build-only edges are dropped.
-fn graph_from_metadata(metadata: &Value) -> Graph {
-    let packages = metadata["packages"]
-        .as_array()
-        .expect("cargo metadata: packages array");
-    let nodes = metadata["resolve"]["nodes"]
-        .as_array()
-        .expect("cargo metadata: resolve.nodes array (not run with --no-deps?)");
-    let name_of: BTreeMap<&str, &str> = packages
-        .iter()
-        .map(|p| {
-            (
-                p["id"].as_str().expect("package id"),
-                p["name"].as_str().expect("package name"),
-            )
-        })
-        .collect();
-    let index: BTreeMap<&str, usize> = nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n["id"].as_str().expect("node id"), i))
-        .collect();
-    nodes
-        .iter()
-        .map(|n| {
-            let id = n["id"].as_str().expect("node id");
-            let deps = n["deps"]
-                .as_array()
-                .expect("node deps")
-                .iter()
-                .filter(|d| {
-                    d["dep_kinds"]
-                        .as_array()
-                        .expect("dep_kinds")
-                        .iter()
-                        .any(|k| k["kind"].is_null())
-                })
-                .map(|d| index[d["pkg"].as_str().expect("dep pkg")])
-                .collect();
-            Package {
-                name: name_of[id].to_owned(),
-                deps,
-            }
-        })
-        .collect()
+/// Builds the graph of normal dependencies from `cargo tree --prefix
+/// depth` output: each line is a depth and a package (`name vX.Y.Z ...`);
+/// its parent is the nearest line above it one level up. A package shown
+/// again (marked `(*)`) is the same node, so every edge is kept.
+fn graph_from_tree(tree: &str) -> Graph {
+    let mut graph: Graph = Vec::new();
+    let mut index: BTreeMap<String, usize> = BTreeMap::new();
+    // The node at each depth of the current path.
+    let mut path: Vec<usize> = Vec::new();
+    for line in tree.lines().filter(|l| !l.trim().is_empty()) {
+        let digits = line.chars().take_while(char::is_ascii_digit).count();
+        let depth: usize = line[..digits].parse().expect("cargo tree: depth prefix");
+        let mut words = line[digits..].split_whitespace();
+        let name = words.next().expect("cargo tree: package name");
+        let id = format!("{name} {}", words.next().unwrap_or(""));
+        let node = *index.entry(id).or_insert_with(|| {
+            graph.push(Package {
+                name: name.to_owned(),
+                deps: Vec::new(),
+            });
+            graph.len() - 1
+        });
+        path.truncate(depth);
+        if let Some(&parent) = path.last()
+            && !graph[parent].deps.contains(&node)
+        {
+            graph[parent].deps.push(node);
+        }
+        path.push(node);
+    }
+    graph
 }
 
-/// Runs `cargo metadata` on the workspace (offline first, then online if
-/// the offline run cannot resolve) and parses its JSON.
-fn workspace_metadata() -> Value {
+/// Runs `cargo tree` for `krate` alone (offline first, then online if the
+/// offline run cannot resolve): its normal dependencies, every feature of
+/// the crate, every target platform.
+fn dependency_tree(krate: &str) -> String {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
     let run = |offline: bool| {
         let mut cmd = Command::new(&cargo);
-        cmd.args(["metadata", "--format-version", "1", "--all-features"])
+        cmd.args(["tree", "-p", krate, "-e", "normal", "--all-features"])
+            .args(["--target", "all", "--prefix", "depth", "--color", "never"])
             .arg("--manifest-path")
             .arg(&manifest);
         if offline {
             cmd.arg("--offline");
         }
-        cmd.output().expect("run cargo metadata")
+        cmd.output().expect("run cargo tree")
     };
     let mut output = run(true);
     if !output.status.success() {
@@ -288,16 +281,19 @@ fn workspace_metadata() -> Value {
     }
     assert!(
         output.status.success(),
-        "cargo metadata failed: {}",
+        "cargo tree -p {krate} failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    serde_json::from_slice(&output.stdout).expect("cargo metadata: JSON")
+    String::from_utf8(output.stdout).expect("cargo tree: UTF-8")
 }
 
 #[test]
 fn dependencies_point_down_only() {
-    let graph = graph_from_metadata(&workspace_metadata());
-    let found = violations(&graph, RULES);
+    let mut found = Vec::new();
+    for rule in RULES {
+        let graph = graph_from_tree(&dependency_tree(rule.krate));
+        found.extend(violations(&graph, std::slice::from_ref(rule)));
+    }
     assert!(
         found.is_empty(),
         "forbidden dependencies (ARCHITECTURE.md: dependencies point down only):\n  {}",
@@ -363,4 +359,28 @@ fn an_allowed_graph_has_no_violations_and_a_missing_crate_is_reported() {
     let found = violations(&graph, &stale);
     assert_eq!(found.len(), 1);
     assert!(found[0].contains("drl-gone"), "{found:?}");
+}
+
+#[test]
+fn a_tree_with_repeated_packages_gives_every_edge() {
+    let tree = "0drl-client v0.1.0 (/x)\n1drl-config v0.1.0 (/y)\n2drl-core v0.1.0 (/z)\n1drl-http v0.1.0 (/w)\n2drl-core v0.1.0 (/z) (*)\n";
+    let graph = graph_from_tree(tree);
+    assert_eq!(graph.len(), 4);
+    let name = |i: usize| graph[i].name.as_str();
+    let deps = |i: usize| graph[i].deps.iter().map(|&d| name(d)).collect::<Vec<_>>();
+    assert_eq!(deps(0), ["drl-config", "drl-http"]);
+    assert_eq!(deps(1), ["drl-core"]);
+    assert_eq!(deps(3), ["drl-core"]);
+    let rule = [Rule {
+        krate: "drl-client",
+        forbidden: &["drl-core"],
+    }];
+    assert_eq!(
+        violations(&graph, &rule),
+        vec![
+            "`drl-client` must not depend on `drl-core`, but reaches it through: \
+             drl-client -> drl-config -> drl-core"
+                .to_owned()
+        ]
+    );
 }

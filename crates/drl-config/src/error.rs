@@ -1,7 +1,8 @@
 //! [`ConfigError`]: a configuration error and the place it was found
 //! (file, line, column). One type for every crate that reads a YAML file:
-//! `drl serve`'s limits (drl-server), drl-client's in-process backend and
-//! `drl relay`, so every one of them prints `file:line:column: message`.
+//! `drl serve`'s config (drl-service, drl-server), drl-client's in-process
+//! backend and `drl relay`, so every one of them prints
+//! `file:line:column: message`.
 
 use std::fmt;
 

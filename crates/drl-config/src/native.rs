@@ -279,6 +279,12 @@ pub struct ServerConfig {
     /// Treat every Envoy descriptor as `quota_mode: true`
     /// (envoyproxy/ratelimit's `QUOTA_MODE`; default false).
     pub envoy_quota_mode: bool,
+    /// When some limited descriptor of an Envoy RLS request would pass its
+    /// limit with this request's hits, count only those descriptors and
+    /// check the others without counting (envoyproxy/ratelimit's
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`; default false: every
+    /// descriptor counts).
+    pub envoy_stop_increment_when_over_limit: bool,
     /// How long a reservation of the HTTP and native APIs stays open
     /// before it is closed at its estimate (default 300,000 ms).
     pub reservation_ttl_ms: u64,
@@ -382,6 +388,7 @@ impl Default for ServerConfig {
             envoy_merge_domains: false,
             envoy_shadow_mode: false,
             envoy_quota_mode: false,
+            envoy_stop_increment_when_over_limit: false,
             reservation_ttl_ms: 300_000,
             max_reservations: 100_000,
             http_engine: HttpEngine::Hyper,

@@ -153,3 +153,69 @@ async fn an_unlimited_descriptor_counts_as_neither() {
     assert_eq!(got.0, OVER);
     assert_eq!(got.1[0], OVER);
 }
+
+/// TestOverLimitWithStopCacheKeyIncrementWhenOverlimitConfig
+/// (test/redis/fixed_cache_impl_test.go): key4 at 15/hour and key5 at
+/// 14/hour, hits per descriptor. With the reference's
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
+/// (`server.envoy_stop_increment_when_over_limit: true`), once key5 would
+/// pass its limit only key5 counts: key4 stays at 13. Without it, both
+/// count.
+#[tokio::test]
+async fn stop_increment_when_over_limit() {
+    let run = |stop: bool| async move {
+        let drl = Drl::start(&format!(
+            "server:
+  envoy_stop_increment_when_over_limit: {stop}
+envoy:
+  - domain: domain
+    descriptors:
+      - key: key4
+        value: value4
+        rate_limit: {{unit: hour, requests_per_unit: 15}}
+      - key: key5
+        value: value5
+        rate_limit: {{unit: hour, requests_per_unit: 14}}
+"
+        ));
+        let mut client = RateLimitServiceClient::connect(drl.grpc_url())
+            .await
+            .unwrap();
+        let mut seen = Vec::new();
+        for hits in [11, 2, 2, 1] {
+            let mut req = request("domain", &[&[("key4", "value4")], &[("key5", "value5")]], 0);
+            for d in &mut req.descriptors {
+                d.hits_addend =
+                    Some(envoy_types::pb::google::protobuf::UInt64Value { value: hits });
+            }
+            let answer = client.should_rate_limit(req).await.unwrap().into_inner();
+            seen.push(
+                answer
+                    .statuses
+                    .iter()
+                    .map(|s| (s.code, s.limit_remaining))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        seen
+    };
+    // 11, 13: both within; then 2 more: key5 would pass 14.
+    assert_eq!(
+        run(true).await,
+        vec![
+            vec![(OK, 4), (OK, 3)],
+            vec![(OK, 2), (OK, 1)],
+            vec![(OK, 2), (OVER, 0)],
+            vec![(OK, 2), (OVER, 0)],
+        ]
+    );
+    assert_eq!(
+        run(false).await,
+        vec![
+            vec![(OK, 4), (OK, 3)],
+            vec![(OK, 2), (OK, 1)],
+            vec![(OK, 0), (OVER, 0)],
+            vec![(OVER, 0), (OVER, 0)],
+        ]
+    );
+}

@@ -110,6 +110,39 @@ fn header_fields(rule: &EnvoyRule, remaining: u64, reset: u64) -> HeaderFields {
     }
 }
 
+/// Which descriptors count their hits under
+/// `server.envoy_stop_increment_when_over_limit` (envoyproxy/ratelimit's
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`): when some limited
+/// descriptor would pass its limit with its hits, only those count and the
+/// others are checked without counting; `None` when every one counts.
+async fn counted_descriptors(
+    req: &RequestView<'_>,
+    rules: &[Option<&EnvoyRule>],
+    hits: u64,
+    is_override: &impl Fn(usize) -> bool,
+    max_key_bytes: usize,
+    now: Nanos,
+) -> Result<Option<Vec<bool>>, Status> {
+    let mut key_buf = String::new();
+    let mut passing = vec![false; rules.len()];
+    for (i, (d, rule)) in req.descriptors.iter().zip(rules).enumerate() {
+        let Some(rule) = rule else { continue };
+        let RuleKind::Limited(limit) = &rule.kind else {
+            continue;
+        };
+        let cost = d.hits_addend.unwrap_or(hits);
+        let key = descriptor_key(&mut key_buf, &d.entries, is_override(i), &rule.share);
+        if cost == 0 || key.len() > max_key_bytes {
+            continue;
+        }
+        let now_state = engine::decide_raw(limit, key, 0, now)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        passing[i] = now_state.remaining < cost;
+    }
+    Ok(passing.iter().any(|&p| p).then_some(passing))
+}
+
 /// `ns` rounded up to whole seconds (still in nanoseconds): what
 /// envoyproxy/ratelimit sends as `duration_until_reset` (`unit - now %
 /// unit`, in seconds).
@@ -297,8 +330,26 @@ pub async fn should_rate_limit_on<R>(
     // (remaining, rule, reset_ns) of the most restrictive limited status.
     let mut tightest: Option<(u64, &EnvoyRule, u64)> = None;
     let mut key_buf = String::new();
+    let counted = if limits.server.envoy_stop_increment_when_over_limit {
+        counted_descriptors(
+            req,
+            rules,
+            hits,
+            &is_override,
+            limits.server.max_key_bytes,
+            now,
+        )
+        .await?
+    } else {
+        None
+    };
     for (i, (d, rule)) in req.descriptors.iter().zip(rules.iter()).enumerate() {
         let cost = d.hits_addend.unwrap_or(hits);
+        // Checked without counting (`envoy_stop_increment_when_over_limit`).
+        let cost = match &counted {
+            Some(c) if !c[i] => 0,
+            _ => cost,
+        };
         let Some(rule) = rule else {
             // Without a limit: a passing quota under the global quota mode.
             quotas += usize::from(limits.server.envoy_quota_mode);

@@ -71,12 +71,21 @@ pub struct Answer<'a> {
     pub statuses: SmallVec<[StatusFields<'a>; INLINE_STATUSES]>,
     /// `response_headers_to_add`, when the config asks for them.
     pub headers: Option<HeaderFields>,
+    /// Their names (limit, remaining, reset), when not the default
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`.
+    pub header_names: Option<[&'a str; 3]>,
 }
 
 /// `RateLimit-Limit: {rpu}` (the requests per unit alone, as
 /// envoyproxy/ratelimit sends it) and the two others, as (name, value)
 /// pairs; the values are formatted in `bufs`.
-fn header_pairs<'b>(h: &HeaderFields, bufs: &'b mut HeaderBufs) -> [(&'static str, &'b str); 3] {
+fn header_pairs<'b>(
+    h: &HeaderFields,
+    names: Option<[&'b str; 3]>,
+    bufs: &'b mut HeaderBufs,
+) -> [(&'b str, &'b str); 3] {
+    let [n_limit, n_remaining, n_reset] =
+        names.unwrap_or(["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"]);
     let HeaderBufs {
         limit,
         remaining,
@@ -87,9 +96,9 @@ fn header_pairs<'b>(h: &HeaderFields, bufs: &'b mut HeaderBufs) -> [(&'static st
     let rpu = n.format(h.requests_per_unit);
     limit.push_str(rpu);
     [
-        ("RateLimit-Limit", limit.as_str()),
-        ("RateLimit-Remaining", remaining.format(h.remaining)),
-        ("RateLimit-Reset", reset.format(h.reset_secs)),
+        (n_limit, limit.as_str()),
+        (n_remaining, remaining.format(h.remaining)),
+        (n_reset, reset.format(h.reset_secs)),
     ]
 }
 
@@ -109,7 +118,7 @@ impl Answer<'_> {
             overall_code: self.overall_code,
             statuses: self.statuses.iter().map(StatusFields::message).collect(),
             response_headers_to_add: self.headers.as_ref().map_or_else(Vec::new, |h| {
-                header_pairs(h, &mut bufs)
+                header_pairs(h, self.header_names, &mut bufs)
                     .iter()
                     .map(|&(key, value)| HeaderValue {
                         key: key.to_string(),
@@ -126,7 +135,10 @@ impl Answer<'_> {
     /// allocation of its exact size.
     pub fn encode(&self) -> Bytes {
         let mut bufs = HeaderBufs::default();
-        let headers = self.headers.as_ref().map(|h| header_pairs(h, &mut bufs));
+        let headers = self
+            .headers
+            .as_ref()
+            .map(|h| header_pairs(h, self.header_names, &mut bufs));
         let header_len = |(k, v): &(&str, &str)| string_len(1, k) + string_len(1, v);
         let lens: SmallVec<[usize; INLINE_STATUSES]> = self
             .statuses

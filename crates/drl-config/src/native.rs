@@ -115,6 +115,13 @@ impl Config {
                 .locate(text, &[field]));
             }
         }
+        if let Some(bad) = self.server.envoy_header_names.invalid() {
+            return Err(ConfigError::new(
+                source,
+                format!("server.envoy_header_names: {bad:?} is not a valid HTTP header name"),
+            )
+            .locate(text, &["envoy_header_names:"]));
+        }
         if let Some(l) = self.limits.iter().find(|l| l.scope == Scope::Gossip)
             && self.cluster.is_none()
         {
@@ -220,7 +227,7 @@ impl Default for ListenConfig {
 }
 
 /// Request bounds and timeouts. Every bound has a default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Largest accepted request body, HTTP and gRPC (default 1 MiB).
@@ -285,6 +292,10 @@ pub struct ServerConfig {
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`; default false: every
     /// descriptor counts).
     pub envoy_stop_increment_when_over_limit: bool,
+    /// The names of the three headers `envoy_response_headers` adds
+    /// (envoyproxy/ratelimit's `LIMIT_LIMIT_HEADER`,
+    /// `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`).
+    pub envoy_header_names: EnvoyHeaderNames,
     /// How long a reservation of the HTTP and native APIs stays open
     /// before it is closed at its estimate (default 300,000 ms).
     pub reservation_ttl_ms: u64,
@@ -297,6 +308,43 @@ pub struct ServerConfig {
     /// How the gRPC listener serves HTTP/2: `h2`, the only engine (the
     /// key stays so that existing files keep loading).
     pub grpc_engine: GrpcEngine,
+}
+
+/// `server.envoy_header_names`: each a valid HTTP header name.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EnvoyHeaderNames {
+    /// Default `RateLimit-Limit`.
+    pub limit: String,
+    /// Default `RateLimit-Remaining`.
+    pub remaining: String,
+    /// Default `RateLimit-Reset`.
+    pub reset: String,
+}
+
+impl Default for EnvoyHeaderNames {
+    fn default() -> Self {
+        Self {
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+        }
+    }
+}
+
+impl EnvoyHeaderNames {
+    /// The names, as (limit, remaining, reset).
+    pub fn as_array(&self) -> [&str; 3] {
+        [&self.limit, &self.remaining, &self.reset]
+    }
+
+    /// The first name that is not a valid HTTP header name, if any.
+    pub fn invalid(&self) -> Option<&str> {
+        [&self.limit, &self.remaining, &self.reset]
+            .into_iter()
+            .find(|n| http::HeaderName::from_bytes(n.as_bytes()).is_err())
+            .map(String::as_str)
+    }
 }
 
 /// What an Envoy RLS hit does (`server.envoy_hits`).
@@ -389,6 +437,7 @@ impl Default for ServerConfig {
             envoy_shadow_mode: false,
             envoy_quota_mode: false,
             envoy_stop_increment_when_over_limit: false,
+            envoy_header_names: EnvoyHeaderNames::default(),
             reservation_ttl_ms: 300_000,
             max_reservations: 100_000,
             http_engine: HttpEngine::Hyper,

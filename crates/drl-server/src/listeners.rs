@@ -245,7 +245,7 @@ impl Listeners {
                 Change::Keep => continue,
                 Change::Stop => state.slot(kind).take(),
                 Change::Start(requested, listener) => {
-                    let (running, task) = self.spawn(kind, requested, listener, server);
+                    let (running, task) = self.spawn(kind, requested, listener, &server);
                     state.tasks.push(task);
                     let local = running.local;
                     self.warn_if_exposed(kind, local);
@@ -274,12 +274,12 @@ impl Listeners {
         kind: Kind,
         requested: SocketAddr,
         listener: TcpListener,
-        s: ServerConfig,
+        s: &ServerConfig,
     ) -> (Running, JoinHandle<()>) {
         let local = listener.local_addr().unwrap_or(requested);
         let (stop, rx) = watch::channel(false);
         let grace = Duration::from_millis(s.shutdown_grace_ms);
-        let limits = self.conn_limits(&s);
+        let limits = self.conn_limits(s);
         let tls = self.tls(kind).clone();
         let registry = self.registry(kind).clone();
         let auth = self.auth.clone();
@@ -526,7 +526,7 @@ mod tests {
         let l = listeners((None, None));
         let c = cfg(Some(any_port()), Some(any_port()));
         let p = l.prepare(&c).unwrap();
-        l.commit(p, c.server);
+        l.commit(p, c.server.clone());
         let (http, grpc) = (l.local(Kind::Http).unwrap(), l.local(Kind::Grpc).unwrap());
         // Same requested addresses: nothing moves (port 0 is not re-bound).
         let p = l.prepare(&c).unwrap();

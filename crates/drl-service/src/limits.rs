@@ -277,7 +277,7 @@ impl Limits {
             envoy_limits,
             rls_in_memory,
             limitador,
-            server: config.server,
+            server: config.server.clone(),
             listen: config.listen.clone(),
         })
     }

@@ -219,3 +219,72 @@ envoy:
         ]
     );
 }
+
+/// TestServiceWithCustomRatelimitHeaders and
+/// TestServiceWithDefaultRatelimitHeaders (test/service/ratelimit_test.go):
+/// an over-limit descriptor of a 10/minute rule answers its three headers
+/// under the configured names (`LIMIT_LIMIT_HEADER` and the others there,
+/// `server.envoy_header_names` here), or the default names; a name that is
+/// not a header name is refused.
+#[tokio::test]
+async fn custom_ratelimit_header_names() {
+    let headers = |names: &'static str| async move {
+        let drl = Drl::start(&format!(
+            "server:
+{names}
+envoy:
+  - domain: d
+    descriptors:
+      - key: k
+        rate_limit: {{unit: minute, requests_per_unit: 10}}
+      - key: free
+"
+        ));
+        let mut client = RateLimitServiceClient::connect(drl.grpc_url())
+            .await
+            .unwrap();
+        let answer = client
+            .should_rate_limit(request("d", &[&[("k", "v")], &[("free", "x")]], 11))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(answer.overall_code, OVER);
+        answer
+            .response_headers_to_add
+            .iter()
+            .map(|h| (h.key.clone(), h.value.clone()))
+            .collect::<Vec<_>>()
+    };
+    let custom = headers(
+        "  envoy_header_names: {limit: A-Ratelimit-Limit, remaining: A-Ratelimit-Remaining, reset: A-Ratelimit-Reset}",
+    )
+    .await;
+    let names: Vec<&str> = custom.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "A-Ratelimit-Limit",
+            "A-Ratelimit-Remaining",
+            "A-Ratelimit-Reset"
+        ]
+    );
+    assert_eq!((custom[0].1.as_str(), custom[1].1.as_str()), ("10", "0"));
+    let reset: u64 = custom[2].1.parse().unwrap();
+    assert!((1..=60).contains(&reset), "{custom:?}");
+    let default = headers("  envoy_response_headers: true").await;
+    let names: Vec<&str> = default.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        names,
+        ["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"]
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(
+        &path,
+        "server:\n  envoy_header_names: {limit: \"bad name\"}\nenvoy:\n  - domain: d\n    descriptors:\n      - key: k\n",
+    )
+    .unwrap();
+    let (ok, out) = common::config_check(&path);
+    assert!(!ok && out.contains("not a valid HTTP header name"), "{out}");
+}

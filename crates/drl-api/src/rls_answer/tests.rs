@@ -16,6 +16,7 @@ fn unframe(b: &Bytes) -> RateLimitResponse {
 #[test]
 fn a_limited_answer_is_what_prost_writes() {
     let a = Answer {
+        header_names: None,
         overall_code: 2,
         statuses: [
             StatusFields {
@@ -72,6 +73,7 @@ fn a_limited_answer_is_what_prost_writes() {
 fn an_empty_duration_and_limit_are_still_present() {
     // A present message is written even when all its fields are defaults.
     let a = Answer {
+        header_names: None,
         overall_code: 0,
         statuses: [StatusFields {
             code: 0,
@@ -120,6 +122,7 @@ proptest! {
         headers in proptest::option::of((any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>())),
     ) {
         let a = Answer {
+        header_names: None,
             overall_code,
             statuses: statuses
                 .iter()

@@ -257,6 +257,7 @@ pub async fn should_rate_limit_on<R>(
             overall_code: Code::Ok as i32,
             statuses,
             headers: None,
+            header_names: None,
         }));
     };
     let hits = if req.hits_addend == 0 {
@@ -471,6 +472,7 @@ pub async fn should_rate_limit_on<R>(
         overall_code: overall as i32,
         statuses,
         headers,
+        header_names: Some(limits.server.envoy_header_names.as_array()),
     }))
 }
 

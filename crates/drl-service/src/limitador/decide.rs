@@ -86,13 +86,13 @@ pub async fn decide<'r>(
 /// The RLS answer for a limitador namespace (no per-descriptor statuses,
 /// as limitador; `RateLimit-*` headers of the tightest limit when
 /// `server.envoy_response_headers` is on).
-pub async fn should_rate_limit(
+pub async fn should_rate_limit<'a>(
     engine: &Engine,
-    limits: &Limits,
+    limits: &'a Limits,
     rules: &[Rule],
     descriptors: &[DescriptorView<'_>],
     hits: u64,
-) -> Result<Answer<'static>, Status> {
+) -> Result<Answer<'a>, Status> {
     let (allowed, tightest) = decide(engine, limits, rules, descriptors, hits).await?;
     let headers = tightest
         .filter(|_| limits.server.envoy_response_headers)
@@ -106,5 +106,6 @@ pub async fn should_rate_limit(
         overall_code: if allowed { Code::Ok } else { Code::OverLimit } as i32,
         statuses: SmallVec::new(),
         headers,
+        header_names: Some(limits.server.envoy_header_names.as_array()),
     })
 }

@@ -16,6 +16,10 @@
 //!   configured by [`GossipConfig`] (the service's `cluster:` section,
 //!   mapped to the node's `Settings` by [`GossipConfig::settings`]).
 
+/// True in a build with the test-only fault injector (cargo feature
+/// `fault-injection`: `cluster.faults`, `orbit.fault`).
+pub const FAULT_INJECTION: bool = cfg!(feature = "fault-injection");
+
 pub mod config;
 pub mod discovery;
 pub mod gossip;

@@ -244,7 +244,7 @@ fn fig3(a: Fig3Args) -> anyhow::Result<ExitCode> {
     // The relays' gossip delay is the fault injector's (`cluster.faults`),
     // which only a build with the cargo feature `fault-injection` has.
     let gossip = algorithms.iter().any(|alg| alg != "ctb");
-    if gossip && a.limiter_rtt_ms / 2 > 0 && !cfg!(feature = "fault-injection") {
+    if gossip && a.limiter_rtt_ms / 2 > 0 && !drl_cluster_net::FAULT_INJECTION {
         bail!(
             "--limiter-rtt-ms delays gossip with the cluster transport's fault injector, \
              which this build lacks: build drl with `--features fault-injection`, \

@@ -24,6 +24,14 @@ const MAX_CRATE_LINES: usize = 10_000;
 /// Largest import circle allowed, in files.
 const MAX_CIRCLE: usize = 2;
 
+/// Source files over [`LONG_FILE`] lines allowed (issue 46: at most 2).
+const MAX_LONG_FILES: usize = 2;
+const LONG_FILE: usize = 800;
+
+/// Functions over [`LONG_FN`] lines allowed (issue 46: at most 4).
+const MAX_LONG_FNS: usize = 4;
+const LONG_FN: usize = 150;
+
 /// One crate's module files: module path (`["status", "tick"]`) → file.
 struct Crate {
     name: String,
@@ -505,4 +513,154 @@ fn components_find_a_three_file_circle() {
     let mut sizes: Vec<usize> = components(&edges).iter().map(Vec::len).collect();
     sizes.sort();
     assert_eq!(sizes, vec![1, 2, 3]);
+}
+
+/// Every `src/` file of every workspace crate: (`crate/src/path`, file).
+fn all_source_files() -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    for krate in workspace_crates() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(&krate.name)
+            .join("src");
+        for f in rust_files(&dir) {
+            let rel = f.strip_prefix(&dir).unwrap_or(&f).to_path_buf();
+            out.push((format!("{}/src/{}", krate.name, rel.display()), f));
+        }
+    }
+    out
+}
+
+#[test]
+fn at_most_two_source_files_are_over_eight_hundred_lines() {
+    let mut long: Vec<String> = all_source_files()
+        .into_iter()
+        .filter_map(|(c, f)| {
+            let n = fs::read_to_string(&f).expect("read").lines().count();
+            (n > LONG_FILE).then(|| format!("{c} ({n})"))
+        })
+        .collect();
+    long.sort();
+    assert!(
+        long.len() <= MAX_LONG_FILES,
+        "{} files over {LONG_FILE} lines (at most {MAX_LONG_FILES}):\n  {}",
+        long.len(),
+        long.join("\n  ")
+    );
+}
+
+/// A line with string and char literals blanked and `//` comments cut,
+/// for counting braces.
+fn braces_of(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => {
+                while let Some(d) = chars.next() {
+                    match d {
+                        '\\' => {
+                            chars.next();
+                        }
+                        '"' => break,
+                        _ => {}
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'/') => break,
+            '\'' => {
+                // A char literal ('{', '\\'), not a lifetime ('a).
+                let rest: String = chars.clone().take(3).collect();
+                let mut r = rest.chars();
+                match (r.next(), r.next(), r.next()) {
+                    (Some('\\'), Some(_), Some('\'')) => {
+                        chars.nth(2);
+                    }
+                    (Some(_), Some('\''), _) => {
+                        chars.nth(1);
+                    }
+                    _ => {}
+                }
+            }
+            '{' | '}' => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The functions of a file's non-test code longer than `limit` lines, as
+/// (lines, name).
+fn long_functions(text: &str, limit: usize) -> Vec<(usize, String)> {
+    let lines: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.trim_start().starts_with("#[cfg(test)]"))
+        .collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let mut t = line.trim_start();
+        for prefix in [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "async ",
+            "const ",
+            "unsafe ",
+        ] {
+            t = t.strip_prefix(prefix).unwrap_or(t);
+        }
+        let Some(rest) = t.strip_prefix("fn ") else {
+            continue;
+        };
+        let name: String = rest.chars().take_while(|&c| is_ident(c)).collect();
+        let (mut depth, mut started) = (0i64, false);
+        for (j, l) in lines.iter().enumerate().skip(i) {
+            for b in braces_of(l).chars() {
+                depth += if b == '{' { 1 } else { -1 };
+                started = true;
+            }
+            if started && depth == 0 {
+                if j - i + 1 > limit {
+                    out.push((j - i + 1, name.clone()));
+                }
+                break;
+            }
+            if !started && l.trim_end().ends_with(';') {
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn at_most_four_functions_are_over_one_hundred_fifty_lines() {
+    let mut long = Vec::new();
+    for (c, f) in all_source_files() {
+        if f.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        let text = fs::read_to_string(&f).expect("read");
+        for (n, name) in long_functions(&text, LONG_FN) {
+            long.push(format!("{c} {name} ({n})"));
+        }
+    }
+    long.sort();
+    assert!(
+        long.len() <= MAX_LONG_FNS,
+        "{} functions over {LONG_FN} lines (at most {MAX_LONG_FNS}):\n  {}",
+        long.len(),
+        long.join("\n  ")
+    );
+}
+
+/// The function counter counts what a reader would: braces in strings,
+/// chars and comments do not count; lifetimes are not chars.
+#[test]
+fn the_function_counter_skips_strings_chars_and_comments() {
+    let body: String = (0..5).map(|_| "    let s = \"}{\"; // }\n").collect();
+    let text =
+        format!("fn long<'a>(x: &'a str) {{\n    let c = '{{';\n{body}}}\nfn short() {{}}\n");
+    assert_eq!(long_functions(&text, 3), vec![(8, "long".to_string())]);
+    assert!(long_functions(&text, 8).is_empty());
 }

@@ -135,9 +135,10 @@ async fn counted_descriptors(
         if cost == 0 || key.len() > max_key_bytes {
             continue;
         }
-        let now_state = engine::decide_raw(limit, key, 0, now)
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let now_state = engine::decide_raw(limit, key, 0, now).await.map_err(|e| {
+            rejected(Api::EnvoyRls, e.kind());
+            Status::unavailable(e.to_string())
+        })?;
         passing[i] = now_state.remaining < cost;
     }
     Ok(passing.iter().any(|&p| p).then_some(passing))

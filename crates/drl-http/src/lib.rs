@@ -3,6 +3,8 @@
 //!
 //! - [`headers`]: the IETF `RateLimit` / `RateLimit-Policy` headers and
 //!   `Retry-After`.
+//! - [`prometheus`]: the Prometheus text format, written once for every
+//!   hand-rendered `/metrics` family of the server and the relay.
 //! - [`problem`]: RFC 9457 `application/problem+json` bodies, including the
 //!   429 of a denial ([`problem::rate_limited`]).
 //!
@@ -10,3 +12,4 @@
 
 pub mod headers;
 pub mod problem;
+pub mod prometheus;

@@ -1,7 +1,7 @@
 //! The relay's counters (written by the packet loop, read by /metrics)
 //! and their Prometheus text rendering.
 
-use std::fmt::Write as _;
+use drl_http::prometheus::{Exposition, Kind};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::limiter::Snapshots;
@@ -93,66 +93,52 @@ impl Stats {
 
     /// The Prometheus text exposition of everything.
     pub fn render(&self, snaps: &Snapshots, kernel: Option<KernelQueueStats>) -> String {
-        let mut o = String::with_capacity(4096);
+        let mut o = Exposition::new();
         self.render_classes(&mut o);
         self.render_estimates(&mut o, snaps);
         self.render_queue(&mut o, kernel);
         render_gossip(&mut o, snaps);
-        o
+        o.finish()
     }
 
     /// Per class: packets and bytes by verdict, and the configured limit.
-    fn render_classes(&self, o: &mut String) {
+    fn render_classes(&self, o: &mut Exposition) {
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        head(
-            o,
-            "drl_relay_packets_total",
-            "counter",
-            "Packets decided, by class and verdict.",
-        );
-        for (n, c) in self.names.iter().zip(&self.classes) {
-            let _ = writeln!(
-                o,
-                "drl_relay_packets_total{{class=\"{n}\",verdict=\"allowed\"}} {}",
-                ld(&c.allowed_packets)
-            );
-            let _ = writeln!(
-                o,
-                "drl_relay_packets_total{{class=\"{n}\",verdict=\"dropped\"}} {}",
-                ld(&c.dropped_packets)
-            );
+        let families = [
+            (
+                "drl_relay_packets_total",
+                "Packets decided, by class and verdict.",
+            ),
+            (
+                "drl_relay_bytes_total",
+                "IP bytes decided, by class and verdict.",
+            ),
+        ];
+        for (i, (name, help)) in families.into_iter().enumerate() {
+            o.family(name, Kind::Counter, help);
+            for (n, c) in self.names.iter().zip(&self.classes) {
+                let (allowed, dropped) = if i == 0 {
+                    (&c.allowed_packets, &c.dropped_packets)
+                } else {
+                    (&c.allowed_bytes, &c.dropped_bytes)
+                };
+                o.sample(name, &[("class", n), ("verdict", "allowed")], ld(allowed));
+                o.sample(name, &[("class", n), ("verdict", "dropped")], ld(dropped));
+            }
         }
-        head(
-            o,
-            "drl_relay_bytes_total",
-            "counter",
-            "IP bytes decided, by class and verdict.",
-        );
-        for (n, c) in self.names.iter().zip(&self.classes) {
-            let _ = writeln!(
-                o,
-                "drl_relay_bytes_total{{class=\"{n}\",verdict=\"allowed\"}} {}",
-                ld(&c.allowed_bytes)
-            );
-            let _ = writeln!(
-                o,
-                "drl_relay_bytes_total{{class=\"{n}\",verdict=\"dropped\"}} {}",
-                ld(&c.dropped_bytes)
-            );
-        }
-        head(
-            o,
-            "drl_relay_limit_bytes_per_second",
-            "gauge",
+        let name = "drl_relay_limit_bytes_per_second";
+        o.family(
+            name,
+            Kind::Gauge,
             "Configured limit of each class (global for scope: gossip).",
         );
         for (n, l) in self.names.iter().zip(&self.limits) {
-            let _ = writeln!(o, "drl_relay_limit_bytes_per_second{{class=\"{n}\"}} {l}");
+            o.sample(name, &[("class", n)], *l);
         }
     }
 
     /// Per class: the limit in force and the estimates behind it.
-    fn render_estimates(&self, o: &mut String, snaps: &Snapshots) {
+    fn render_estimates(&self, o: &mut Exposition, snaps: &Snapshots) {
         let per_class = [
             (
                 "drl_relay_effective_limit_bytes_per_second",
@@ -173,7 +159,7 @@ impl Stats {
             ("drl_relay_drop_probability", "GRD's drop probability."),
         ];
         for (i, (name, help)) in per_class.iter().enumerate() {
-            head(o, name, "gauge", help);
+            o.family(name, Kind::Gauge, help);
             for n in &self.names {
                 let Some(s) = snaps.snapshot(n) else { continue };
                 let v = match i {
@@ -184,117 +170,109 @@ impl Stats {
                     _ => s.drop_probability,
                 };
                 if let Some(v) = v {
-                    let _ = writeln!(o, "{name}{{class=\"{n}\"}} {v}");
+                    o.sample(name, &[("class", n)], v);
                 }
             }
         }
     }
 
     /// The relay's own counters and the kernel queue's.
-    fn render_queue(&self, o: &mut String, kernel: Option<KernelQueueStats>) {
+    fn render_queue(&self, o: &mut Exposition, kernel: Option<KernelQueueStats>) {
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let simple: [(&str, &str, &str, u64); 8] = [
+        let simple: [(&str, Kind, &str, u64); 8] = [
             (
                 "drl_relay_unclassified_packets_total",
-                "counter",
+                Kind::Counter,
                 "Packets no class matched (accepted).",
                 ld(&self.unclassified),
             ),
             (
                 "drl_relay_unparsed_packets_total",
-                "counter",
+                Kind::Counter,
                 "Packets that did not parse as IPv4/IPv6 (accepted).",
                 ld(&self.unparsed),
             ),
             (
                 "drl_relay_held_packets",
-                "gauge",
+                Kind::Gauge,
                 "Packets held in the delay line.",
                 ld(&self.held),
             ),
             (
                 "drl_relay_queue_received_total",
-                "counter",
+                Kind::Counter,
                 "Packets received from NFQUEUE.",
                 ld(&self.received),
             ),
             (
                 "drl_relay_queue_verdicts_total",
-                "counter",
+                Kind::Counter,
                 "Verdicts sent.",
                 ld(&self.verdicts),
             ),
             (
                 "drl_relay_queue_verdict_batches_total",
-                "counter",
+                Kind::Counter,
                 "Datagrams that carried verdicts.",
                 ld(&self.verdict_batches),
             ),
             (
                 "drl_relay_queue_overruns_total",
-                "counter",
+                Kind::Counter,
                 "Times the relay's netlink receive buffer overflowed (ENOBUFS).",
                 ld(&self.overruns),
             ),
             (
                 "drl_relay_queue_malformed_total",
-                "counter",
+                Kind::Counter,
                 "Netlink messages that did not parse.",
                 ld(&self.malformed),
             ),
         ];
-        for (name, ty, help, v) in simple {
-            head(o, name, ty, help);
-            let _ = writeln!(o, "{name} {v}");
+        for (name, kind, help, v) in simple {
+            o.family(name, kind, help);
+            o.sample(name, &[], v);
         }
         let k = kernel.unwrap_or_default();
         let kernel_rows = [
             (
                 "drl_relay_queue_kernel_dropped_total",
-                "counter",
+                Kind::Counter,
                 "Packets the kernel dropped because the queue was full (not counted with accept_when_full).",
                 k.queue_dropped,
             ),
             (
                 "drl_relay_queue_kernel_user_dropped_total",
-                "counter",
+                Kind::Counter,
                 "Packets the kernel could not hand to the relay (socket buffer full).",
                 k.user_dropped,
             ),
             (
                 "drl_relay_queue_kernel_waiting",
-                "gauge",
+                Kind::Gauge,
                 "Packets in the kernel queue waiting for a verdict.",
                 k.waiting,
             ),
             (
                 "drl_relay_queue_kernel_queued_total",
-                "counter",
+                Kind::Counter,
                 "Packets the kernel queued (its id sequence).",
                 k.id_sequence,
             ),
         ];
-        for (name, ty, help, v) in kernel_rows {
-            head(o, name, ty, help);
-            let _ = writeln!(o, "{name}{{queue=\"{}\"}} {v}", self.queue);
+        let queue = self.queue.to_string();
+        for (name, kind, help, v) in kernel_rows {
+            o.family(name, kind, help);
+            o.sample(name, &[("queue", &queue)], v);
         }
     }
 }
 
-/// One metric's `# HELP` and `# TYPE` lines.
-fn head(o: &mut String, name: &str, ty: &str, help: &str) {
-    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {ty}");
-}
-
 /// Live relays, and the gossip transport's traffic when clustered.
-fn render_gossip(o: &mut String, snaps: &Snapshots) {
-    head(
-        o,
-        "drl_relay_live_nodes",
-        "gauge",
-        "Relays counted live, this one included.",
-    );
-    let _ = writeln!(o, "drl_relay_live_nodes {}", snaps.live_nodes());
+fn render_gossip(o: &mut Exposition, snaps: &Snapshots) {
+    let live = "drl_relay_live_nodes";
+    o.family(live, Kind::Gauge, "Relays counted live, this one included.");
+    o.sample(live, &[], u64::from(snaps.live_nodes()));
     if let Some(store) = snaps.store() {
         let t = store.transport_stats();
         let rows = [
@@ -306,18 +284,17 @@ fn render_gossip(o: &mut String, snaps: &Snapshots) {
             ("drl_relay_gossip_rejected_total", store.gossip_rejected()),
         ];
         for (name, v) in rows {
-            head(
-                o,
+            o.family(
                 name,
-                "counter",
+                Kind::Counter,
                 "Gossip and membership traffic (drl-cluster-net transport).",
             );
-            let _ = writeln!(o, "{name} {v}");
+            o.sample(name, &[], v);
         }
-        head(
-            o,
-            "drl_relay_gossip_refused_datagrams_total",
-            "counter",
+        let refused = "drl_relay_gossip_refused_datagrams_total";
+        o.family(
+            refused,
+            Kind::Counter,
             "Datagrams the transport refused, by reason.",
         );
         for (reason, v) in [
@@ -330,10 +307,7 @@ fn render_gossip(o: &mut String, snaps: &Snapshots) {
             ("replayed", t.replayed),
             ("unknown_sender", t.unknown_sender),
         ] {
-            let _ = writeln!(
-                o,
-                "drl_relay_gossip_refused_datagrams_total{{reason=\"{reason}\"}} {v}"
-            );
+            o.sample(refused, &[("reason", reason)], v);
         }
     }
 }

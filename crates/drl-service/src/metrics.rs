@@ -25,13 +25,13 @@
 //! output [`render`] appends.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use drl_core::KeyedLimiter;
+use drl_http::prometheus::{Exposition, Kind};
 
 use crate::sharded::{Counters, LATENCY_BOUNDS_NS, LatencyHistogram, le_label};
 
@@ -224,40 +224,40 @@ fn table_rows() -> Vec<TableRow> {
 }
 
 /// Appends the keyed-table series.
-fn render_tables(out: &mut String) {
+fn render_tables(out: &mut Exposition) {
     let rows = table_rows();
     if rows.is_empty() {
         return;
     }
-    out.push_str("# HELP drl_keys_held Keys held in memory per local limit (at most max_keys).\n");
-    out.push_str("# TYPE drl_keys_held gauge\n");
+    let held = "drl_keys_held";
+    out.family(
+        held,
+        Kind::Gauge,
+        "Keys held in memory per local limit (at most max_keys).",
+    );
     for (name, keys, ..) in &rows {
-        out.push_str("drl_keys_held{limit=\"");
-        label_value(out, name);
-        let _ = writeln!(out, "\"}} {keys}");
+        out.sample(held, &[("limit", name)], *keys);
     }
-    out.push_str("# HELP drl_key_bytes_held Bytes of keys and state held per local limit (entries plus key bytes; at most max_bytes).\n");
-    out.push_str("# TYPE drl_key_bytes_held gauge\n");
+    let bytes_held = "drl_key_bytes_held";
+    out.family(
+        bytes_held,
+        Kind::Gauge,
+        "Bytes of keys and state held per local limit (entries plus key bytes; at most max_bytes).",
+    );
     for (name, _, bytes, ..) in &rows {
-        out.push_str("drl_key_bytes_held{limit=\"");
-        label_value(out, name);
-        let _ = writeln!(out, "\"}} {bytes}");
+        out.sample(bytes_held, &[("limit", name)], *bytes);
     }
-    out.push_str("# HELP drl_keys_evicted_total Keys dropped to stay within max_keys / max_bytes: fresh (no effect on decisions) or live (folded into the limit's summary of evicted state: never an over-admission).\n");
-    out.push_str("# TYPE drl_keys_evicted_total counter\n");
+    let evicted = "drl_keys_evicted_total";
+    out.family(evicted, Kind::Counter, "Keys dropped to stay within max_keys / max_bytes: fresh (no effect on decisions) or live (folded into the limit's summary of evicted state: never an over-admission).");
     for (name, _, _, fresh, live, _) in &rows {
         for (kind, n) in [("fresh", fresh), ("live", live)] {
-            out.push_str("drl_keys_evicted_total{limit=\"");
-            label_value(out, name);
-            let _ = writeln!(out, "\",kind=\"{kind}\"}} {n}");
+            out.sample(evicted, &[("limit", name), ("kind", kind)], *n);
         }
     }
-    out.push_str("# HELP drl_keys_summary_denials_total Denials by the summary of evicted state where a fresh key would have been admitted (the false denials bounded memory costs).\n");
-    out.push_str("# TYPE drl_keys_summary_denials_total counter\n");
-    for (name, .., denials) in &rows {
-        out.push_str("drl_keys_summary_denials_total{limit=\"");
-        label_value(out, name);
-        let _ = writeln!(out, "\"}} {denials}");
+    let denials = "drl_keys_summary_denials_total";
+    out.family(denials, Kind::Counter, "Denials by the summary of evicted state where a fresh key would have been admitted (the false denials bounded memory costs).");
+    for (name, .., n) in &rows {
+        out.sample(denials, &[("limit", name)], *n);
     }
 }
 
@@ -332,71 +332,53 @@ impl ApiMetrics {
     }
 }
 
-/// A Prometheus label value: `\`, `"` and newlines escaped.
-fn label_value(out: &mut String, v: &str) {
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-}
-
-/// Appends the decision counters and latency histograms in the Prometheus
-/// text format.
-fn render_hot(out: &mut String) {
+/// Appends the decision counters and latency histograms.
+fn render_hot(out: &mut Exposition) {
     let limits: Vec<(String, Arc<LimitCounts>)> = {
         let r = limit_registry().lock().unwrap_or_else(|e| e.into_inner());
         r.iter().map(|(k, v)| (k.clone(), Arc::clone(v))).collect()
     };
     if !limits.is_empty() {
-        out.push_str("# HELP drl_decisions_total Decisions per limit and result (a shadow-mode limit counts what it would have decided).\n");
-        out.push_str("# TYPE drl_decisions_total counter\n");
+        let decisions = "drl_decisions_total";
+        out.family(decisions, Kind::Counter, "Decisions per limit and result (a shadow-mode limit counts what it would have decided).");
         for (name, c) in &limits {
             for (result, i) in [("allowed", ALLOWED), ("denied", DENIED)] {
-                out.push_str("drl_decisions_total{limit=\"");
-                label_value(out, name);
-                let _ = writeln!(out, "\",result=\"{result}\"}} {}", c.counts.get(i));
+                out.sample(
+                    decisions,
+                    &[("limit", name), ("result", result)],
+                    c.counts.get(i),
+                );
             }
         }
-        out.push_str("# HELP drl_shadow_allowed_total Denials a shadow-mode limit let through.\n");
-        out.push_str("# TYPE drl_shadow_allowed_total counter\n");
+        let shadow = "drl_shadow_allowed_total";
+        out.family(
+            shadow,
+            Kind::Counter,
+            "Denials a shadow-mode limit let through.",
+        );
         for (name, c) in &limits {
-            out.push_str("drl_shadow_allowed_total{limit=\"");
-            label_value(out, name);
-            let _ = writeln!(out, "\"}} {}", c.counts.get(SHADOW));
+            out.sample(shadow, &[("limit", name)], c.counts.get(SHADOW));
         }
     }
-    out.push_str(
-        "# HELP drl_request_duration_seconds Time to decide one request (a batch counts once).\n",
+    out.family(
+        "drl_request_duration_seconds",
+        Kind::Histogram,
+        "Time to decide one request (a batch counts once).",
     );
-    out.push_str("# TYPE drl_request_duration_seconds histogram\n");
     for (api, h) in Api::ALL.iter().zip(latency()) {
         let s = h.snapshot();
         let api = api.label();
+        let bucket = "drl_request_duration_seconds_bucket";
         for (&bound, n) in LATENCY_BOUNDS_NS.iter().zip(s.cumulative) {
-            let le = le_label(bound);
-            let _ = writeln!(
-                out,
-                "drl_request_duration_seconds_bucket{{api=\"{api}\",le=\"{le}\"}} {n}"
-            );
+            out.sample(bucket, &[("api", api), ("le", &le_label(bound))], n);
         }
-        let _ = writeln!(
-            out,
-            "drl_request_duration_seconds_bucket{{api=\"{api}\",le=\"+Inf\"}} {}",
-            s.count
-        );
-        let _ = writeln!(
-            out,
-            "drl_request_duration_seconds_sum{{api=\"{api}\"}} {}",
-            s.sum_ns as f64 / 1e9
-        );
-        let _ = writeln!(
-            out,
-            "drl_request_duration_seconds_count{{api=\"{api}\"}} {}",
-            s.count
+        out.sample(bucket, &[("api", api), ("le", "+Inf")], s.count);
+        let sum = s.sum_ns as f64 / 1e9;
+        out.sample("drl_request_duration_seconds_sum", &[("api", api)], sum);
+        out.sample(
+            "drl_request_duration_seconds_count",
+            &[("api", api)],
+            s.count,
         );
     }
 }
@@ -404,13 +386,12 @@ fn render_hot(out: &mut String) {
 /// The whole `/metrics` page: the decision counters and latency histograms,
 /// then everything recorded through the `metrics` crate.
 pub fn render(handle: &PrometheusHandle) -> String {
-    let mut out = String::with_capacity(8192);
+    let mut out = Exposition::with_capacity(8192);
     render_hot(&mut out);
     render_tables(&mut out);
-    out.push_str(&handle.render());
-    out
+    out.push_page(&handle.render());
+    out.finish()
 }
-
 /// Counts a request refused before deciding.
 pub fn rejected(api: Api, reason: &'static str) {
     metrics::counter!("drl_requests_rejected_total", "api" => api.label(), "reason" => reason)

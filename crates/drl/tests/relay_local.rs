@@ -68,6 +68,16 @@ fn one_site_limited_locally_holds_2_mbps() {
         "{m}"
     );
     assert_eq!(metric(&m, "drl_relay_queue_overruns_total", &[]), Some(0.0));
+    // Prometheus's own parser reads the page and the same counter.
+    let families = drl_test_kit::prometheus::parse(&m);
+    assert_eq!(
+        drl_test_kit::prometheus::value(
+            &families,
+            "drl_relay_packets_total",
+            &[("verdict", "dropped")]
+        ),
+        Some(dropped)
+    );
     // SIGTERM: clean exit, rules gone.
     let status = r.stop().expect("the relay was running");
     assert!(status.success(), "relay exit status {status}: {}", r.log());

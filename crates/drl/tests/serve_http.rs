@@ -140,6 +140,24 @@ fn check_decides_in_order_and_counts_metrics() {
         text.contains("drl_request_duration_seconds_bucket{api=\"http_check\""),
         "{text}"
     );
+    // The whole page (the hand-written families and the `metrics`
+    // exporter's) as Prometheus's own parser reads it: it parses, and the
+    // counters it reads are the ones above.
+    let families = drl_test_kit::prometheus::parse(&text);
+    let decisions = |limit, result| {
+        drl_test_kit::prometheus::value(
+            &families,
+            "drl_decisions_total",
+            &[("limit", limit), ("result", result)],
+        )
+    };
+    assert_eq!(decisions("hourly", "allowed"), Some(4.0));
+    assert_eq!(decisions("hourly", "denied"), Some(2.0));
+    let histogram = families
+        .iter()
+        .find(|f| f.name == "drl_request_duration_seconds")
+        .expect("the latency histogram");
+    assert_eq!(histogram.kind, "histogram");
     // Label cardinality: keys never appear.
     for key in ["tenant-7", "k1", "k2", "k9"] {
         assert!(!text.contains(key), "key {key} leaked into metrics");

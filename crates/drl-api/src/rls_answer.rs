@@ -14,7 +14,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     DescriptorStatus, RateLimit as PbRateLimit,
 };
-use envoy_types::pb::google::protobuf::Duration;
+use envoy_types::pb::google::protobuf::{Duration, Struct};
+use prost::Message as _;
 use prost::encoding::encoded_len_varint;
 use smallvec::SmallVec;
 
@@ -63,7 +64,7 @@ pub struct HeaderFields {
 }
 
 /// A whole `RateLimitResponse`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Answer<'a> {
     /// `overall_code`, as the proto's enum number.
     pub overall_code: i32,
@@ -74,6 +75,8 @@ pub struct Answer<'a> {
     /// Their names (limit, remaining, reset), when not the default
     /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`.
     pub header_names: Option<[&'a str; 3]>,
+    /// `dynamic_metadata`, when the config asks for it.
+    pub dynamic_metadata: Option<Struct>,
 }
 
 /// `RateLimit-Limit: {rpu}` (the requests per unit alone, as
@@ -127,6 +130,7 @@ impl Answer<'_> {
                     })
                     .collect()
             }),
+            dynamic_metadata: self.dynamic_metadata.clone(),
             ..Default::default()
         }
     }
@@ -150,6 +154,8 @@ impl Answer<'_> {
         for h in headers.iter().flatten() {
             body += nested_len(header_len(h));
         }
+        let meta_len = self.dynamic_metadata.as_ref().map(Struct::encoded_len);
+        body += meta_len.map_or(0, nested_len);
         let mut out = Vec::with_capacity(PREFIX + body);
         out.push(0);
         out.extend_from_slice(&(body as u32).to_be_bytes());
@@ -164,6 +170,11 @@ impl Answer<'_> {
             put_raw(&mut out, header_len(h) as u64);
             put_string(&mut out, 0x0a, h.0);
             put_string(&mut out, 0x12, h.1);
+        }
+        if let (Some(m), Some(n)) = (&self.dynamic_metadata, meta_len) {
+            out.push(0x32); // dynamic_metadata = 6
+            put_raw(&mut out, n as u64);
+            m.encode_raw(&mut out);
         }
         debug_assert_eq!(out.len(), out.capacity());
         Bytes::from(out)

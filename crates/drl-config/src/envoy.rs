@@ -5,8 +5,10 @@
 //! prefix ending in `*`), an optional `rate_limit` (`unit` +
 //! `requests_per_unit`, or `unlimited: true`; optional `name` and
 //! `replaces`), `shadow_mode`, `detailed_metric` and nested `descriptors`.
-//! `value_to_metric` and `metadata` are accepted and ignored
-//! (drl labels no metric by request values and sends no dynamic metadata);
+//! `metadata` (a map) is returned in the RLS answer's dynamic metadata
+//! when `server.envoy_response_dynamic_metadata` is on;
+//! `value_to_metric` is accepted and ignored (drl labels no metric by
+//! request values);
 //! `share_threshold` on a wildcard value makes every matching value count
 //! as one.
 
@@ -52,6 +54,10 @@ pub struct EnvoyDescriptor {
     /// `share_threshold` (wildcard values only): every value that matches
     /// the wildcard counts under the wildcard itself, one counter for all.
     pub share_threshold: bool,
+    /// `metadata`: a map returned, merged with the other passing
+    /// descriptors', in the answer's dynamic metadata
+    /// (`server.envoy_response_dynamic_metadata`).
+    pub metadata: Option<serde_norway::Mapping>,
     /// Nested descriptors.
     pub descriptors: Vec<EnvoyDescriptor>,
 }
@@ -80,10 +86,8 @@ struct RawDescriptor {
     // Metric naming by request values (drl never labels by request values).
     #[serde(default, rename = "value_to_metric")]
     _value_to_metric: bool,
-    // Returned by envoyproxy/ratelimit only as response dynamic metadata,
-    // off by default there; drl sends none.
-    #[serde(default, rename = "metadata")]
-    _metadata: Option<serde_norway::Value>,
+    #[serde(default)]
+    metadata: Option<serde_norway::Value>,
 }
 
 #[derive(Deserialize)]
@@ -310,9 +314,20 @@ impl TryFrom<RawDescriptor> for EnvoyDescriptor {
                 composite(&r.key, value.as_deref())
             ));
         }
+        let metadata = match r.metadata {
+            None | Some(serde_norway::Value::Null) => None,
+            Some(serde_norway::Value::Mapping(m)) => Some(m),
+            Some(_) => {
+                return Err(format!(
+                    "metadata of descriptor {:?} must be a map",
+                    composite(&r.key, value.as_deref())
+                ));
+            }
+        };
         Ok(EnvoyDescriptor {
             key: r.key,
             value,
+            metadata,
             rate_limit,
             shadow_mode: r.shadow_mode,
             quota_mode: r.quota_mode,

@@ -292,6 +292,11 @@ pub struct ServerConfig {
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`; default false: every
     /// descriptor counts).
     pub envoy_stop_increment_when_over_limit: bool,
+    /// Return, in each Envoy RLS answer's `dynamic_metadata`, the request
+    /// (domain, descriptors, hits) and the merged `metadata` of the
+    /// descriptors that passed (envoyproxy/ratelimit's
+    /// `RESPONSE_DYNAMIC_METADATA`; default false).
+    pub envoy_response_dynamic_metadata: bool,
     /// The names of the three headers `envoy_response_headers` adds
     /// (envoyproxy/ratelimit's `LIMIT_LIMIT_HEADER`,
     /// `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`).
@@ -437,6 +442,7 @@ impl Default for ServerConfig {
             envoy_shadow_mode: false,
             envoy_quota_mode: false,
             envoy_stop_increment_when_over_limit: false,
+            envoy_response_dynamic_metadata: false,
             envoy_header_names: EnvoyHeaderNames::default(),
             reservation_ttl_ms: 300_000,
             max_reservations: 100_000,

@@ -327,6 +327,7 @@ fn make_rule(domain: &str, unit: Unit, requests_per_unit: u32) -> EnvoyRule {
         share: Vec::new(),
         unit,
         requests_per_unit,
+        metadata: None,
     }
 }
 

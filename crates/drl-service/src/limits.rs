@@ -99,6 +99,9 @@ pub struct EnvoyRule {
     pub unit: Unit,
     /// Requests per unit (0 for unlimited).
     pub requests_per_unit: u32,
+    /// The descriptor's `metadata` map, for the answer's dynamic metadata
+    /// (`server.envoy_response_dynamic_metadata`).
+    pub metadata: Option<Arc<envoy_types::pb::google::protobuf::Struct>>,
 }
 
 /// A node of a domain's descriptor tree.
@@ -399,6 +402,10 @@ fn build_level(
                     share: rule_share,
                     unit,
                     requests_per_unit: rpu,
+                    metadata: d
+                        .metadata
+                        .as_ref()
+                        .map(|m| Arc::new(crate::envoy_metadata::struct_of_yaml(m))),
                 })
             }
         };

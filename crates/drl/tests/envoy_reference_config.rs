@@ -18,8 +18,8 @@
 //!   (`share_threshold` below), but names no metric by wildcard.
 //!
 //! Ported in part (see each test): per-value stats names of
-//! `detailed_metric` and `value_to_metric`, and response dynamic
-//! `metadata`, which drl does not produce.
+//! `detailed_metric` and `value_to_metric`, which drl does not produce.
+//! Response dynamic `metadata`: `envoy_dynamic_metadata.rs`.
 
 mod common;
 

@@ -1,4 +1,5 @@
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::google::protobuf::{Value, value::Kind};
 use proptest::prelude::*;
 use prost::Message as _;
 
@@ -17,6 +18,7 @@ fn unframe(b: &Bytes) -> RateLimitResponse {
 fn a_limited_answer_is_what_prost_writes() {
     let a = Answer {
         header_names: None,
+        dynamic_metadata: None,
         overall_code: 2,
         statuses: [
             StatusFields {
@@ -74,6 +76,7 @@ fn an_empty_duration_and_limit_are_still_present() {
     // A present message is written even when all its fields are defaults.
     let a = Answer {
         header_names: None,
+        dynamic_metadata: None,
         overall_code: 0,
         statuses: [StatusFields {
             code: 0,
@@ -120,9 +123,16 @@ proptest! {
         overall_code in prop_oneof![Just(0), Just(1), Just(2), any::<i32>()],
         statuses in prop::collection::vec(status(), 0..7),
         headers in proptest::option::of((any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>())),
+        meta in proptest::option::of(prop::collection::btree_map("[a-z]{0,5}", "\\PC{0,8}", 0..3)),
     ) {
         let a = Answer {
         header_names: None,
+            dynamic_metadata: meta.map(|m| Struct {
+                fields: m
+                    .into_iter()
+                    .map(|(k, v)| (k, Value { kind: Some(Kind::StringValue(v)) }))
+                    .collect(),
+            }),
             overall_code,
             statuses: statuses
                 .iter()

@@ -32,6 +32,7 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Struct;
 use smallvec::SmallVec;
 use tonic::{Request, Response, Status};
 
@@ -40,6 +41,7 @@ use drl_api::rls_request::{EntryView, INLINE_DESCRIPTORS, RequestView};
 use drl_config::{EnvoyHits, UnknownDomain};
 use drl_core::time::Nanos;
 use drl_service::engine::{self, Engine};
+use drl_service::envoy_metadata;
 use drl_service::envoy_override::{OverrideError, state_key};
 use drl_service::headers::ceil_secs;
 use drl_service::limits::{EnvoyRule, Limits, RuleKind, match_descriptor};
@@ -147,6 +149,22 @@ async fn counted_descriptors(
 /// `ns` rounded up to whole seconds (still in nanoseconds): what
 /// envoyproxy/ratelimit sends as `duration_until_reset` (`unit - now %
 /// unit`, in seconds).
+/// The answer's dynamic metadata: the request, and the `metadata` of the
+/// rules of the descriptors that passed (OK, and not unlimited), as
+/// envoyproxy/ratelimit gives them.
+fn dynamic_metadata(
+    req: &RequestView<'_>,
+    rules: &[Option<&EnvoyRule>],
+    statuses: &[StatusFields<'_>],
+) -> Struct {
+    let passed = rules.iter().zip(statuses).filter_map(|(r, s)| {
+        let r = (*r)?;
+        let ok = s.code == Code::Ok as i32 && !matches!(r.kind, RuleKind::Unlimited);
+        r.metadata.as_deref().filter(|_| ok)
+    });
+    envoy_metadata::response_metadata(req, passed)
+}
+
 fn whole_seconds(ns: u64) -> u64 {
     ns.div_ceil(drl_core::time::SECOND)
         .saturating_mul(drl_core::time::SECOND)
@@ -254,11 +272,16 @@ pub async fn should_rate_limit_on<R>(
         engine
             .api_metrics
             .observe_ns(Api::EnvoyRls, engine.now().saturating_sub(started));
+        let dynamic_metadata = limits
+            .server
+            .envoy_response_dynamic_metadata
+            .then(|| envoy_metadata::response_metadata(req, []));
         return Ok(render(&Answer {
             overall_code: Code::Ok as i32,
             statuses,
             headers: None,
             header_names: None,
+            dynamic_metadata,
         }));
     };
     let hits = if req.hits_addend == 0 {
@@ -469,11 +492,16 @@ pub async fn should_rate_limit_on<R>(
     engine
         .api_metrics
         .observe_ns(Api::EnvoyRls, end.saturating_sub(started));
+    let dynamic_metadata = limits
+        .server
+        .envoy_response_dynamic_metadata
+        .then(|| dynamic_metadata(req, rules, &statuses));
     Ok(render(&Answer {
         overall_code: overall as i32,
         statuses,
         headers,
         header_names: Some(limits.server.envoy_header_names.as_array()),
+        dynamic_metadata,
     }))
 }
 
@@ -564,6 +592,7 @@ mod tests {
                 share: Vec::new(),
                 unit,
                 requests_per_unit: rpu,
+                metadata: None,
             };
             let answer = Answer {
                 headers: Some(header_fields(&rule, remaining, reset)),

@@ -107,5 +107,6 @@ pub async fn should_rate_limit<'a>(
         statuses: SmallVec::new(),
         headers,
         header_names: Some(limits.server.envoy_header_names.as_array()),
+        dynamic_metadata: None,
     })
 }

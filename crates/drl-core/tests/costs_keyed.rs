@@ -239,3 +239,28 @@ fn the_ledger_closes_expired_and_excess_reservations_at_their_estimate() {
     assert_eq!(keyed.check("k", 1_500, 0).remaining, 0);
     assert!(!s.decision.allowed, "2 + 2 + 7 = 11 of 10: in debt");
 }
+
+proptest! {
+    /// `charge_seen` answers what a query then a charge answer one after
+    /// the other, and leaves the same state: every algorithm, one quota
+    /// (cells) and two (mutex), on random costs and stamps.
+    #[test]
+    fn charge_seen_is_a_query_then_a_charge(
+        alg in prop::sample::select(Algorithm::ALL.to_vec()),
+        two in any::<bool>(),
+        steps in prop::collection::vec((0u64..1_500, 0u64..HOUR / 100, 0u64..3), 1..40),
+    ) {
+        let seen = KeyedLimiter::<u64>::new(uniform(alg, two), KeyedConfig::default());
+        let twin = KeyedLimiter::<u64>::new(uniform(alg, two), KeyedConfig::default());
+        let mut now = 1_000 * HOUR;
+        for (cost, dt, key) in steps {
+            now += dt;
+            let (before, after) = seen.charge_seen(&key, now, cost);
+            prop_assert_eq!(before, twin.check(&key, now, 0), "{} before", alg);
+            prop_assert_eq!(after, twin.charge(&key, now, cost), "{} after", alg);
+        }
+        for key in 0..3u64 {
+            prop_assert_eq!(seen.check(&key, now, 1), twin.check(&key, now, 1));
+        }
+    }
+}

@@ -317,6 +317,7 @@ fn make_rule(domain: &str, unit: Unit, requests_per_unit: u32) -> EnvoyRule {
             }))
         }
     };
+    let stats = crate::envoy_stats::EnvoyStats::new(&path);
     EnvoyRule {
         path,
         kind,
@@ -328,6 +329,7 @@ fn make_rule(domain: &str, unit: Unit, requests_per_unit: u32) -> EnvoyRule {
         unit,
         requests_per_unit,
         metadata: None,
+        stats: Some(stats),
     }
 }
 

@@ -23,6 +23,7 @@ mod config_files;
 pub mod engine;
 pub mod envoy_metadata;
 pub mod envoy_override;
+pub mod envoy_stats;
 pub mod headers;
 pub mod limitador;
 pub mod limits;

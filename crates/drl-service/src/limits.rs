@@ -102,6 +102,8 @@ pub struct EnvoyRule {
     /// The descriptor's `metadata` map, for the answer's dynamic metadata
     /// (`server.envoy_response_dynamic_metadata`).
     pub metadata: Option<Arc<envoy_types::pb::google::protobuf::Struct>>,
+    /// envoyproxy/ratelimit's stats of this rule (none for unlimited).
+    pub stats: Option<crate::envoy_stats::EnvoyStats>,
 }
 
 /// A node of a domain's descriptor tree.
@@ -356,6 +358,8 @@ fn build_level(
             None => None,
             Some(rl) => {
                 let path: Arc<str> = Arc::from(path.as_str());
+                let stats = (!matches!(rl.kind, EnvoyLimitKind::Unlimited))
+                    .then(|| crate::envoy_stats::EnvoyStats::new(&path));
                 let (kind, unit, rpu) = match rl.kind {
                     EnvoyLimitKind::Unlimited => (RuleKind::Unlimited, Unit::Second, 0),
                     EnvoyLimitKind::Limited {
@@ -406,6 +410,7 @@ fn build_level(
                         .metadata
                         .as_ref()
                         .map(|m| Arc::new(crate::envoy_metadata::struct_of_yaml(m))),
+                    stats,
                 })
             }
         };

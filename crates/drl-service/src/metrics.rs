@@ -389,6 +389,7 @@ pub fn render(handle: &PrometheusHandle) -> String {
     let mut out = Exposition::with_capacity(8192);
     render_hot(&mut out);
     render_tables(&mut out);
+    crate::envoy_stats::render(&mut out);
     out.push_page(&handle.render());
     out.finish()
 }

@@ -5,10 +5,12 @@
 //! it. The fixtures are written inline; each test names the Go test it
 //! comes from.
 //!
-//! Stats names of the reference (`test-domain.key1_value1.subkey1.*`) map
-//! to drl's `drl_decisions_total{limit="test-domain.key1_value1.subkey1"}`
+//! Stats names of the reference (`test-domain.key1_value1.subkey1.*`) are
+//! checked here through drl's `drl_decisions_total{limit="test-domain.key1_value1.subkey1"}`
 //! (`total_hits` = allowed + denied, `within_limit` = allowed,
-//! `over_limit` = denied; drl has no `near_limit`).
+//! `over_limit` = denied); the reference's own names in Prometheus form
+//! (`ratelimit_service_rate_limit_*`) are held by
+//! `envoy_reference_integration.rs`.
 //!
 //! Not yet passing, so not in this file:
 //! - TestDomainMerge, TestDuplicateKeyDomainMerge: in

@@ -49,6 +49,20 @@ impl<K: Hash + Eq + Clone + Send + Sync + KeyBytes> KeyedLimiter<K> {
         self.apply(key, now, Op::Charge(cost)).decision
     }
 
+    /// [`KeyedLimiter::charge`] that also returns a query of the key's
+    /// state just before the charge, read atomically with it: `(before,
+    /// after)`. What envoyproxy/ratelimit's per-descriptor stats need (the
+    /// count before and after the hits).
+    pub fn charge_seen<Q>(&self, key: &Q, now: Nanos, cost: u64) -> (Decision, Decision)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let a = self.apply(key, now, Op::ChargeSeen(cost));
+        let before = a.before.expect("a seen charge reports its query");
+        (before, a.decision)
+    }
+
     /// Reserves an estimate: decided and consumed like
     /// [`KeyedLimiter::decide`]; when admitted, returns the
     /// [`Reservation`] to settle, which expires at `now + ttl`.

@@ -29,6 +29,8 @@ pub(crate) enum Op<'a> {
     Check(u64),
     /// Consume whatever the state holds (debt).
     Charge(u64),
+    /// A charge that also reports a query made just before it.
+    ChargeSeen(u64),
     /// A take that returns its marks when admitted.
     Reserve(u64),
     /// Give back up to `units` of a reservation with these marks.
@@ -44,17 +46,20 @@ pub(crate) struct Applied {
     pub marks: Option<Box<[Mark]>>,
     /// True if the state changed (a key without an entry is then inserted).
     pub wrote: bool,
+    /// For [`Op::ChargeSeen`]: a query of the state just before the charge.
+    pub before: Option<Decision>,
 }
 
 /// Applies `op` to the states of a multi-limiter (in place).
 pub(crate) fn apply_states(m: &MultiLimiter, states: &mut [State], now: Nanos, op: Op) -> Applied {
+    let before = matches!(op, Op::ChargeSeen(_)).then(|| m.check(states, now, 0));
     let (decision, marks, wrote) = match op {
         Op::Take(c) => {
             let d = m.decide(states, now, c);
             (d, None, d.allowed && c > 0)
         }
         Op::Check(c) => (m.check(states, now, c), None, false),
-        Op::Charge(c) => (m.charge(states, now, c), None, c > 0),
+        Op::Charge(c) | Op::ChargeSeen(c) => (m.charge(states, now, c), None, c > 0),
         Op::Reserve(c) => {
             let (d, marks) = m.reserve(states, now, c);
             (d, marks, d.allowed && c > 0)
@@ -65,6 +70,7 @@ pub(crate) fn apply_states(m: &MultiLimiter, states: &mut [State], now: Nanos, o
         decision,
         marks,
         wrote,
+        before,
     }
 }
 
@@ -73,7 +79,7 @@ fn apply_one(l: &Limiter, state: &mut State, now: Nanos, op: Op) -> (Decision, O
     match op {
         Op::Take(c) => (l.decide(state, now, c), None),
         Op::Check(c) => (l.check(state, now, c), None),
-        Op::Charge(c) => (l.charge(state, now, c), None),
+        Op::Charge(c) | Op::ChargeSeen(c) => (l.charge(state, now, c), None),
         Op::Reserve(c) => l.reserve(state, now, c),
         Op::Refund(marks, u) => (l.refund(state, now, marks[0], u), None),
     }
@@ -128,6 +134,7 @@ impl Slot for CellSlot {
                 decision,
                 marks: None,
                 wrote: decision.allowed && c > 0,
+                before: None,
             };
         }
         // Load, apply to the unpacked state, compare-exchange the packed
@@ -136,6 +143,7 @@ impl Slot for CellSlot {
         let mut cur = Word128::load(&self.0);
         loop {
             let mut state = ctx.kind.unpack_state(&ctx.quota, cur);
+            let before = matches!(op, Op::ChargeSeen(_)).then(|| l.check(&state, now, 0));
             let (decision, mark) = apply_one(&l, &mut state, now, op);
             let next = ctx
                 .kind
@@ -147,6 +155,7 @@ impl Slot for CellSlot {
                     decision,
                     marks: mark.map(|m| Box::from([m])),
                     wrote: next != cur,
+                    before,
                 };
             }
             cur = Word128::load(&self.0);

@@ -165,6 +165,16 @@ fn dynamic_metadata(
     envoy_metadata::response_metadata(req, passed)
 }
 
+/// The count a query `d` of a rule of `limit` per unit shows: `limit -
+/// remaining`, or past the limit (`limit + 1`) when the key is in debt.
+fn count_of(d: &drl_core::Decision, limit: u64) -> u64 {
+    if d.allowed || d.remaining > 0 {
+        limit.saturating_sub(d.remaining)
+    } else {
+        limit.saturating_add(1)
+    }
+}
+
 fn whole_seconds(ns: u64) -> u64 {
     ns.div_ceil(drl_core::time::SECOND)
         .saturating_mul(drl_core::time::SECOND)
@@ -369,11 +379,11 @@ pub async fn should_rate_limit_on<R>(
         None
     };
     for (i, (d, rule)) in req.descriptors.iter().zip(rules.iter()).enumerate() {
-        let cost = d.hits_addend.unwrap_or(hits);
+        let hits_i = d.hits_addend.unwrap_or(hits);
         // Checked without counting (`envoy_stop_increment_when_over_limit`).
         let cost = match &counted {
             Some(c) if !c[i] => 0,
-            _ => cost,
+            _ => hits_i,
         };
         let Some(rule) = rule else {
             // Without a limit: a passing quota under the global quota mode.
@@ -392,6 +402,9 @@ pub async fn should_rate_limit_on<R>(
             },
             RuleKind::Block(m) => {
                 m.record(false);
+                if let Some(st) = &rule.stats {
+                    st.record(0, hits_i, 0, rule.shadow);
+                }
                 let window = rule.unit.window();
                 let reset = whole_seconds(window - now % window);
                 let code = if rule.shadow {
@@ -419,6 +432,10 @@ pub async fn should_rate_limit_on<R>(
                     // let any long header value bypass the limit. So
                     // this descriptor is over the limit instead.
                     rejected(Api::EnvoyRls, "key_too_long");
+                    if let Some(st) = &rule.stats {
+                        let rpu = u64::from(rule.requests_per_unit);
+                        st.record(rpu, hits_i, rpu, rule.shadow);
+                    }
                     StatusFields {
                         code: Code::OverLimit as i32,
                         current_limit: Some(limit_fields(rule)),
@@ -426,11 +443,36 @@ pub async fn should_rate_limit_on<R>(
                         duration_until_reset: None,
                     }
                 } else {
+                    // The count before the hits, for the reference's stats.
+                    let rpu = u64::from(rule.requests_per_unit);
+                    let mut before = None;
                     let decided = if cost > 0 && limits.server.envoy_hits == EnvoyHits::Charge {
-                        engine::charge_raw(limit, key, cost, now).await
+                        match limit.backend.local() {
+                            Some(k) => {
+                                let (seen, after) = k.charge_seen(key, now, cost);
+                                before = Some(count_of(&seen, rpu));
+                                Ok(after)
+                            }
+                            None => engine::charge_raw(limit, key, cost, now).await,
+                        }
                     } else {
                         engine::decide_raw(limit, key, cost, now).await
                     };
+                    if let (Some(st), Ok(d)) = (&rule.stats, &decided) {
+                        // A take consumed `cost` when admitted, nothing
+                        // when denied. Hits checked without counting are
+                        // counted as the reference counts them: as if the
+                        // count they left had come from them.
+                        let before = before.unwrap_or_else(|| {
+                            let now_count = count_of(d, rpu);
+                            if cost == 0 || d.allowed {
+                                now_count.saturating_sub(hits_i)
+                            } else {
+                                now_count
+                            }
+                        });
+                        st.record(before, hits_i, rpu, rule.shadow);
+                    }
                     let dec = match decided {
                         Ok(dec) => tally.settle(limit, key, cost, dec),
                         Err(e) => {
@@ -593,6 +635,7 @@ mod tests {
                 unit,
                 requests_per_unit: rpu,
                 metadata: None,
+                stats: None,
             };
             let answer = Answer {
                 headers: Some(header_fields(&rule, remaining, reset)),

@@ -1,0 +1,220 @@
+//! envoyproxy/ratelimit's per-descriptor stats, named as its Prometheus
+//! mapping names them (`src/stats/prom/default_mapper.yaml`):
+//! `ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,
+//! within_limit,shadow_mode}{domain,key1[,key2]}`, so that dashboards and
+//! alerts written for the reference read drl's `/metrics` unchanged.
+//!
+//! Counted in hits, as the reference counts them
+//! (`src/limiter/base_limiter.go`), from the rule's count before the hits
+//! (`before`), the hits (`h`, `after = before + h`), the limit and the
+//! near-limit threshold `floor(limit x 0.8)` (its default
+//! `NEAR_LIMIT_RATIO`, computed in 32-bit floats as there):
+//! - `total_hits += h`;
+//! - over the limit (`after > limit`): `over_limit` gets the hits past the
+//!   limit (all of them if `before >= limit`), `near_limit` the hits
+//!   between the threshold and the limit, and `shadow_mode` the hits past
+//!   the limit when the rule is in shadow mode;
+//! - otherwise `within_limit += h`, and `near_limit` gets the hits past the
+//!   threshold.
+//!
+//! The stats key is the rule's path (`domain.key_value.subkey`), split on
+//! `.` into `domain`, `key1` and `key2` (deeper parts fold into `key2`'s
+//! series, as the reference's mapping folds them). Unlike the reference,
+//! drl never names a series by a request's value: `detailed_metric` and
+//! `value_to_metric` rules count under their path, and every override of
+//! a domain under `DOMAIN.limit_override` (series a client cannot
+//! multiply).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use drl_http::prometheus::{Exposition, Kind};
+
+use crate::sharded::Counters;
+
+const TOTAL: usize = 0;
+const OVER: usize = 1;
+const NEAR: usize = 2;
+const WITHIN: usize = 3;
+const SHADOW: usize = 4;
+
+/// The series names, in counter order.
+const NAMES: [(&str, &str); 5] = [
+    (
+        "ratelimit_service_rate_limit_total_hits",
+        "Hits of Envoy RLS descriptors per rule (envoyproxy/ratelimit's total_hits).",
+    ),
+    (
+        "ratelimit_service_rate_limit_over_limit",
+        "Hits past the rule's limit (envoyproxy/ratelimit's over_limit).",
+    ),
+    (
+        "ratelimit_service_rate_limit_near_limit",
+        "Hits between 80% of the rule's limit and the limit (envoyproxy/ratelimit's near_limit).",
+    ),
+    (
+        "ratelimit_service_rate_limit_within_limit",
+        "Hits of requests within the rule's limit (envoyproxy/ratelimit's within_limit).",
+    ),
+    (
+        "ratelimit_service_rate_limit_shadow_mode",
+        "Hits past the limit of a shadow-mode rule (envoyproxy/ratelimit's shadow_mode).",
+    ),
+];
+
+/// Every rule path's counters; a path registered again (a reload) gets the
+/// same counters, so they never go back to zero while the process runs.
+fn registry() -> &'static Mutex<BTreeMap<String, Arc<Counters<5>>>> {
+    static R: OnceLock<Mutex<BTreeMap<String, Arc<Counters<5>>>>> = OnceLock::new();
+    R.get_or_init(Default::default)
+}
+
+/// One rule's stats.
+#[derive(Debug, Clone)]
+pub struct EnvoyStats {
+    counts: Arc<Counters<5>>,
+}
+
+/// The hits of one call split as the reference splits them:
+/// `[total, over, near, within, shadow]`.
+pub fn split(before: u64, hits: u64, limit: u64, shadow: bool) -> [u64; 5] {
+    let after = before.saturating_add(hits);
+    let near_threshold = (limit as f32 * 0.8f32).floor() as u64;
+    let mut out = [0; 5];
+    out[TOTAL] = hits;
+    if after > limit {
+        let past = if before >= limit { hits } else { after - limit };
+        out[OVER] = past;
+        if before < limit {
+            out[NEAR] = limit - near_threshold.max(before);
+        }
+        if shadow {
+            out[SHADOW] = past;
+        }
+    } else {
+        if after > near_threshold {
+            out[NEAR] = if before >= near_threshold {
+                hits
+            } else {
+                after - near_threshold
+            };
+        }
+        out[WITHIN] = hits;
+    }
+    out
+}
+
+impl EnvoyStats {
+    /// The stats of the rule at `path` (created at zero the first time).
+    pub fn new(path: &str) -> Self {
+        let mut r = registry().lock().unwrap_or_else(|e| e.into_inner());
+        Self {
+            counts: Arc::clone(r.entry(path.to_string()).or_default()),
+        }
+    }
+
+    /// Counts `hits` on a rule of `limit` per unit whose count was `before`
+    /// (any value above `limit` for a count past it).
+    #[inline]
+    pub fn record(&self, before: u64, hits: u64, limit: u64, shadow: bool) {
+        if hits == 0 {
+            return;
+        }
+        let [t, o, n, w, s] = split(before, hits, limit, shadow);
+        self.counts
+            .add_each([(TOTAL, t), (OVER, o), (NEAR, n), (WITHIN, w), (SHADOW, s)]);
+    }
+}
+
+/// `(domain, key1, key2)` of a stats key, as the reference's mapping reads
+/// it.
+fn labels(path: &str) -> (&str, &str, Option<&str>) {
+    let mut parts = path.splitn(4, '.');
+    let domain = parts.next().unwrap_or("");
+    let key1 = parts.next().unwrap_or("");
+    (domain, key1, parts.next())
+}
+
+/// Appends the five families (nothing when no Envoy rule was configured).
+pub fn render(out: &mut Exposition) {
+    let mut series: BTreeMap<(String, String, Option<String>), [u64; 5]> = BTreeMap::new();
+    {
+        let r = registry().lock().unwrap_or_else(|e| e.into_inner());
+        for (path, c) in r.iter() {
+            let (d, k1, k2) = labels(path);
+            let sums = series
+                .entry((d.to_string(), k1.to_string(), k2.map(str::to_string)))
+                .or_default();
+            for (i, s) in sums.iter_mut().enumerate() {
+                *s += c.get(i);
+            }
+        }
+    }
+    if series.is_empty() {
+        return;
+    }
+    for (i, (name, help)) in NAMES.iter().enumerate() {
+        out.family(name, Kind::Counter, help);
+        for ((d, k1, k2), sums) in &series {
+            match k2 {
+                Some(k2) => out.sample(name, &[("domain", d), ("key1", k1), ("key2", k2)], sums[i]),
+                None => out.sample(name, &[("domain", d), ("key1", k1)], sums[i]),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    // envoyproxy/ratelimit test/redis/fixed_cache_impl_test.go:
+    // TestNearLimit, every step: (count after INCRBY, hits, limit) and the
+    // stats it expects (cumulative there; per step here).
+    #[test]
+    fn the_reference_near_limit_steps() {
+        let step = |after: u64, hits: u64, limit: u64| split(after - hits, hits, limit, false);
+        // 15 per hour: 11 within; 13 near; 16 over (near stays 1).
+        assert_eq!(step(11, 1, 15), [1, 0, 0, 1, 0]);
+        assert_eq!(step(13, 1, 15), [1, 0, 1, 1, 0]);
+        assert_eq!(step(16, 1, 15), [1, 1, 0, 0, 0]);
+        // Hits above 1: all under near (20: 3 to 5), some near (8: 2 to
+        // 7), all near (20: 3 to 19), some over (20: 3 to 22), all three
+        // (20: 7 to 22), all over (10: 3 to 30).
+        assert_eq!(step(5, 3, 20), [3, 0, 0, 3, 0]);
+        assert_eq!(step(7, 2, 8), [2, 0, 1, 2, 0]);
+        assert_eq!(step(19, 3, 20), [3, 0, 3, 3, 0]);
+        assert_eq!(step(22, 3, 20), [3, 2, 1, 0, 0]);
+        assert_eq!(step(22, 7, 20), [7, 2, 4, 0, 0]);
+        assert_eq!(step(30, 3, 10), [3, 3, 0, 0, 0]);
+        // Shadow mode counts the hits past the limit once more.
+        assert_eq!(split(10, 10, 15, true), [10, 5, 3, 0, 5]);
+    }
+
+    #[test]
+    fn a_path_splits_into_the_mappings_labels() {
+        assert_eq!(labels("d.k1_v1"), ("d", "k1_v1", None));
+        assert_eq!(labels("d.k1_v1.k2"), ("d", "k1_v1", Some("k2")));
+        assert_eq!(labels("d.a.b.c.e"), ("d", "a", Some("b")));
+    }
+
+    proptest! {
+        /// Hits are split, never made: within the limit every hit is
+        /// within (and some near); past it over and near share them.
+        #[test]
+        fn hits_are_split_not_made(before in 0u64..100, hits in 0u64..100, limit in 0u64..100, shadow: bool) {
+            let [t, o, n, w, s] = split(before, hits, limit, shadow);
+            prop_assert_eq!(t, hits);
+            if before + hits > limit {
+                prop_assert_eq!(w, 0);
+                prop_assert!(o + n <= hits);
+                prop_assert!(o >= 1 || hits == 0);
+                prop_assert_eq!(s, if shadow { o } else { 0 });
+            } else {
+                prop_assert_eq!((o, w, s), (0, hits, 0));
+                prop_assert!(n <= hits);
+            }
+        }
+    }
+}

@@ -439,8 +439,10 @@ impl Listeners {
         self.state.lock().slot(kind).as_ref().map(|r| r.local)
     }
 
-    /// Sets what the gRPC health service answers: for the server (`""`)
-    /// and the rate-limit services, `SERVING` or `NOT_SERVING` (draining).
+    /// Sets what the gRPC health service answers: for the server (`""`),
+    /// the rate-limit services and `ratelimit` (the name
+    /// envoyproxy/ratelimit's health checker registers, so its probes work
+    /// unchanged), `SERVING` or `NOT_SERVING` (draining).
     pub async fn set_serving(&self, serving: bool) {
         use tonic_health::ServingStatus;
         let status = if serving {
@@ -453,6 +455,7 @@ impl Listeners {
             "drl.v1.RateLimiter",
             "envoy.service.ratelimit.v3.RateLimitService",
             "kuadrant.service.ratelimit.v1.RateLimitService",
+            "ratelimit",
         ] {
             self.health.set_service_status(name, status).await;
         }

@@ -71,6 +71,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         Engine::with_stores(&cfg, opts.config.clone(), stores)
             .map_err(|e| anyhow::anyhow!("{e}"))?,
     );
+    drl_service::envoy_stats::config_loaded(true);
     // Register signal handlers before announcing the listeners, so that a
     // signal sent right after start is handled, not fatal.
     let shutdown = shutdown_signal()?;
@@ -185,6 +186,7 @@ fn reload(engine: &Engine, listeners: &Listeners, why: &str) {
     match result {
         Ok((r, moved)) => {
             metrics::counter!("drl_config_reloads_total", "result" => "ok").increment(1);
+            drl_service::envoy_stats::config_loaded(true);
             tracing::info!(
                 trigger = why,
                 limits = r.limits,
@@ -202,6 +204,7 @@ fn reload(engine: &Engine, listeners: &Listeners, why: &str) {
         }
         Err(e) => {
             metrics::counter!("drl_config_reloads_total", "result" => "error").increment(1);
+            drl_service::envoy_stats::config_loaded(false);
             tracing::error!(
                 trigger = why,
                 error = format!("{e:#}"),

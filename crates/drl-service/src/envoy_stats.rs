@@ -135,8 +135,44 @@ fn labels(path: &str) -> (&str, &str, Option<&str>) {
     (domain, key1, parts.next())
 }
 
-/// Appends the five families (nothing when no Envoy rule was configured).
+/// Counts a config load, the first included (the reference's
+/// `ratelimit_service_config_load_success` / `_error`).
+pub fn config_loaded(ok: bool) {
+    if ok {
+        metrics::counter!("ratelimit_service_config_load_success").increment(1);
+    } else {
+        metrics::counter!("ratelimit_service_config_load_error").increment(1);
+    }
+}
+
+/// Counts an answer turned OK by `server.envoy_shadow_mode` (the
+/// reference's `global_shadow_mode`).
+pub fn global_shadow_mode() {
+    metrics::counter!("ratelimit_service_global_shadow_mode").increment(1);
+}
+
+/// Appends the per-rule families (when an Envoy rule was configured) and
+/// `ratelimit_service_total_requests` and `_response_time_seconds` of
+/// `ShouldRateLimit` (when it was called).
 pub fn render(out: &mut Exposition) {
+    let (latency, errors) = crate::metrics::rls_calls();
+    if latency.count + errors > 0 {
+        let method = ("grpc_method", "ShouldRateLimit");
+        let total = "ratelimit_service_total_requests";
+        out.family(
+            total,
+            Kind::Counter,
+            "ShouldRateLimit calls, answered or refused (envoyproxy/ratelimit's total_requests).",
+        );
+        out.sample(total, &[method], latency.count + errors);
+        let time = "ratelimit_service_response_time_seconds";
+        out.family(
+            time,
+            Kind::Histogram,
+            "Time to answer ShouldRateLimit (envoyproxy/ratelimit's response_time; drl's buckets).",
+        );
+        crate::metrics::histogram(out, time, method, &latency);
+    }
     let mut series: BTreeMap<(String, String, Option<String>), [u64; 5]> = BTreeMap::new();
     {
         let r = registry().lock().unwrap_or_else(|e| e.into_inner());

@@ -366,21 +366,45 @@ fn render_hot(out: &mut Exposition) {
         "Time to decide one request (a batch counts once).",
     );
     for (api, h) in Api::ALL.iter().zip(latency()) {
-        let s = h.snapshot();
-        let api = api.label();
-        let bucket = "drl_request_duration_seconds_bucket";
-        for (&bound, n) in LATENCY_BOUNDS_NS.iter().zip(s.cumulative) {
-            out.sample(bucket, &[("api", api), ("le", &le_label(bound))], n);
-        }
-        out.sample(bucket, &[("api", api), ("le", "+Inf")], s.count);
-        let sum = s.sum_ns as f64 / 1e9;
-        out.sample("drl_request_duration_seconds_sum", &[("api", api)], sum);
-        out.sample(
-            "drl_request_duration_seconds_count",
-            &[("api", api)],
-            s.count,
+        histogram(
+            out,
+            "drl_request_duration_seconds",
+            ("api", api.label()),
+            &h.snapshot(),
         );
     }
+}
+
+/// Appends the series of one latency histogram `name` (its family line
+/// written by the caller), labelled by `label`.
+pub(crate) fn histogram(
+    out: &mut Exposition,
+    name: &str,
+    label: (&str, &str),
+    s: &crate::sharded::LatencySnapshot,
+) {
+    let bucket = format!("{name}_bucket");
+    for (&bound, n) in LATENCY_BOUNDS_NS.iter().zip(s.cumulative) {
+        out.sample(&bucket, &[label, ("le", &le_label(bound))], n);
+    }
+    out.sample(&bucket, &[label, ("le", "+Inf")], s.count);
+    out.sample(&format!("{name}_sum"), &[label], s.sum_ns as f64 / 1e9);
+    out.sample(&format!("{name}_count"), &[label], s.count);
+}
+
+/// Envoy RLS calls answered (the latency histogram's count and sum), and
+/// calls refused with an error, for envoyproxy/ratelimit's
+/// `total_requests` and `response_time` ([`crate::envoy_stats`]).
+pub(crate) fn rls_calls() -> (crate::sharded::LatencySnapshot, u64) {
+    (
+        latency()[Api::EnvoyRls as usize].snapshot(),
+        rls_errors().get(0),
+    )
+}
+
+fn rls_errors() -> &'static Counters<1> {
+    static C: OnceLock<Counters<1>> = OnceLock::new();
+    C.get_or_init(Default::default)
 }
 
 /// The whole `/metrics` page: the decision counters and latency histograms,
@@ -397,6 +421,18 @@ pub fn render(handle: &PrometheusHandle) -> String {
 pub fn rejected(api: Api, reason: &'static str) {
     metrics::counter!("drl_requests_rejected_total", "api" => api.label(), "reason" => reason)
         .increment(1);
+    if api == Api::EnvoyRls {
+        rls_errors().add(0, 1);
+        // envoyproxy/ratelimit's error counter: a store that failed is its
+        // `redis_error`, anything else its `service_error`.
+        let err_type = if reason == "store_unavailable" {
+            "redis_error"
+        } else {
+            "service_error"
+        };
+        metrics::counter!("ratelimit_service_should_rate_limit_error", "err_type" => err_type)
+            .increment(1);
+    }
 }
 
 /// Installs the Prometheus recorder (once per process) and returns its handle.

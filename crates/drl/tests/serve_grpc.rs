@@ -305,8 +305,10 @@ async fn undecodable_messages_are_invalid_argument() {
 }
 
 /// The gRPC health service (`grpc.health.v1`) on the gRPC port, open to
-/// probes without a token even when the APIs need one: the server and
-/// both rate-limit services are SERVING; an unknown service is NOT_FOUND.
+/// probes without a token even when the APIs need one: the server, the
+/// rate-limit services and `ratelimit` (envoyproxy/ratelimit's name:
+/// its test/service/ratelimit_test.go TestServiceHealthStatus expects it
+/// SERVING at start) are SERVING; an unknown service is NOT_FOUND.
 #[tokio::test]
 async fn the_grpc_health_service_answers_probes_without_a_token() {
     use tonic_health::pb::HealthCheckRequest;
@@ -329,6 +331,8 @@ async fn the_grpc_health_service_answers_probes_without_a_token() {
         "",
         "drl.v1.RateLimiter",
         "envoy.service.ratelimit.v3.RateLimitService",
+        "kuadrant.service.ratelimit.v1.RateLimitService",
+        "ratelimit",
     ] {
         let r = h
             .check(HealthCheckRequest {

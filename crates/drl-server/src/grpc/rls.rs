@@ -522,6 +522,7 @@ pub async fn should_rate_limit_on<R>(
     };
     if overall == Code::OverLimit && limits.server.envoy_shadow_mode {
         overall = Code::Ok;
+        drl_service::envoy_stats::global_shadow_mode();
     }
     let headers = match tightest {
         Some((remaining, rule, reset)) if limits.server.envoy_response_headers => {

@@ -73,6 +73,27 @@ impl Config {
     /// Cross-field checks that serde cannot do (unique names, domains).
     pub(crate) fn validate(&self, text: &str, source: &str) -> Result<(), ConfigError> {
         check_unique_names(&self.limits, text, source)?;
+        match self.server.envoy_scope {
+            Scope::Local => {}
+            Scope::Redis if self.redis.is_some() => {}
+            Scope::Redis => {
+                return Err(ConfigError::new(
+                    source,
+                    "server.envoy_scope is redis, but the config has no `redis:` section (e.g. redis: {url: \"redis://127.0.0.1:6379\"})",
+                )
+                .locate(text, &["envoy_scope:"]));
+            }
+            other => {
+                return Err(ConfigError::new(
+                    source,
+                    format!(
+                        "server.envoy_scope: {} is not supported: Envoy rules count exact fixed windows, as envoyproxy/ratelimit does; use local or redis",
+                        other.name()
+                    ),
+                )
+                .locate(text, &["envoy_scope:"]));
+            }
+        }
         if let Some(l) = self.limits.iter().find(|l| l.scope == Scope::Redis)
             && self.redis.is_none()
         {
@@ -297,6 +318,11 @@ pub struct ServerConfig {
     /// descriptors that passed (envoyproxy/ratelimit's
     /// `RESPONSE_DYNAMIC_METADATA`; default false).
     pub envoy_response_dynamic_metadata: bool,
+    /// Where the counters of Envoy descriptor rules and overrides live:
+    /// `local` (this process; the default) or `redis` (shared by every drl
+    /// process on the same Redis, as envoyproxy/ratelimit's replicas share
+    /// theirs; needs a `redis:` section).
+    pub envoy_scope: Scope,
     /// The names of the three headers `envoy_response_headers` adds
     /// (envoyproxy/ratelimit's `LIMIT_LIMIT_HEADER`,
     /// `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`).
@@ -443,6 +469,7 @@ impl Default for ServerConfig {
             envoy_quota_mode: false,
             envoy_stop_increment_when_over_limit: false,
             envoy_response_dynamic_metadata: false,
+            envoy_scope: Scope::Local,
             envoy_header_names: EnvoyHeaderNames::default(),
             reservation_ttl_ms: 300_000,
             max_reservations: 100_000,

@@ -64,15 +64,17 @@ impl Held {
                     // state: dropping it cannot admit more.
                     k.is_stateless(now)
                 }
-                Backend::Store(_) => false,
+                // The state is in the store: dropping the handle loses none.
+                Backend::Store(_) => true,
             },
             RuleKind::Block(_) | RuleKind::Unlimited => true,
         }
     }
 }
 
-/// The override rules of one domain, by (unit, requests_per_unit).
-type DomainRules = FastMap<(Unit, u32), Held>;
+/// The override rules of one domain, by (unit, requests_per_unit, whether
+/// the state is in a store).
+type DomainRules = FastMap<(Unit, u32, bool), Held>;
 
 /// The most distinct (domain, unit, requests_per_unit) overrides held.
 pub const MAX_OVERRIDE_LIMITS: usize = 128;
@@ -150,11 +152,26 @@ impl Overrides {
         wanted: &[(usize, u32, i32)],
         now: Nanos,
     ) -> Result<Vec<Arc<EnvoyRule>>, OverrideError> {
+        self.rules_in(domain, wanted, now, None)
+    }
+
+    /// [`Overrides::rules`] with their state in `store` (a
+    /// [`Backend::Store`], under `server.envoy_scope: redis`: every drl
+    /// process on that store counts an override's descriptors together),
+    /// or in memory (`None`).
+    pub fn rules_in(
+        &self,
+        domain: &str,
+        wanted: &[(usize, u32, i32)],
+        now: Nanos,
+        store: Option<&Backend>,
+    ) -> Result<Vec<Arc<EnvoyRule>>, OverrideError> {
+        let stored = store.is_some();
         let keys = wanted
             .iter()
             .map(|&(index, rpu, unit)| {
                 Unit::from_proto(unit)
-                    .map(|u| (index, (u, rpu)))
+                    .map(|u| (index, (u, rpu, stored)))
                     .ok_or(OverrideError::UnknownUnit { index, unit })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -172,7 +189,7 @@ impl Overrides {
         }
         let mut rules = self.rules.write();
         // Those held are used now (so never evicted below); the rest are new.
-        let mut new: Vec<(usize, (Unit, u32))> = Vec::new();
+        let mut new: Vec<(usize, (Unit, u32, bool))> = Vec::new();
         if let Some(m) = rules.get(domain) {
             for &(i, k) in &keys {
                 match m.get(&k) {
@@ -203,12 +220,12 @@ impl Overrides {
             }
         }
         let m = rules.entry(domain.to_string()).or_default();
-        for (_, (unit, rpu)) in new {
+        for (_, (unit, rpu, stored)) in new {
             let held = Held {
-                rule: Arc::new(make_rule(domain, unit, rpu)),
+                rule: Arc::new(make_rule(domain, unit, rpu, store)),
                 last_used: AtomicU64::new(now),
             };
-            m.insert((unit, rpu), held);
+            m.insert((unit, rpu, stored), held);
         }
         Ok(keys.iter().map(|(_, k)| touch(&m[k], now)).collect())
     }
@@ -267,7 +284,7 @@ fn make_room(rules: &mut FastMap<String, DomainRules>, need: usize, now: Nanos) 
     }
     metrics::counter!("drl_override_evictions_total", "kind" => "fresh").increment(freed as u64);
     if freed < need {
-        let mut idle: Vec<(Nanos, String, (Unit, u32))> = rules
+        let mut idle: Vec<(Nanos, String, (Unit, u32, bool))> = rules
             .iter()
             .flat_map(|(d, m)| {
                 m.iter().filter_map(move |(k, h)| {
@@ -288,7 +305,12 @@ fn make_room(rules: &mut FastMap<String, DomainRules>, need: usize, now: Nanos) 
     rules.retain(|_, m| !m.is_empty());
 }
 
-fn make_rule(domain: &str, unit: Unit, requests_per_unit: u32) -> EnvoyRule {
+fn make_rule(
+    domain: &str,
+    unit: Unit,
+    requests_per_unit: u32,
+    store: Option<&Backend>,
+) -> EnvoyRule {
     let path: Arc<str> = Arc::from(format!("{domain}.limit_override"));
     // A u32 rate per unit always makes a valid quota; only 0 is refused,
     // and 0 blocks.
@@ -301,16 +323,23 @@ fn make_rule(domain: &str, unit: Unit, requests_per_unit: u32) -> EnvoyRule {
                 vec![quota],
             );
             let bounds = KeyBounds::keys(OVERRIDE_MAX_KEYS);
-            let limiter = Arc::new(KeyedLimiter::new(spec.limiter(), bounds.keyed_config()));
-            crate::metrics::register_table(&path, &limiter);
+            let (scope, backend) = match store {
+                Some(b) => (Scope::Redis, b.clone()),
+                None => {
+                    let limiter =
+                        Arc::new(KeyedLimiter::new(spec.limiter(), bounds.keyed_config()));
+                    crate::metrics::register_table(&path, &limiter);
+                    (Scope::Local, Backend::Local(limiter))
+                }
+            };
             RuleKind::Limited(Arc::new(Limit {
                 policy: headers::policy(&path, &[quota]),
                 metrics: LimitMetrics::new(&path),
                 name: path.clone(),
                 spec,
-                scope: Scope::Local,
+                scope,
                 bounds,
-                backend: Backend::Local(limiter),
+                backend,
                 shadow: false,
                 key: KeyMapping::from_config(&KeyConfig::default()),
                 reservations: Default::default(),

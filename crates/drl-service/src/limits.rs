@@ -219,8 +219,11 @@ pub struct Limits {
     pub limitador: crate::limitador::rules::Namespaces,
     /// True when every limit in `envoy_limits` is in memory (`local`): an
     /// Envoy RLS call then never waits on a store, and is answered without
-    /// a future ([`crate::grpc::hot`]). Overrides are always in memory.
+    /// a future ([`crate::grpc::hot`]).
     pub rls_in_memory: bool,
+    /// The store of Envoy rules and overrides under `server.envoy_scope:
+    /// redis` (a [`Backend::Store`]; `None`: in memory).
+    pub envoy_store: Option<Backend>,
     /// Request bounds.
     pub server: ServerConfig,
     /// Listener addresses (read at start only).
@@ -267,12 +270,37 @@ impl Limits {
         let mut domains = FastMap::default();
         let mut envoy_limits = Vec::new();
         for d in &config.envoy {
-            let level = build_domain(d, stores, source, &mut envoy_limits)?;
+            let level = build_domain(
+                d,
+                config.server.envoy_scope,
+                stores,
+                source,
+                &mut envoy_limits,
+            )?;
             domains.insert(d.domain.clone(), level);
         }
         let limitador =
             crate::limitador::rules::build(&config.limitador, stores, source, &mut envoy_limits)?;
-        let rls_in_memory = envoy_limits.iter().all(|l| l.backend.local().is_some());
+        let envoy_store = match config.server.envoy_scope {
+            Scope::Local => None,
+            scope => {
+                // The store itself, for overrides (a probe spec: no state).
+                let probe = LimitSpec::new(
+                    String::new(),
+                    drl_core::Algorithm::FixedWindow,
+                    vec![drl_core::Quota::new(1, drl_core::time::SECOND).expect("a valid quota")],
+                );
+                match stores.backend(scope, &probe, envoy_bounds()) {
+                    Ok(b @ Backend::Store(_)) => Some(b),
+                    Ok(Backend::Local(_)) => None,
+                    Err(e) => {
+                        return Err(ConfigError::new(source, format!("server.envoy_scope: {e}")));
+                    }
+                }
+            }
+        };
+        let rls_in_memory =
+            envoy_store.is_none() && envoy_limits.iter().all(|l| l.backend.local().is_some());
         let names = limits.iter().map(|l| Box::from(&*l.name)).collect();
         Ok(Limits {
             limits,
@@ -281,6 +309,7 @@ impl Limits {
             domains,
             envoy_limits,
             rls_in_memory,
+            envoy_store,
             limitador,
             server: config.server.clone(),
             listen: config.listen.clone(),
@@ -323,17 +352,19 @@ pub fn envoy_bounds() -> KeyBounds {
 
 fn build_domain(
     d: &EnvoyDomain,
+    scope: Scope,
     stores: &Stores,
     source: &str,
     all: &mut Vec<Arc<Limit>>,
 ) -> Result<EnvoyLevel, ConfigError> {
-    build_level(&d.descriptors, &d.domain, &[], stores, source, all)
+    build_level(&d.descriptors, &d.domain, &[], scope, stores, source, all)
 }
 
 fn build_level(
     descriptors: &[EnvoyDescriptor],
     parent_path: &str,
     parent_share: &[Option<Arc<str>>],
+    scope: Scope,
     stores: &Stores,
     source: &str,
     all: &mut Vec<Arc<Limit>>,
@@ -375,7 +406,7 @@ fn build_level(
                         let spec =
                             LimitSpec::new(path.to_string(), Algorithm::FixedWindow, vec![quota]);
                         let backend = stores
-                            .backend(Scope::Local, &spec, envoy_bounds())
+                            .backend(scope, &spec, envoy_bounds())
                             .map_err(|e| ConfigError::new(source, format!("{path}: {e}")))?;
                         if let Backend::Local(t) = &backend {
                             crate::metrics::register_table(&path, t);
@@ -385,7 +416,7 @@ fn build_level(
                             metrics: LimitMetrics::new(&path),
                             name: path.clone(),
                             spec,
-                            scope: Scope::Local,
+                            scope,
                             bounds: envoy_bounds(),
                             backend,
                             shadow: d.shadow_mode,
@@ -416,7 +447,7 @@ fn build_level(
         };
         let node = EnvoyNode {
             rule,
-            children: build_level(&d.descriptors, &path, &share, stores, source, all)?,
+            children: build_level(&d.descriptors, &path, &share, scope, stores, source, all)?,
         };
         let k = level.by_key.entry(d.key.clone()).or_default();
         match d.value.as_deref() {

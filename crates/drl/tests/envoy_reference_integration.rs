@@ -26,6 +26,7 @@ use tonic::transport::Channel;
 
 const CONFIG: &str = "server:
   envoy_stop_increment_when_over_limit: STOP
+SCOPE
 envoy:
   - domain: basic
     descriptors:
@@ -116,8 +117,29 @@ fn stat(text: &str, name: &str, domain: &str, key1: &str) -> u64 {
     metric(text, &series).map_or(0, |v| v as u64)
 }
 
-async fn run(stop: bool) -> Result<(), Rolled> {
-    let drl = Drl::start(&CONFIG.replace("STOP", &stop.to_string()));
+/// The scope lines: in memory, or on the Redis at `url`.
+fn scope(redis: Option<&str>) -> String {
+    match redis {
+        None => String::new(),
+        Some(url) => format!(
+            "  envoy_scope: redis
+  request_timeout_ms: 60000
+redis:
+  url: {url}
+  connect_timeout_ms: 30000
+  response_timeout_ms: 30000
+redis_resilience:
+  default_policy: {{timeout_ms: 30000, on_store_error: deny}}"
+        ),
+    }
+}
+
+async fn run(stop: bool, redis: Option<&str>) -> Result<(), Rolled> {
+    let drl = Drl::start(
+        &CONFIG
+            .replace("STOP", &stop.to_string())
+            .replace("SCOPE", &scope(redis)),
+    );
     let mut c = RateLimitServiceClient::connect(drl.grpc_url())
         .await
         .unwrap();
@@ -219,9 +241,14 @@ async fn run(stop: bool) -> Result<(), Rolled> {
     Ok(())
 }
 
-async fn run_until_one_window(stop: bool) {
+async fn run_until_one_window(stop: bool, on_redis: bool) {
     for _ in 0..3 {
-        if run(stop).await.is_ok() {
+        // A fresh Redis each run: a run's counters start at zero.
+        let redis = on_redis.then(common::Redis::start);
+        if run(stop, redis.as_ref().map(|r| r.url()).as_deref())
+            .await
+            .is_ok()
+        {
             return;
         }
     }
@@ -230,10 +257,21 @@ async fn run_until_one_window(stop: bool) {
 
 #[tokio::test]
 async fn test_basic_base_config() {
-    run_until_one_window(false).await;
+    run_until_one_window(false, false).await;
 }
 
 #[tokio::test]
 async fn test_basic_base_config_stop_increment_when_over_limit() {
-    run_until_one_window(true).await;
+    run_until_one_window(true, false).await;
+}
+
+/// TestBasicConfig: the same on Redis.
+#[tokio::test]
+async fn test_basic_config_on_redis() {
+    run_until_one_window(false, true).await;
+}
+
+#[tokio::test]
+async fn test_basic_config_on_redis_stop_increment_when_over_limit() {
+    run_until_one_window(true, true).await;
 }

@@ -311,7 +311,7 @@ pub async fn should_rate_limit_on<R>(
             .collect();
         let made = engine
             .overrides
-            .rules(req.domain, &wanted, started)
+            .rules_in(req.domain, &wanted, started, limits.envoy_store.as_ref())
             .map_err(|e| {
                 rejected(Api::EnvoyRls, e.kind());
                 match e {

@@ -117,28 +117,92 @@ fn stat(text: &str, name: &str, domain: &str, key1: &str) -> u64 {
     metric(text, &series).map_or(0, |v| v as u64)
 }
 
-/// The scope lines: in memory, or on the Redis at `url`.
-fn scope(redis: Option<&str>) -> String {
-    match redis {
-        None => String::new(),
-        Some(url) => format!(
+/// Where a run counts: in memory, or on a real Redis set up as one of the
+/// reference's integration tests sets up its Redis.
+#[derive(Debug, Clone, Copy)]
+enum On {
+    /// In memory (drl's default).
+    Memory,
+    /// TestBasicConfig: one Redis.
+    Redis,
+    /// TestBasicConfig, `WithoutPerSecondRedisWithCachePrefix`: a key
+    /// prefix (`CACHE_KEY_PREFIX`, drl's `redis.key_prefix`).
+    Prefix,
+    /// TestBasicAuthConfig: a Redis with a password.
+    Password,
+    /// TestBasicTLSConfig, `WithoutPerSecondRedisTLSWithClientCert`: TLS
+    /// only, with a client certificate.
+    Tls,
+    /// TestBasicAuthConfigWithRedisCluster: a Redis Cluster (3 masters;
+    /// without its password, which the test kit's cluster does not set).
+    Cluster,
+}
+
+/// Starts what `on` needs; returns what must live for the run and the
+/// config lines (server keys first, then top-level sections).
+fn setup(on: On) -> (Box<dyn std::any::Any>, String) {
+    let sections = |server: &str, redis: &str| {
+        format!(
             "  envoy_scope: redis
   request_timeout_ms: 60000
-redis:
-  url: {url}
-  connect_timeout_ms: 30000
+{server}redis:
+{redis}  connect_timeout_ms: 30000
   response_timeout_ms: 30000
 redis_resilience:
   default_policy: {{timeout_ms: 30000, on_store_error: deny}}"
-        ),
+        )
+    };
+    match on {
+        On::Memory => (Box::new(()), String::new()),
+        On::Redis | On::Prefix => {
+            let r = common::Redis::start();
+            let prefix = if matches!(on, On::Prefix) {
+                "  key_prefix: \"ratelimit:\"\n"
+            } else {
+                ""
+            };
+            let text = sections("", &format!("  url: {}\n{prefix}", r.url()));
+            (Box::new(r), text)
+        }
+        On::Password => {
+            let r = common::Redis::start();
+            // Set after the start: the launcher's readiness PING has no
+            // password.
+            let set =
+                drl_test_kit::redis::raw_command(r.port, "CONFIG SET requirepass password123");
+            assert!(
+                set.as_deref().is_some_and(|s| s.starts_with("+OK")),
+                "{set:?}"
+            );
+            let url = format!("redis://:password123@127.0.0.1:{}", r.port);
+            (Box::new(r), sections("", &format!("  url: {url}\n")))
+        }
+        On::Tls => {
+            let pki = std::sync::Arc::new(drl_test_kit::tls::Pki::generate());
+            let r = common::Redis::start_tls(&pki, "yes", &[]);
+            let tls = format!(
+                "  tls: {{ca_file: {}, cert_file: {}, key_file: {}}}\n",
+                pki.path("ca.pem").display(),
+                pki.path("client.pem").display(),
+                pki.path("client.key").display()
+            );
+            let text = sections("", &format!("  url: {}\n{tls}", r.url()));
+            (Box::new((r, pki)), text)
+        }
+        On::Cluster => {
+            let c = drl_test_kit::redis::RedisCluster::start(3);
+            let nodes: String = c.urls().iter().map(|u| format!("    - {u}\n")).collect();
+            let text = sections("", &format!("  cluster:\n{nodes}"));
+            (Box::new(c), text)
+        }
     }
 }
 
-async fn run(stop: bool, redis: Option<&str>) -> Result<(), Rolled> {
+async fn run(stop: bool, scope: &str) -> Result<(), Rolled> {
     let drl = Drl::start(
         &CONFIG
             .replace("STOP", &stop.to_string())
-            .replace("SCOPE", &scope(redis)),
+            .replace("SCOPE", scope),
     );
     let mut c = RateLimitServiceClient::connect(drl.grpc_url())
         .await
@@ -241,37 +305,53 @@ async fn run(stop: bool, redis: Option<&str>) -> Result<(), Rolled> {
     Ok(())
 }
 
-async fn run_until_one_window(stop: bool, on_redis: bool) {
+async fn run_until_one_window(stop: bool, on: On) {
     for _ in 0..3 {
-        // A fresh Redis each run: a run's counters start at zero.
-        let redis = on_redis.then(common::Redis::start);
-        if run(stop, redis.as_ref().map(|r| r.url()).as_deref())
-            .await
-            .is_ok()
-        {
+        // A fresh store each run: a run's counters start at zero.
+        let (_guard, scope) = setup(on);
+        if run(stop, &scope).await.is_ok() {
             return;
         }
     }
-    panic!("a window turned in each of 3 runs");
+    panic!("a window turned in each of 3 runs ({on:?})");
 }
 
 #[tokio::test]
 async fn test_basic_base_config() {
-    run_until_one_window(false, false).await;
+    run_until_one_window(false, On::Memory).await;
 }
 
 #[tokio::test]
 async fn test_basic_base_config_stop_increment_when_over_limit() {
-    run_until_one_window(true, false).await;
+    run_until_one_window(true, On::Memory).await;
 }
 
-/// TestBasicConfig: the same on Redis.
 #[tokio::test]
 async fn test_basic_config_on_redis() {
-    run_until_one_window(false, true).await;
+    run_until_one_window(false, On::Redis).await;
 }
 
 #[tokio::test]
 async fn test_basic_config_on_redis_stop_increment_when_over_limit() {
-    run_until_one_window(true, true).await;
+    run_until_one_window(true, On::Redis).await;
+}
+
+#[tokio::test]
+async fn test_basic_config_with_cache_prefix() {
+    run_until_one_window(false, On::Prefix).await;
+}
+
+#[tokio::test]
+async fn test_basic_auth_config() {
+    run_until_one_window(false, On::Password).await;
+}
+
+#[tokio::test]
+async fn test_basic_tls_config_with_client_cert() {
+    run_until_one_window(false, On::Tls).await;
+}
+
+#[tokio::test]
+async fn test_basic_config_with_redis_cluster() {
+    run_until_one_window(false, On::Cluster).await;
 }

@@ -73,6 +73,22 @@ impl Config {
     /// Cross-field checks that serde cannot do (unique names, domains).
     pub(crate) fn validate(&self, text: &str, source: &str) -> Result<(), ConfigError> {
         check_unique_names(&self.limits, text, source)?;
+        for name in self.server.envoy_stats_tags.keys() {
+            let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with("__");
+            let taken = ["domain", "key1", "key2", "err_type", "grpc_method", "le"];
+            if !valid || taken.contains(&name.as_str()) {
+                return Err(ConfigError::new(
+                    source,
+                    format!(
+                        "server.envoy_stats_tags: {name:?} is not a Prometheus label name drl can add (letters, digits and _, not starting with a digit or __; not one of {})",
+                        taken.join(", ")
+                    ),
+                )
+                .locate(text, &["envoy_stats_tags:"]));
+            }
+        }
         match self.server.envoy_scope {
             Scope::Local => {}
             Scope::Redis if self.redis.is_some() => {}
@@ -323,6 +339,9 @@ pub struct ServerConfig {
     /// process on the same Redis, as envoyproxy/ratelimit's replicas share
     /// theirs; needs a `redis:` section).
     pub envoy_scope: Scope,
+    /// Labels added to every `ratelimit_service_*` series
+    /// (envoyproxy/ratelimit's `EXTRA_TAGS`), e.g. `{cluster: eu-1}`.
+    pub envoy_stats_tags: std::collections::BTreeMap<String, String>,
     /// The names of the three headers `envoy_response_headers` adds
     /// (envoyproxy/ratelimit's `LIMIT_LIMIT_HEADER`,
     /// `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`).
@@ -470,6 +489,7 @@ impl Default for ServerConfig {
             envoy_stop_increment_when_over_limit: false,
             envoy_response_dynamic_metadata: false,
             envoy_scope: Scope::Local,
+            envoy_stats_tags: Default::default(),
             envoy_header_names: EnvoyHeaderNames::default(),
             reservation_ttl_ms: 300_000,
             max_reservations: 100_000,

@@ -26,7 +26,8 @@
 //! multiply).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use drl_http::prometheus::{Exposition, Kind};
 
@@ -135,44 +136,121 @@ fn labels(path: &str) -> (&str, &str, Option<&str>) {
     (domain, key1, parts.next())
 }
 
+/// Config loads that succeeded and failed, answers turned OK by the
+/// global shadow mode, calls refused by a store and otherwise.
+static SERVICE: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+const LOAD_OK: usize = 0;
+const LOAD_ERROR: usize = 1;
+const GLOBAL_SHADOW: usize = 2;
+const REDIS_ERROR: usize = 3;
+const SERVICE_ERROR: usize = 4;
+
+/// `server.envoy_stats_tags`, added to every series here.
+fn tags() -> &'static RwLock<Vec<(String, String)>> {
+    static T: OnceLock<RwLock<Vec<(String, String)>>> = OnceLock::new();
+    T.get_or_init(Default::default)
+}
+
+/// Sets the labels added to every series (`server.envoy_stats_tags`, the
+/// reference's `EXTRA_TAGS`), from the config in force.
+pub fn set_tags(t: &BTreeMap<String, String>) {
+    *tags().write().unwrap_or_else(|e| e.into_inner()) =
+        t.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+}
+
 /// Counts a config load, the first included (the reference's
 /// `ratelimit_service_config_load_success` / `_error`).
 pub fn config_loaded(ok: bool) {
-    if ok {
-        metrics::counter!("ratelimit_service_config_load_success").increment(1);
-    } else {
-        metrics::counter!("ratelimit_service_config_load_error").increment(1);
-    }
+    let i = if ok { LOAD_OK } else { LOAD_ERROR };
+    SERVICE[i].fetch_add(1, Ordering::Relaxed);
 }
 
 /// Counts an answer turned OK by `server.envoy_shadow_mode` (the
 /// reference's `global_shadow_mode`).
 pub fn global_shadow_mode() {
-    metrics::counter!("ratelimit_service_global_shadow_mode").increment(1);
+    SERVICE[GLOBAL_SHADOW].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts a `ShouldRateLimit` call refused with an error: by a store
+/// (`redis_error`) or otherwise (`service_error`), as the reference's
+/// `should_rate_limit_error{err_type}`.
+pub fn call_failed(store: bool) {
+    let i = if store { REDIS_ERROR } else { SERVICE_ERROR };
+    SERVICE[i].fetch_add(1, Ordering::Relaxed);
 }
 
 /// Appends the per-rule families (when an Envoy rule was configured) and
 /// `ratelimit_service_total_requests` and `_response_time_seconds` of
 /// `ShouldRateLimit` (when it was called).
 pub fn render(out: &mut Exposition) {
-    let (latency, errors) = crate::metrics::rls_calls();
-    if latency.count + errors > 0 {
-        let method = ("grpc_method", "ShouldRateLimit");
-        let total = "ratelimit_service_total_requests";
-        out.family(
-            total,
-            Kind::Counter,
-            "ShouldRateLimit calls, answered or refused (envoyproxy/ratelimit's total_requests).",
-        );
-        out.sample(total, &[method], latency.count + errors);
-        let time = "ratelimit_service_response_time_seconds";
-        out.family(
-            time,
-            Kind::Histogram,
-            "Time to answer ShouldRateLimit (envoyproxy/ratelimit's response_time; drl's buckets).",
-        );
-        crate::metrics::histogram(out, time, method, &latency);
+    let tags = tags().read().unwrap_or_else(|e| e.into_inner()).clone();
+    let with = |own: &[(&'static str, &'static str)]| -> Vec<(String, String)> {
+        own.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .chain(tags.iter().cloned())
+            .collect()
+    };
+    let sample = |out: &mut Exposition, name: &str, labels: &[(String, String)], v: u64| {
+        let l: Vec<(&str, &str)> = labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        out.sample(name, &l, v);
+    };
+    let service = [
+        (
+            "ratelimit_service_config_load_success",
+            LOAD_OK,
+            "Config loads that succeeded, the first included (envoyproxy/ratelimit's config_load_success).",
+        ),
+        (
+            "ratelimit_service_config_load_error",
+            LOAD_ERROR,
+            "Config loads refused (envoyproxy/ratelimit's config_load_error).",
+        ),
+        (
+            "ratelimit_service_global_shadow_mode",
+            GLOBAL_SHADOW,
+            "Answers turned OK by server.envoy_shadow_mode (envoyproxy/ratelimit's global_shadow_mode).",
+        ),
+    ];
+    for (name, i, help) in service {
+        out.family(name, Kind::Counter, help);
+        sample(out, name, &with(&[]), SERVICE[i].load(Ordering::Relaxed));
     }
+    let errors_name = "ratelimit_service_should_rate_limit_error";
+    out.family(
+        errors_name,
+        Kind::Counter,
+        "ShouldRateLimit calls refused, by cause (envoyproxy/ratelimit's should_rate_limit_error).",
+    );
+    for (err_type, i) in [
+        ("redis_error", REDIS_ERROR),
+        ("service_error", SERVICE_ERROR),
+    ] {
+        let n = SERVICE[i].load(Ordering::Relaxed);
+        sample(out, errors_name, &with(&[("err_type", err_type)]), n);
+    }
+    let (latency, errors) = crate::metrics::rls_calls();
+    let method = with(&[("grpc_method", "ShouldRateLimit")]);
+    let total = "ratelimit_service_total_requests";
+    out.family(
+        total,
+        Kind::Counter,
+        "ShouldRateLimit calls, answered or refused (envoyproxy/ratelimit's total_requests).",
+    );
+    sample(out, total, &method, latency.count + errors);
+    let time = "ratelimit_service_response_time_seconds";
+    out.family(
+        time,
+        Kind::Histogram,
+        "Time to answer ShouldRateLimit (envoyproxy/ratelimit's response_time; drl's buckets).",
+    );
+    let m: Vec<(&str, &str)> = method
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    crate::metrics::histogram(out, time, &m, &latency);
     let mut series: BTreeMap<(String, String, Option<String>), [u64; 5]> = BTreeMap::new();
     {
         let r = registry().lock().unwrap_or_else(|e| e.into_inner());
@@ -192,10 +270,12 @@ pub fn render(out: &mut Exposition) {
     for (i, (name, help)) in NAMES.iter().enumerate() {
         out.family(name, Kind::Counter, help);
         for ((d, k1, k2), sums) in &series {
-            match k2 {
-                Some(k2) => out.sample(name, &[("domain", d), ("key1", k1), ("key2", k2)], sums[i]),
-                None => out.sample(name, &[("domain", d), ("key1", k1)], sums[i]),
+            let mut l: Vec<(&str, &str)> = vec![("domain", d), ("key1", k1)];
+            if let Some(k2) = k2 {
+                l.push(("key2", k2));
             }
+            l.extend(tags.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            out.sample(name, &l, sums[i]);
         }
     }
 }

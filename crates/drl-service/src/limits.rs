@@ -302,6 +302,8 @@ impl Limits {
         let rls_in_memory =
             envoy_store.is_none() && envoy_limits.iter().all(|l| l.backend.local().is_some());
         let names = limits.iter().map(|l| Box::from(&*l.name)).collect();
+        // The last step that can fail is done: the tags are this config's.
+        crate::envoy_stats::set_tags(&config.server.envoy_stats_tags);
         Ok(Limits {
             limits,
             names,

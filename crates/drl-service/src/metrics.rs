@@ -369,7 +369,7 @@ fn render_hot(out: &mut Exposition) {
         histogram(
             out,
             "drl_request_duration_seconds",
-            ("api", api.label()),
+            &[("api", api.label())],
             &h.snapshot(),
         );
     }
@@ -380,16 +380,20 @@ fn render_hot(out: &mut Exposition) {
 pub(crate) fn histogram(
     out: &mut Exposition,
     name: &str,
-    label: (&str, &str),
+    labels: &[(&str, &str)],
     s: &crate::sharded::LatencySnapshot,
 ) {
     let bucket = format!("{name}_bucket");
-    for (&bound, n) in LATENCY_BOUNDS_NS.iter().zip(s.cumulative) {
-        out.sample(&bucket, &[label, ("le", &le_label(bound))], n);
+    let les: Vec<String> = LATENCY_BOUNDS_NS.iter().map(|&b| le_label(b)).collect();
+    let bounds = les.iter().map(String::as_str).chain(["+Inf"]);
+    let counts = s.cumulative.iter().copied().chain([s.count]);
+    for (le, n) in bounds.zip(counts) {
+        let mut l: Vec<(&str, &str)> = labels.to_vec();
+        l.push(("le", le));
+        out.sample(&bucket, &l, n);
     }
-    out.sample(&bucket, &[label, ("le", "+Inf")], s.count);
-    out.sample(&format!("{name}_sum"), &[label], s.sum_ns as f64 / 1e9);
-    out.sample(&format!("{name}_count"), &[label], s.count);
+    out.sample(&format!("{name}_sum"), labels, s.sum_ns as f64 / 1e9);
+    out.sample(&format!("{name}_count"), labels, s.count);
 }
 
 /// Envoy RLS calls answered (the latency histogram's count and sum), and
@@ -425,13 +429,7 @@ pub fn rejected(api: Api, reason: &'static str) {
         rls_errors().add(0, 1);
         // envoyproxy/ratelimit's error counter: a store that failed is its
         // `redis_error`, anything else its `service_error`.
-        let err_type = if reason == "store_unavailable" {
-            "redis_error"
-        } else {
-            "service_error"
-        };
-        metrics::counter!("ratelimit_service_should_rate_limit_error", "err_type" => err_type)
-            .increment(1);
+        crate::envoy_stats::call_failed(reason == "store_unavailable");
     }
 }
 

@@ -97,8 +97,9 @@ async fn two_processes_share_one_count_module() {
     two_processes_share_one_count("module").await;
 }
 
-/// `envoy_scope: redis` without a `redis:` section, and a scope Envoy
-/// rules cannot have, are refused by `drl config check` with the reason.
+/// `envoy_scope: redis` without a `redis:` section, a scope Envoy rules
+/// cannot have, and stats tags that are no label, are refused by `drl
+/// config check` with the reason.
 #[test]
 fn envoy_scope_needs_redis_and_refuses_the_others() {
     let dir = tempfile::tempdir().unwrap();
@@ -111,6 +112,16 @@ fn envoy_scope_needs_redis_and_refuses_the_others() {
         (
             "server: {envoy_scope: gossip}\n",
             "server.envoy_scope: gossip is not supported",
+        ),
+        // Not a label drl can add (envoy_stats_tags, the reference's
+        // EXTRA_TAGS): taken, or not a Prometheus label name.
+        (
+            "server: {envoy_stats_tags: {domain: x}}\n",
+            "server.envoy_stats_tags: \"domain\" is not a Prometheus label name",
+        ),
+        (
+            "server: {envoy_stats_tags: {1x: y}}\n",
+            "server.envoy_stats_tags: \"1x\" is not a Prometheus label name",
         ),
     ] {
         std::fs::write(&path, yaml).unwrap();

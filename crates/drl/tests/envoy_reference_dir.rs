@@ -160,3 +160,71 @@ fn only_yaml_files_are_read_and_an_empty_directory_is_refused() {
     assert!(!ok, "accepted:\n{out}");
     assert!(out.contains("no .yaml or .yml file"), "{out}");
 }
+
+/// `reload.yaml` of the reference's integration runtime directory.
+const RELOAD: &str = "domain: reload
+descriptors:
+  - key: key1
+    rate_limit:
+      unit: second
+      requests_per_unit: 50
+
+  - key: block
+    rate_limit:
+      unit: second
+      requests_per_unit: 0
+
+  - key: one_per_minute
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+";
+
+/// test/integration/integration_test.go: TestBasicReloadConfig
+/// (`testConfigReload`): a file added to the watched directory is loaded
+/// (`config_load_success` grows, its rule answers), and its removal is a
+/// reload too. The reference removes what a removed file held; drl
+/// refuses that on a file change unless `server.allow_limit_removal: true`
+/// (a truncated file must not drop limits), which this directory sets.
+#[tokio::test]
+async fn test_basic_reload_config() {
+    let drl = Drl::start_dir(&[
+        ("basic.yaml", BASIC),
+        ("server.yaml", "server:\n  allow_limit_removal: true\n"),
+    ]);
+    let loads = || {
+        let text = common::http_get(&drl.url("/metrics")).unwrap().1;
+        common::metric(&text, "ratelimit_service_config_load_success").unwrap_or(0.0)
+    };
+    let mut client = RateLimitServiceClient::connect(drl.grpc_url())
+        .await
+        .unwrap();
+    let mut ask = async |entries: &[(&str, &str)]| {
+        let a = client
+            .should_rate_limit(request("reload", &[entries], 1))
+            .await
+            .unwrap()
+            .into_inner();
+        let s = &a.statuses[0];
+        (
+            a.overall_code,
+            s.current_limit
+                .as_ref()
+                .map(|l| (l.requests_per_unit, l.unit)),
+            s.limit_remaining,
+        )
+    };
+    // No `reload` domain yet: OK, no limit.
+    assert_eq!(ask(&[("block", "foo")]).await, (Code::Ok as i32, None, 0));
+    let before = loads();
+    std::fs::write(drl.config.join("reload.yaml"), RELOAD).unwrap();
+    common::wait_for("the added file to be loaded", || loads() > before);
+    assert_eq!(
+        ask(&[("key1", "foo")]).await,
+        (Code::Ok as i32, Some((50, 1)), 49)
+    );
+    let before = loads();
+    std::fs::remove_file(drl.config.join("reload.yaml")).unwrap();
+    common::wait_for("the removal to be loaded", || loads() > before);
+    assert_eq!(ask(&[("key1", "foo")]).await, (Code::Ok as i32, None, 0));
+}

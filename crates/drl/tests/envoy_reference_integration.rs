@@ -355,3 +355,35 @@ async fn test_basic_tls_config_with_client_cert() {
 async fn test_basic_config_with_redis_cluster() {
     run_until_one_window(false, On::Cluster).await;
 }
+
+/// TestBasicConfig_ExtraTags: `EXTRA_TAGS` (`server.envoy_stats_tags`)
+/// label the per-rule and service stats.
+#[tokio::test]
+async fn test_basic_config_extra_tags() {
+    let drl = Drl::start(
+        &CONFIG
+            .replace("STOP", "false")
+            .replace("SCOPE", "  envoy_stats_tags: {foo: bar, a: b}"),
+    );
+    let mut c = RateLimitServiceClient::connect(drl.grpc_url())
+        .await
+        .unwrap();
+    ask(&mut c, "basic", &[&[("key1", "foo")]]).await;
+    let text = http_get(&drl.url("/metrics")).unwrap().1;
+    assert_eq!(
+        metric(
+            &text,
+            r#"ratelimit_service_rate_limit_total_hits{domain="basic",key1="key1",a="b",foo="bar"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"ratelimit_service_config_load_success{a="b",foo="bar"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+}

@@ -7,8 +7,8 @@
 //! `replaces`), `shadow_mode`, `detailed_metric` and nested `descriptors`.
 //! `metadata` (a map) is returned in the RLS answer's dynamic metadata
 //! when `server.envoy_response_dynamic_metadata` is on;
-//! `value_to_metric` is accepted and ignored (drl labels no metric by
-//! request values);
+//! `detailed_metric` and `value_to_metric` name the stats by request
+//! values only with `server.envoy_stats_values` (bounded);
 //! `share_threshold` on a wildcard value makes every matching value count
 //! as one.
 
@@ -49,8 +49,12 @@ pub struct EnvoyDescriptor {
     /// but the request is OVER_LIMIT only if no other limit passes it
     /// (every quota descriptor over, or an ordinary one over).
     pub quota_mode: bool,
-    /// Accepted for compatibility (metric detail; drl never labels by value).
+    /// Name the stats of this rule by the request's values (used with
+    /// `server.envoy_stats_values`; otherwise the rule's path names them).
     pub detailed_metric: bool,
+    /// Name this level of the stats key by the request's value (used with
+    /// `server.envoy_stats_values`).
+    pub value_to_metric: bool,
     /// `share_threshold` (wildcard values only): every value that matches
     /// the wildcard counts under the wildcard itself, one counter for all.
     pub share_threshold: bool,
@@ -83,9 +87,8 @@ struct RawDescriptor {
     quota_mode: bool,
     #[serde(default)]
     share_threshold: bool,
-    // Metric naming by request values (drl never labels by request values).
-    #[serde(default, rename = "value_to_metric")]
-    _value_to_metric: bool,
+    #[serde(default)]
+    value_to_metric: bool,
     #[serde(default)]
     metadata: Option<serde_norway::Value>,
 }
@@ -332,6 +335,7 @@ impl TryFrom<RawDescriptor> for EnvoyDescriptor {
             shadow_mode: r.shadow_mode,
             quota_mode: r.quota_mode,
             detailed_metric: r.detailed_metric,
+            value_to_metric: r.value_to_metric,
             share_threshold: r.share_threshold,
             descriptors,
         })

@@ -30,8 +30,8 @@ pub mod sections;
 
 pub use error::ConfigError;
 pub use limits::{
-    DEFAULT_BYTES_PER_KEY, DEFAULT_MAX_COST, DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_KEYS, KeyConfig,
-    LimitConfig, QuotaEntry, Scope,
+    DEFAULT_BYTES_PER_KEY, DEFAULT_MAX_COST, DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_KEYS,
+    ENVOY_STATS_MAX_KEYS, KeyConfig, LimitConfig, QuotaEntry, Scope,
 };
 pub use yaml::yaml_error;
 

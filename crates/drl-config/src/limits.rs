@@ -23,6 +23,10 @@ pub const DEFAULT_BYTES_PER_KEY: usize = drl_core::keyed::DEFAULT_BYTES_PER_KEY;
 /// The default longest key, in bytes (`server.max_key_bytes`).
 pub const DEFAULT_MAX_KEY_BYTES: usize = 1024;
 
+/// The most stats keys `server.envoy_stats_values` names by request values
+/// in one process (beyond, a key counts under its rule's path).
+pub const ENVOY_STATS_MAX_KEYS: usize = 10_000;
+
 /// The default largest cost of one check (`server.max_cost`).
 pub const DEFAULT_MAX_COST: u64 = 1_000_000_000;
 

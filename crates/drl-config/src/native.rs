@@ -342,6 +342,11 @@ pub struct ServerConfig {
     /// Labels added to every `ratelimit_service_*` series
     /// (envoyproxy/ratelimit's `EXTRA_TAGS`), e.g. `{cluster: eu-1}`.
     pub envoy_stats_tags: std::collections::BTreeMap<String, String>,
+    /// Name `ratelimit_service_*` series by request values where the
+    /// reference does (`detailed_metric`, `value_to_metric`, overrides), at
+    /// most [`crate::ENVOY_STATS_MAX_KEYS`] keys (beyond, a key counts
+    /// under its rule's path); default false: rules' paths only.
+    pub envoy_stats_values: bool,
     /// The names of the three headers `envoy_response_headers` adds
     /// (envoyproxy/ratelimit's `LIMIT_LIMIT_HEADER`,
     /// `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`).
@@ -490,6 +495,7 @@ impl Default for ServerConfig {
             envoy_response_dynamic_metadata: false,
             envoy_scope: Scope::Local,
             envoy_stats_tags: Default::default(),
+            envoy_stats_values: false,
             envoy_header_names: EnvoyHeaderNames::default(),
             reservation_ttl_ms: 300_000,
             max_reservations: 100_000,

@@ -359,6 +359,7 @@ fn make_rule(
         requests_per_unit,
         metadata: None,
         stats: Some(stats),
+        detailed: false,
     }
 }
 

@@ -19,11 +19,12 @@
 //!
 //! The stats key is the rule's path (`domain.key_value.subkey`), split on
 //! `.` into `domain`, `key1` and `key2` (deeper parts fold into `key2`'s
-//! series, as the reference's mapping folds them). Unlike the reference,
-//! drl never names a series by a request's value: `detailed_metric` and
-//! `value_to_metric` rules count under their path, and every override of
-//! a domain under `DOMAIN.limit_override` (series a client cannot
-//! multiply).
+//! series, as the reference's mapping folds them). Where the reference
+//! names a key by request values (`detailed_metric`, `value_to_metric`,
+//! overrides: [`crate::envoy_stats_key`]) drl does so only with
+//! `server.envoy_stats_values`, and for at most
+//! [`drl_config::ENVOY_STATS_MAX_KEYS`] keys ([`for_key`]): otherwise a
+//! client could multiply series without bound.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -136,6 +137,33 @@ fn labels(path: &str) -> (&str, &str, Option<&str>) {
     (domain, key1, parts.next())
 }
 
+/// Stats keys made from request values so far, and keys refused past the
+/// bound (counted under their rule's path instead).
+static VALUE_KEYS: AtomicU64 = AtomicU64::new(0);
+static VALUE_KEYS_REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// The stats of `key`, a key named by request values
+/// (`server.envoy_stats_values`): made on first use while fewer than
+/// [`drl_config::ENVOY_STATS_MAX_KEYS`] such keys exist; `None` past that
+/// bound (the caller counts under the rule's path), counted in
+/// `drl_envoy_stats_keys_refused_total`.
+pub fn for_key(key: &str) -> Option<EnvoyStats> {
+    let mut r = registry().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = r.get(key) {
+        return Some(EnvoyStats {
+            counts: Arc::clone(c),
+        });
+    }
+    if VALUE_KEYS.load(Ordering::Relaxed) >= drl_config::ENVOY_STATS_MAX_KEYS as u64 {
+        VALUE_KEYS_REFUSED.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    VALUE_KEYS.fetch_add(1, Ordering::Relaxed);
+    let c: Arc<Counters<5>> = Arc::default();
+    r.insert(key.to_string(), Arc::clone(&c));
+    Some(EnvoyStats { counts: c })
+}
+
 /// Config loads that succeeded and failed, answers turned OK by the
 /// global shadow mode, calls refused by a store and otherwise.
 static SERVICE: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
@@ -217,6 +245,16 @@ pub fn render(out: &mut Exposition) {
     for (name, i, help) in service {
         out.family(name, Kind::Counter, help);
         sample(out, name, &with(&[]), SERVICE[i].load(Ordering::Relaxed));
+    }
+    let refused = VALUE_KEYS_REFUSED.load(Ordering::Relaxed);
+    if refused > 0 {
+        let name = "drl_envoy_stats_keys_refused_total";
+        out.family(
+            name,
+            Kind::Counter,
+            "Stats keys named by request values past the bound, counted under their rule's path.",
+        );
+        out.sample(name, &[], refused);
     }
     let errors_name = "ratelimit_service_should_rate_limit_error";
     out.family(
@@ -306,6 +344,23 @@ mod tests {
         assert_eq!(step(30, 3, 10), [3, 3, 0, 0, 0]);
         // Shadow mode counts the hits past the limit once more.
         assert_eq!(split(10, 10, 15, true), [10, 5, 3, 0, 5]);
+    }
+
+    /// Keys named by request values are bounded: past the bound none is
+    /// made (the caller counts under the rule's path), and the refusal is
+    /// counted; a key made before still answers.
+    #[test]
+    fn keys_named_by_values_are_bounded() {
+        let first = for_key("bound-test.k_0").expect("under the bound");
+        let mut n = 1;
+        while for_key(&format!("bound-test.k_{n}")).is_some() {
+            n += 1;
+            assert!(n <= drl_config::ENVOY_STATS_MAX_KEYS, "never refused");
+        }
+        assert!(VALUE_KEYS_REFUSED.load(Ordering::Relaxed) >= 1);
+        first.record(0, 1, 10, false);
+        let again = for_key("bound-test.k_0").expect("made before the bound");
+        assert_eq!(again.counts.get(TOTAL), 1);
     }
 
     #[test]

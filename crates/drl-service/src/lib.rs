@@ -24,6 +24,7 @@ pub mod engine;
 pub mod envoy_metadata;
 pub mod envoy_override;
 pub mod envoy_stats;
+pub mod envoy_stats_key;
 pub mod headers;
 pub mod limitador;
 pub mod limits;

@@ -104,6 +104,9 @@ pub struct EnvoyRule {
     pub metadata: Option<Arc<envoy_types::pb::google::protobuf::Struct>>,
     /// envoyproxy/ratelimit's stats of this rule (none for unlimited).
     pub stats: Option<crate::envoy_stats::EnvoyStats>,
+    /// `detailed_metric` (stats named by the request's values, with
+    /// `server.envoy_stats_values`).
+    pub detailed: bool,
 }
 
 /// A node of a domain's descriptor tree.
@@ -113,6 +116,21 @@ pub struct EnvoyNode {
     pub rule: Option<EnvoyRule>,
     /// Nested descriptors.
     pub children: EnvoyLevel,
+    /// `value_to_metric` of this descriptor.
+    pub value_to_metric: bool,
+    /// `share_threshold` of this descriptor.
+    pub share_threshold: bool,
+}
+
+/// How an entry found its node ([`EnvoyLevel::find_how`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Matched {
+    /// By its exact value.
+    Exact,
+    /// By a wildcard value (the pattern, `*` included).
+    Wildcard(String),
+    /// By the key alone (no value in the config).
+    Key,
 }
 
 /// One level of a descriptor tree, by key.
@@ -167,6 +185,18 @@ impl EnvoyLevel {
             return Some(n);
         }
         k.any.as_deref()
+    }
+
+    /// [`EnvoyLevel::find`], saying how the node was found.
+    pub fn find_how(&self, key: &str, value: &str) -> Option<(&EnvoyNode, Matched)> {
+        let k = self.by_key.get(key)?;
+        if let Some(n) = k.exact.get(value) {
+            return Some((n, Matched::Exact));
+        }
+        if let Some((p, n)) = k.wildcards.iter().find(|(p, _)| wildcard_match(p, value)) {
+            return Some((n, Matched::Wildcard(p.join("*"))));
+        }
+        k.any.as_deref().map(|n| (n, Matched::Key))
     }
 
     /// True when the level has no descriptors.
@@ -444,12 +474,15 @@ fn build_level(
                         .as_ref()
                         .map(|m| Arc::new(crate::envoy_metadata::struct_of_yaml(m))),
                     stats,
+                    detailed: d.detailed_metric,
                 })
             }
         };
         let node = EnvoyNode {
             rule,
             children: build_level(&d.descriptors, &path, &share, scope, stores, source, all)?,
+            value_to_metric: d.value_to_metric,
+            share_threshold: d.share_threshold,
         };
         let k = level.by_key.entry(d.key.clone()).or_default();
         match d.value.as_deref() {

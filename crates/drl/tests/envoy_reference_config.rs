@@ -20,7 +20,8 @@
 //!   (`share_threshold` below), but names no metric by wildcard.
 //!
 //! Ported in part (see each test): per-value stats names of
-//! `detailed_metric` and `value_to_metric`, which drl does not produce.
+//! `detailed_metric` and `value_to_metric`, which drl gives with
+//! `server.envoy_stats_values` (drl-service's tests/envoy_stats_keys.rs).
 //! Response dynamic `metadata`: `envoy_dynamic_metadata.rs`.
 
 mod common;
@@ -828,9 +829,9 @@ async fn limits_apply(yaml: &str, domain: &str, cases: &[(Entries<'_>, u32, i32)
 // TestValueToMetric_FullKeyMatchesStatsKey
 //
 // `value_to_metric` only puts request values into the reference's stats
-// names; drl never labels metrics by request values (bounded
-// cardinality), so those names are not ported. What is ported: each file
-// loads and the same limits apply; drl's label stays the configured path.
+// names, which drl gives only with `server.envoy_stats_values` (their
+// keys: drl-service's tests/envoy_stats_keys.rs). Here: each file loads
+// and the same limits apply; drl's own label stays the configured path.
 #[tokio::test]
 async fn value_to_metric() {
     let s = limits_apply(

@@ -387,3 +387,45 @@ async fn test_basic_config_extra_tags() {
         "{text}"
     );
 }
+
+/// `server.envoy_stats_values`: the reference's stats keys named by
+/// request values (here `value_to_metric`, its
+/// TestValueToMetric_UsesRuntimeValuesInStats) reach `/metrics` as its
+/// Prometheus mapping labels them; without the setting, the rule's path.
+#[tokio::test]
+async fn stats_named_by_values_when_asked() {
+    let domain = "envoy:
+  - domain: domain
+    descriptors:
+      - key: route
+        value_to_metric: true
+        descriptors:
+          - key: http_method
+            value_to_metric: true
+            descriptors:
+              - key: subject_id
+                rate_limit: {unit: minute, requests_per_unit: 60}
+";
+    let entries: &[(&str, &str)] = &[
+        ("route", "draw"),
+        ("http_method", "GET"),
+        ("subject_id", "123"),
+    ];
+    for (values, key1, key2) in [
+        (true, "route_draw", "http_method_GET"),
+        (false, "route", "http_method"),
+    ] {
+        let drl = Drl::start(&format!(
+            "server:\n  envoy_stats_values: {values}\n{domain}"
+        ));
+        let mut c = RateLimitServiceClient::connect(drl.grpc_url())
+            .await
+            .unwrap();
+        ask(&mut c, "domain", &[entries]).await;
+        let text = http_get(&drl.url("/metrics")).unwrap().1;
+        let series = format!(
+            r#"ratelimit_service_rate_limit_within_limit{{domain="domain",key1="{key1}",key2="{key2}"}}"#
+        );
+        assert_eq!(metric(&text, &series), Some(1.0), "{values}: {text}");
+    }
+}

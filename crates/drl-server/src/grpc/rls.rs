@@ -165,6 +165,29 @@ fn dynamic_metadata(
     envoy_metadata::response_metadata(req, passed)
 }
 
+/// The stats of descriptor `d` under the key envoyproxy/ratelimit names
+/// by its values (`server.envoy_stats_values`); `None` when that key is the
+/// rule's path, or past the bound on such keys.
+fn value_stats(
+    domain: &str,
+    root: &drl_service::limits::EnvoyLevel,
+    d: &drl_api::rls_request::DescriptorView<'_>,
+    rule: &EnvoyRule,
+    is_override: bool,
+) -> Option<drl_service::envoy_stats::EnvoyStats> {
+    use drl_service::envoy_stats_key::{override_key, reference_key};
+    let entries = d.entries.iter().map(|e| (e.key, e.value));
+    let key = if is_override {
+        override_key(domain, entries)
+    } else {
+        reference_key(domain, root, entries, rule.detailed)
+    };
+    if key == *rule.path {
+        return None;
+    }
+    drl_service::envoy_stats::for_key(&key)
+}
+
 /// The count a query `d` of a rule of `limit` per unit shows: `limit -
 /// remaining`, or past the limit (`limit + 1`) when the key is in debt.
 fn count_of(d: &drl_core::Decision, limit: u64) -> u64 {
@@ -394,6 +417,13 @@ pub async fn should_rate_limit_on<R>(
             });
             continue;
         };
+        // The reference's stats named by request values, when asked.
+        let value_stats = if limits.server.envoy_stats_values {
+            value_stats(req.domain, root, d, rule, is_override(i))
+        } else {
+            None
+        };
+        let stats = value_stats.as_ref().or(rule.stats.as_ref());
         let status = match &rule.kind {
             RuleKind::Unlimited => StatusFields {
                 code: Code::Ok as i32,
@@ -402,7 +432,7 @@ pub async fn should_rate_limit_on<R>(
             },
             RuleKind::Block(m) => {
                 m.record(false);
-                if let Some(st) = &rule.stats {
+                if let Some(st) = stats {
                     st.record(0, hits_i, 0, rule.shadow);
                 }
                 let window = rule.unit.window();
@@ -432,7 +462,7 @@ pub async fn should_rate_limit_on<R>(
                     // let any long header value bypass the limit. So
                     // this descriptor is over the limit instead.
                     rejected(Api::EnvoyRls, "key_too_long");
-                    if let Some(st) = &rule.stats {
+                    if let Some(st) = stats {
                         let rpu = u64::from(rule.requests_per_unit);
                         st.record(rpu, hits_i, rpu, rule.shadow);
                     }
@@ -458,7 +488,7 @@ pub async fn should_rate_limit_on<R>(
                     } else {
                         engine::decide_raw(limit, key, cost, now).await
                     };
-                    if let (Some(st), Ok(d)) = (&rule.stats, &decided) {
+                    if let (Some(st), Ok(d)) = (stats, &decided) {
                         // A take consumed `cost` when admitted, nothing
                         // when denied. Hits checked without counting are
                         // counted as the reference counts them: as if the
@@ -637,6 +667,7 @@ mod tests {
                 requests_per_unit: rpu,
                 metadata: None,
                 stats: None,
+                detailed: false,
             };
             let answer = Answer {
                 headers: Some(header_fields(&rule, remaining, reset)),

@@ -1,0 +1,99 @@
+//! The stats key envoyproxy/ratelimit gives a descriptor's counters when
+//! values may name it (`server.envoy_stats_values`), as its `GetLimit`
+//! builds it (`src/config/config_impl.go`):
+//!
+//! - a `detailed_metric` rule: the domain and every entry as `key_value`
+//!   (entries matched through a `share_threshold` wildcard as
+//!   `key_PATTERN`, so that they stay one series);
+//! - otherwise the domain and, per entry, its key followed by `_VALUE`
+//!   where the entry matched an exact value (that value), a wildcard (the
+//!   pattern; the request's value if the node has `value_to_metric` and
+//!   no `share_threshold`) or the key alone with `value_to_metric` (the
+//!   request's value). Without either flag this is the rule's path.
+//! - an override: the domain and every entry as `key_value` (`key` for an
+//!   empty value).
+
+use crate::limits::{EnvoyLevel, Matched};
+
+/// The key of the descriptor `entries` of `domain`, whose rule (found by
+/// walking `root`) is `detailed` or not.
+pub fn reference_key<'a>(
+    domain: &str,
+    root: &EnvoyLevel,
+    entries: impl IntoIterator<Item = (&'a str, &'a str)> + Clone,
+    detailed: bool,
+) -> String {
+    let mut level = root;
+    let mut by_value = String::from(domain);
+    let mut shared: Vec<Option<String>> = Vec::new();
+    for (k, v) in entries.clone() {
+        by_value.push('.');
+        let Some((node, how)) = level.find_how(k, v) else {
+            by_value.push_str(k);
+            shared.push(None);
+            break;
+        };
+        let share = match &how {
+            Matched::Wildcard(p) if node.share_threshold => Some(p.clone()),
+            _ => None,
+        };
+        let value = match &how {
+            Matched::Wildcard(p) => match &share {
+                Some(p) => p.as_str(),
+                None if node.value_to_metric => v,
+                None => p.as_str(),
+            },
+            Matched::Exact => v,
+            Matched::Key if node.value_to_metric => v,
+            Matched::Key => "",
+        };
+        by_value.push_str(k);
+        if !value.is_empty() {
+            by_value.push('_');
+            by_value.push_str(value);
+        }
+        shared.push(share);
+        if node.children.is_empty() {
+            break;
+        }
+        level = &node.children;
+    }
+    if !detailed {
+        return by_value;
+    }
+    let mut key = String::from(domain);
+    for (i, (k, v)) in entries.into_iter().enumerate() {
+        key.push('.');
+        key.push_str(k);
+        match shared.get(i).and_then(Option::as_deref) {
+            Some(p) => {
+                key.push('_');
+                key.push_str(p);
+            }
+            None if shared.iter().any(Option::is_some) && v.is_empty() => {}
+            None => {
+                key.push('_');
+                key.push_str(v);
+            }
+        }
+    }
+    key
+}
+
+/// An override's key: the domain and every entry as `key_value` (`key`
+/// for an empty value).
+pub fn override_key<'a>(
+    domain: &str,
+    entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> String {
+    let mut key = String::from(domain);
+    for (k, v) in entries {
+        key.push('.');
+        key.push_str(k);
+        if !v.is_empty() {
+            key.push('_');
+            key.push_str(v);
+        }
+    }
+    key
+}

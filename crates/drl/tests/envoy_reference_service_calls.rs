@@ -8,8 +8,10 @@
 //! 10-per-minute rule because the request carries 11 hits, so no verdict
 //! depends on the clock. Each test names the Go test it comes from.
 //!
-//! Not ported: TestCacheError (drl serves Envoy rules from memory: no
-//! cache can fail), TestInitialLoadError (`drl serve` refuses to start on
+//! Not ported: TestCacheError (a store failure is answered by drl's
+//! failure policy, `redis_resilience` `on_store_error`: deny, allow or
+//! decide locally, rather than with the error status the reference
+//! answers), TestInitialLoadError (`drl serve` refuses to start on
 //! a config it cannot load, rather than answering "no rate limit
 //! configuration loaded"), TestServiceHealthStatusAtLeastOneConfigLoaded
 //! (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: drl always has a loaded

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use drl_core::{Limiter, Nanos, State};
+use drl_core::{Limiter, Mark, Nanos, State};
 use drl_redis_wire::state_text::{self, push_u64};
 
 use crate::spec::{Clock, Op, Parsed};
@@ -51,6 +51,7 @@ pub struct Call {
     bytes: Vec<u8>,
     states: Vec<State>,
     resets: Vec<Nanos>,
+    changed: Vec<bool>,
 }
 
 /// The expiry of a key whose state is fresh again in `fresh_in` ns:
@@ -127,6 +128,8 @@ impl Call {
             self.states.clear();
             self.resets.clear();
             let mut admitted = true;
+            self.changed.clear();
+            self.changed.resize(head.nq, true);
             for i in 0..head.nq {
                 let slot = self.first[ki + i];
                 let limiter = Limiter::new(head.algorithm, self.spec.quotas[qi + i]);
@@ -148,6 +151,18 @@ impl Call {
                     self.resets.push(after.reset_after);
                     continue;
                 }
+                if head.op == Op::Refund {
+                    // A refund gives back what of the reservation still
+                    // holds the state back; only a state it changed is
+                    // written (as drl-core writes one).
+                    let mut after = state.clone();
+                    let mark = Mark(self.spec.marks[qi + i]);
+                    let q = limiter.refund(&mut after, now, mark, head.cost);
+                    self.changed[i] = after != state;
+                    self.states.push(after);
+                    self.resets.push(q.reset_after);
+                    continue;
+                }
                 let decision = limiter.check(&state, now, head.cost);
                 admitted &= decision.allowed;
                 self.states.push(state);
@@ -157,6 +172,9 @@ impl Call {
                 self.items[verdict] = Item::Int(1);
                 if head.cost > 0 {
                     for i in 0..head.nq {
+                        if !self.changed[i] {
+                            continue;
+                        }
                         let slot = self.first[ki + i];
                         if head.op == Op::Take {
                             let limiter = Limiter::new(head.algorithm, self.spec.quotas[qi + i]);
@@ -239,6 +257,7 @@ mod tests {
             algorithm: Algorithm::FixedWindow,
             cost: 1,
             quotas: vec![Quota::new(2, 1_000_000_000).unwrap()],
+            marks: vec![],
         };
         let keys: Vec<&[u8]> = vec![b"k", b"k", b"k"];
         let (c, r) = call(&keys, &[b"", b"", b""], &[d.clone(), d.clone(), d]);
@@ -273,6 +292,7 @@ mod tests {
             algorithm: Algorithm::SlidingLog,
             cost,
             quotas: vec![Quota::new(5, 1_000).unwrap()],
+            marks: vec![],
         };
         let keys: Vec<&[u8]> = vec![b"a", b"b"];
         let (mut c, r) = call(&keys, &[b"", b"3 3 1"], &[d(2), d(0)]);
@@ -298,6 +318,7 @@ mod tests {
             algorithm: Algorithm::Gcra,
             cost: 1,
             quotas: vec![Quota::new(2, 1_000).unwrap()],
+            marks: vec![],
         };
         let (_, r) = call(&[b"bad"], &[b"1 x"], &[d]);
         assert_eq!(
@@ -313,6 +334,7 @@ mod tests {
             cost,
             // T = 1 s, capacity 2 s.
             quotas: vec![Quota::new(2, 2_000_000_000).unwrap()],
+            marks: vec![],
         }
     }
 

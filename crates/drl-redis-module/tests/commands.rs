@@ -196,6 +196,7 @@ fn keys_expire_once_fresh() {
         algorithm: Algorithm::Gcra,
         cost: 1,
         quotas: vec![q(1, 5_000_000_000), q(10, 50_000_000_000)],
+        marks: vec![],
     }];
     let keys = ["ttl:a".to_string(), "ttl:b".to_string()];
     let started = std::time::Instant::now();
@@ -482,6 +483,7 @@ fn charges_store_debts_that_are_read_as_debts() {
         algorithm: Algorithm::TokenBucket,
         cost,
         quotas: vec![q(2, 2 * S)],
+        marks: vec![],
     };
     let keys = ["debt".to_string()];
     let got = items(

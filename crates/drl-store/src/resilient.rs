@@ -32,6 +32,14 @@
 //! applied it may count twice (stricter, never laxer). Only a full set
 //! drops a new key's charge (counted in `drl_store_charges_dropped_total`).
 //!
+//! **Checks and reserves** pass through the same deadline, breaker and
+//! bound; a failed one is answered by the failure policy as a take would
+//! be (a check with `local` checks the local limiter, writing nothing), and
+//! a failed reserve holds no marks, so the service opens no reservation
+//! for it. **A refund** the store could not take is dropped (counted in
+//! `drl_store_refunds_dropped_total`): the reservation stays consumed at
+//! its estimate, which is stricter, never more generous.
+//!
 //! Metrics (the `metrics` crate; names are stable): counters
 //! `drl_store_errors_total{kind}`, `drl_store_timeouts_total`,
 //! `drl_store_fallbacks_total{policy,cause}`,
@@ -52,7 +60,7 @@ use std::time::Duration;
 // them (`breaker.rs`).
 
 use async_trait::async_trait;
-use drl_core::{Decision, DenyReason, Quota};
+use drl_core::{Decision, DenyReason, Mark, Quota};
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
@@ -427,37 +435,57 @@ impl<S: Store> Resilient<S> {
     /// failure policy (and a charge kept to retry).
     async fn guarded(&self, check: Check<'_>, call: Call) -> Result<Decision, StoreError> {
         let policy = self.policy(&check.spec.name);
-        let fail = |cause: &'static str| {
-            Ok(match call {
+        let answer = self
+            .run(&policy, || async {
+                match call {
+                    Call::Decide => self.inner.decide(check).await,
+                    Call::Charge => self.inner.charge(check).await,
+                }
+            })
+            .await;
+        match answer {
+            Ok(a) => a,
+            Err(cause) => Ok(match call {
                 Call::Decide => self.fail_over(check, policy, cause),
                 Call::Charge => {
                     self.defer(check.spec, check.key, check.cost, check.now);
                     self.charge_fail_over(check, policy, cause)
                 }
-            })
-        };
+            }),
+        }
+    }
+
+    /// One call of the inner store (`call`, made only if the breaker and
+    /// the in-flight bound let it through) under the deadline: its answer
+    /// (an invalid request is the caller's error, not a failure), or the
+    /// cause of a failure, counted, for the failure policy to answer.
+    async fn run<T, F, Fut>(
+        &self,
+        policy: &FailurePolicy,
+        call: F,
+    ) -> Result<Result<T, StoreError>, &'static str>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
         if !self.breaker.try_pass() {
-            return fail("breaker_open");
+            return Err("breaker_open");
         }
         let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
             metrics::counter!("drl_store_errors_total", "kind" => "overloaded").increment(1);
             self.count(ERRORS);
-            return fail("overloaded");
+            return Err("overloaded");
         };
         let deadline = Duration::from_millis(policy.timeout_ms.max(1));
-        let inner = match call {
-            Call::Decide => self.inner.decide(check),
-            Call::Charge => self.inner.charge(check),
-        };
-        let answer = tokio::time::timeout(deadline, inner).await;
+        let answer = tokio::time::timeout(deadline, call()).await;
         drop(permit);
         match answer {
             Ok(Ok(d)) => {
                 self.breaker.success();
                 self.flush().await;
-                Ok(d)
+                Ok(Ok(d))
             }
-            Ok(Err(StoreError::Invalid(why))) => Err(StoreError::Invalid(why)),
+            Ok(Err(StoreError::Invalid(why))) => Ok(Err(StoreError::Invalid(why))),
             Ok(Err(e)) => {
                 let kind = match e {
                     StoreError::Timeout(_) => "timeout",
@@ -467,16 +495,42 @@ impl<S: Store> Resilient<S> {
                 metrics::counter!("drl_store_errors_total", "kind" => kind).increment(1);
                 self.count(ERRORS);
                 self.breaker.failure();
-                fail("error")
+                Err("error")
             }
             Err(_) => {
                 metrics::counter!("drl_store_timeouts_total").increment(1);
                 self.count(ERRORS);
                 self.count(TIMEOUTS);
                 self.breaker.failure();
-                fail("timeout")
+                Err("timeout")
             }
         }
+    }
+
+    /// The failure policy's answer to a check the store could not answer:
+    /// its answer to a take, except that `local` checks the local limiter
+    /// without writing.
+    fn check_fail_over(
+        &self,
+        check: Check<'_>,
+        policy: FailurePolicy,
+        cause: &'static str,
+    ) -> Decision {
+        if policy.on_store_error != OnStoreError::Local {
+            return self.fail_over(check, policy, cause);
+        }
+        self.count(FAIL_OVERS);
+        metrics::counter!(
+            "drl_store_fallbacks_total",
+            "policy" => policy.on_store_error.as_str(),
+            "cause" => cause
+        )
+        .increment(1);
+        let spec = self.local_for(check.spec, policy.local_divisor);
+        self.local.check_now(Check {
+            spec: &spec,
+            ..check
+        })
     }
 }
 
@@ -495,6 +549,52 @@ impl<S: Store> Store for Resilient<S> {
 
     async fn decide_many(&self, checks: &[Check<'_>]) -> Vec<Result<Decision, StoreError>> {
         futures::future::join_all(checks.iter().map(|c| self.decide(*c))).await
+    }
+
+    fn settles(&self) -> bool {
+        self.inner.settles()
+    }
+
+    /// Through the breaker like `decide`; a failure is answered by the
+    /// failure policy as a take would be (`local`: the local limiter's
+    /// check, which writes nothing).
+    async fn check(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        let policy = self.policy(&check.spec.name);
+        match self.run(&policy, || self.inner.check(check)).await {
+            Ok(a) => a,
+            Err(cause) => Ok(self.check_fail_over(check, policy, cause)),
+        }
+    }
+
+    /// Through the breaker like `decide`; a failure is answered by the
+    /// failure policy as a take, with no marks: an admission the policy
+    /// grants holds no reservation, so its settlement refunds nothing
+    /// (stricter, never more generous).
+    async fn reserve(
+        &self,
+        check: Check<'_>,
+    ) -> Result<(Decision, Option<Box<[Mark]>>), StoreError> {
+        let policy = self.policy(&check.spec.name);
+        match self.run(&policy, || self.inner.reserve(check)).await {
+            Ok(a) => a,
+            Err(cause) => Ok((self.fail_over(check, policy, cause), None)),
+        }
+    }
+
+    /// Through the breaker like `decide`. A refund the store could not
+    /// take is **dropped** (counted in `drl_store_refunds_dropped_total`):
+    /// the reservation stays consumed at its estimate, which can only deny
+    /// more, never admit more. The answer is then the failure policy's
+    /// for a query.
+    async fn refund(&self, check: Check<'_>, marks: &[Mark]) -> Result<Decision, StoreError> {
+        let policy = self.policy(&check.spec.name);
+        match self.run(&policy, || self.inner.refund(check, marks)).await {
+            Ok(a) => a,
+            Err(cause) => {
+                metrics::counter!("drl_store_refunds_dropped_total").increment(1);
+                Ok(self.check_fail_over(Check { cost: 0, ..check }, policy, cause))
+            }
+        }
     }
 
     fn retain(&self, specs: &[LimitSpec]) {

@@ -44,7 +44,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use drl_core::Decision;
+use drl_core::{Decision, Mark};
 use drl_redis_wire::decide_spec::Op;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -554,10 +554,19 @@ impl RedisStore {
         script::keys(&self.config.key_prefix, spec, key)
     }
 
-    /// One decision, encoded for a script (or module) call: a take
-    /// (`op`) with the fastest script for the spec unless `general`, or a
-    /// charge (always the general script).
-    fn part(&self, check: &Check<'_>, time: TimeSource, op: Op, general: bool) -> batch::Part {
+    /// One decision, encoded for a script (or module) call: a take (also
+    /// what a check and a reserve send) with the fastest script for the
+    /// spec unless `general`, or a charge or a refund (always the general
+    /// script).
+    fn part(
+        &self,
+        check: &Check<'_>,
+        time: TimeSource,
+        ask: script::Ask<'_>,
+        general: bool,
+    ) -> batch::Part {
+        let op = ask.op();
+        let cost = ask.wire_cost(check.cost);
         // The module decides every algorithm in one call: one group per slot.
         let kind = match self.config.engine {
             Engine::Lua if op == Op::Take && !general => self.kind(check.spec),
@@ -583,9 +592,11 @@ impl RedisStore {
             TimeSource::Caller => Some(check.now),
         };
         match self.config.engine {
-            Engine::Lua => script::push_args(&mut args, kind, check.spec, now, op, check.cost),
+            Engine::Lua => {
+                script::push_args(&mut args, kind, check.spec, now, op, cost, ask.marks())
+            }
             Engine::Module => {
-                args.arg(module::record(check.spec, now, op, check.cost));
+                args.arg(module::record(check.spec, now, op, cost, ask.marks()));
             }
         }
         batch::Part {
@@ -596,24 +607,50 @@ impl RedisStore {
         }
     }
 
-    /// Sends one take or charge through the batcher and decodes it; a take
-    /// a fast script left undecided is sent once more, to the general
-    /// script.
+    /// Sends one take or charge through the batcher and decodes it (see
+    /// [`RedisStore::ask`]).
     async fn one(
         &self,
         check: Check<'_>,
         time: TimeSource,
         op: Op,
     ) -> Result<Decision, StoreError> {
+        let ask = match op {
+            Op::Take => script::Ask::Take,
+            Op::Charge => script::Ask::Charge,
+            Op::Refund => return Err(StoreError::Invalid("a refund needs its marks".into())),
+        };
+        Ok(self.ask(check, time, ask).await?.0)
+    }
+
+    /// Sends one call of any kind through the batcher and answers it; a
+    /// take (or check, or reserve) a fast script left undecided is sent
+    /// once more, to the general script.
+    async fn ask(
+        &self,
+        check: Check<'_>,
+        time: TimeSource,
+        ask: script::Ask<'_>,
+    ) -> Result<(Decision, Option<Box<[Mark]>>), StoreError> {
         validate(&check)?;
+        if let script::Ask::Refund(marks) = ask
+            && marks.len() != check.spec.quotas.len()
+        {
+            return Err(StoreError::Invalid(format!(
+                "{} marks for the {} quotas of limit {:?}",
+                marks.len(),
+                check.spec.quotas.len(),
+                check.spec.name
+            )));
+        }
         let mut general = false;
         loop {
             let reply = self
                 .batcher
-                .submit(self.part(&check, time, op, general))
+                .submit(self.part(&check, time, ask, general))
                 .await
                 .map_err(|_| StoreError::Backend("the Redis batching task has stopped".into()))??;
-            match script::finish(check.spec, reply.items(), op, check.cost)? {
+            match script::answer(check.spec, reply.items(), ask, check.cost)? {
                 Some(d) => return Ok(d),
                 None if !general => general = true,
                 None => {
@@ -641,7 +678,7 @@ impl RedisStore {
     async fn decide_with_general(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         let reply = self
             .batcher
-            .submit(self.part(&check, self.config.time, Op::Take, true))
+            .submit(self.part(&check, self.config.time, script::Ask::Take, true))
             .await
             .map_err(|_| StoreError::Backend("the Redis batching task has stopped".into()))??;
         script::finish(check.spec, reply.items(), Op::Take, check.cost)?.ok_or_else(|| {
@@ -658,6 +695,39 @@ impl RedisStore {
         time: TimeSource,
     ) -> Result<Decision, StoreError> {
         self.one(check, time, Op::Charge).await
+    }
+
+    /// Checks with an explicit time source (see [`RedisStore::decide_with`]
+    /// and [`Store::check`]): one read-only call (a query) returns every
+    /// quota's state, and drl-core decides the cost on them.
+    pub async fn check_with(
+        &self,
+        check: Check<'_>,
+        time: TimeSource,
+    ) -> Result<Decision, StoreError> {
+        Ok(self.ask(check, time, script::Ask::Check).await?.0)
+    }
+
+    /// Reserves with an explicit time source (see [`Store::reserve`]): a
+    /// take, whose marks drl-core computes from the states the call
+    /// returns.
+    pub async fn reserve_with(
+        &self,
+        check: Check<'_>,
+        time: TimeSource,
+    ) -> Result<(Decision, Option<Box<[Mark]>>), StoreError> {
+        self.ask(check, time, script::Ask::Reserve).await
+    }
+
+    /// Refunds with an explicit time source (see [`Store::refund`]): one
+    /// atomic call refunds every quota of the limit.
+    pub async fn refund_with(
+        &self,
+        check: Check<'_>,
+        marks: &[Mark],
+        time: TimeSource,
+    ) -> Result<Decision, StoreError> {
+        Ok(self.ask(check, time, script::Ask::Refund(marks)).await?.0)
     }
 }
 
@@ -720,6 +790,31 @@ impl Store for RedisStore {
         self.charge_with(check, self.config.time).await
     }
 
+    fn settles(&self) -> bool {
+        true
+    }
+
+    /// One read-only call (a query of every quota); drl-core decides the
+    /// cost on the states it returns.
+    async fn check(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        self.check_with(check, self.config.time).await
+    }
+
+    /// A take (one atomic call); the marks are drl-core's, computed on the
+    /// states the call returns.
+    async fn reserve(
+        &self,
+        check: Check<'_>,
+    ) -> Result<(Decision, Option<Box<[Mark]>>), StoreError> {
+        self.reserve_with(check, self.config.time).await
+    }
+
+    /// One atomic call (the general script, or a `DRL.DECIDE` refund
+    /// record) refunds every quota of the limit.
+    async fn refund(&self, check: Check<'_>, marks: &[Mark]) -> Result<Decision, StoreError> {
+        self.refund_with(check, marks, self.config.time).await
+    }
+
     /// Sends the checks as script calls: one per script kind (and, on a
     /// cluster, per hash slot), cut into calls of at most `batch_max`
     /// decisions. The calls of one group go one after another (so repeated
@@ -734,7 +829,7 @@ impl Store for RedisStore {
         for (i, c) in checks.iter().enumerate() {
             match validate(c) {
                 Ok(()) => {
-                    let part = self.part(c, self.config.time, Op::Take, false);
+                    let part = self.part(c, self.config.time, script::Ask::Take, false);
                     match groups.iter_mut().find(|(g, _)| *g == part.group) {
                         Some((_, v)) => v.push((i, part)),
                         None => groups.push((part.group, vec![(i, part)])),

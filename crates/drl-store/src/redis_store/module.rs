@@ -222,12 +222,28 @@ mod tests {
             let got: Vec<_> = parsed
                 .decisions
                 .iter()
-                .map(|d| (d.clock, d.op, d.algorithm, d.cost, d.quotas.clone(), d.marks.clone()))
+                .map(|d| {
+                    (
+                        d.clock,
+                        d.op,
+                        d.algorithm,
+                        d.cost,
+                        d.quotas.clone(),
+                        d.marks.clone(),
+                    )
+                })
                 .collect();
             assert_eq!(
                 got,
                 [
-                    (Clock::Caller(5), Op::Take, a, 1, spec.quotas.clone(), vec![]),
+                    (
+                        Clock::Caller(5),
+                        Op::Take,
+                        a,
+                        1,
+                        spec.quotas.clone(),
+                        vec![]
+                    ),
                     (Clock::Server, Op::Charge, a, 0, spec.quotas.clone(), vec![]),
                     (
                         Clock::Caller(6),

@@ -165,7 +165,11 @@ pub(crate) fn push_args(
     match op {
         Op::Take => cmd.arg(spec.algorithm.name()),
         Op::Charge | Op::Refund => {
-            assert_eq!(kind, Kind::General, "only the general script charges and refunds");
+            assert_eq!(
+                kind,
+                Kind::General,
+                "only the general script charges and refunds"
+            );
             let sign = if op == Op::Charge { '+' } else { '-' };
             cmd.arg(format!("{sign}{}", spec.algorithm.name()))
         }

@@ -343,6 +343,9 @@ impl<'a> Ask<'a> {
     }
 }
 
+/// A decision and, for an admitted reserve, its marks.
+pub(crate) type Answered = (Decision, Option<Box<[Mark]>>);
+
 /// The answer to `ask` of `cost` from one decision's part of the reply:
 /// drl-core decides (checks, reserves, charges, refunds) on the script's
 /// pre-decision states at the script's `now`, and the script's verdict
@@ -353,7 +356,7 @@ pub(crate) fn answer(
     items: &[Value],
     ask: Ask<'_>,
     cost: u64,
-) -> Result<Option<(Decision, Option<Box<[Mark]>>)>, StoreError> {
+) -> Result<Option<Answered>, StoreError> {
     let limiter = spec.limiter();
     let answer = decode(&limiter, items)?;
     let mut states = answer.states;

@@ -651,6 +651,43 @@ mod tests {
                 _ => Err(StoreError::Invalid("bad".into())),
             }
         }
+
+        fn settles(&self) -> bool {
+            true
+        }
+
+        async fn check(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            match self.mode.load(Ordering::SeqCst) {
+                0 => Ok(self.mem.check_now(check)),
+                1 => Err(StoreError::Backend("down".into())),
+                2 => std::future::pending().await,
+                _ => Err(StoreError::Invalid("bad".into())),
+            }
+        }
+
+        async fn reserve(
+            &self,
+            check: Check<'_>,
+        ) -> Result<(Decision, Option<Box<[Mark]>>), StoreError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            match self.mode.load(Ordering::SeqCst) {
+                0 => Ok(self.mem.reserve_now(check)),
+                1 => Err(StoreError::Backend("down".into())),
+                2 => std::future::pending().await,
+                _ => Err(StoreError::Invalid("bad".into())),
+            }
+        }
+
+        async fn refund(&self, check: Check<'_>, marks: &[Mark]) -> Result<Decision, StoreError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            match self.mode.load(Ordering::SeqCst) {
+                0 => Ok(self.mem.refund_now(check, marks)),
+                1 => Err(StoreError::Backend("down".into())),
+                2 => std::future::pending().await,
+                _ => Err(StoreError::Invalid("bad".into())),
+            }
+        }
     }
 
     fn store(on: OnStoreError, n: u64) -> Resilient<Fake> {
@@ -886,5 +923,50 @@ mod tests {
             Err(StoreError::Invalid(_))
         ));
         assert_eq!(s.pending_charges(), 0);
+    }
+
+    /// Checks, reserves and refunds go through the breaker: a check the
+    /// store cannot answer is the local limiter's check (no write), a
+    /// reserve the policy answers holds no marks, and a refund that cannot
+    /// reach the store is dropped (the estimate stays consumed).
+    #[tokio::test(start_paused = true)]
+    async fn reservations_fail_over_strictly() {
+        let s = store(OnStoreError::Local, 1);
+        let spec = spec();
+        let c = |cost, now| Check {
+            spec: &spec,
+            key: "k",
+            cost,
+            now,
+        };
+        let (d, marks) = s.reserve(c(4, 1)).await.unwrap();
+        let marks = marks.expect("admitted: marks");
+        assert_eq!(d.remaining, 6);
+        assert!(s.settles());
+        s.inner.mode.store(1, Ordering::SeqCst);
+        // The refund is dropped; the answer is the local limiter's query.
+        let q = s.refund(c(3, 2), &marks).await.unwrap();
+        assert!(q.allowed);
+        // Checks fail over to the local limiter without writing: ten
+        // checks of 10, then it still admits 10.
+        for now in 3..13 {
+            assert!(s.check(c(10, now)).await.unwrap().allowed);
+        }
+        // A reserve the policy admits holds no marks.
+        let (d, marks) = s.reserve(c(1, 14)).await.unwrap();
+        assert!(d.allowed);
+        assert!(marks.is_none());
+        s.inner.mode.store(0, Ordering::SeqCst);
+        probe_until_closed(&s, &spec).await;
+        // The store never saw the refund (3 back would leave 9): the
+        // estimate of 4 stays consumed.
+        let left = s.check(c(0, 20)).await.unwrap().remaining;
+        assert_eq!(left, 6, "the refund was dropped");
+        // Invalid: an error.
+        s.inner.mode.store(3, Ordering::SeqCst);
+        assert!(matches!(
+            s.check(c(1, 21)).await,
+            Err(StoreError::Invalid(_))
+        ));
     }
 }

@@ -1,7 +1,9 @@
 //! [`Reservations`]: a limit's open reservations, by id, for the HTTP and
 //! native APIs (a `reserve` answers an id; a later `settle` or `release`
 //! names it). One bounded [`Ledger`] per limit, made on first use;
-//! docs/server.md, "Costs known afterwards".
+//! docs/server.md, "Costs known afterwards". A `redis` limit's
+//! reservations are held here too (the store keeps the state, the ledger
+//! the estimate, the expiry and the marks the store returned).
 //!
 //! The ledger belongs to the compiled limit: a reload drops it, closing
 //! every open reservation at its estimate (the estimate stays consumed).

@@ -402,4 +402,48 @@ mod tests {
             [(0, text.as_bytes(), 5_000 + 5)]
         );
     }
+
+    /// A refund gives back what drl-core's `refund` gives back, with
+    /// verdict 1, and writes only a state it changed: a fixed window's
+    /// count within the mark's window; nothing for another window's mark.
+    #[test]
+    fn refunds_write_what_drl_core_changes() {
+        const S: u64 = 1_000_000_000;
+        let quota = Quota::new(5, 10 * S).unwrap();
+        let refund = |now, units, mark| Decision {
+            clock: Clock::Caller(now),
+            op: Op::Refund,
+            algorithm: Algorithm::FixedWindow,
+            cost: units,
+            quotas: vec![quota],
+            marks: vec![mark],
+        };
+        let limiter = Limiter::new(Algorithm::FixedWindow, quota);
+        // Window 7 holds 4 (a reservation of 4 at 70 s).
+        let mut state = limiter.new_state();
+        let (_, mark) = limiter.reserve(&mut state, 70 * S, 4);
+        let mark = mark.unwrap();
+        let stored = state_text::to_text(&state);
+        let (c, r) = call(&[b"k"], &[stored.as_slice()], &[refund(71 * S, 3, mark.0)]);
+        r.unwrap();
+        assert_eq!(
+            c.reply().collect::<Vec<_>>(),
+            [
+                Reply::Int(1),
+                Reply::Bulk(b"71000000000"),
+                Reply::Bulk(&stored[..])
+            ]
+        );
+        let mut want = state.clone();
+        limiter.refund(&mut want, 71 * S, mark, 3);
+        let writes: Vec<_> = c.writes().map(|(_, v, _)| v.to_vec()).collect();
+        assert_eq!(writes, [state_text::to_text(&want)]);
+        // Another window's mark, or the next window: nothing written.
+        for (now, m) in [(71 * S, mark.0 + 1), (80 * S, mark.0)] {
+            let (c, r) = call(&[b"k"], &[stored.as_slice()], &[refund(now, 3, m)]);
+            r.unwrap();
+            assert_eq!(c.reply().next(), Some(Reply::Int(1)));
+            assert_eq!(c.writes().count(), 0, "now {now} mark {m}");
+        }
+    }
 }

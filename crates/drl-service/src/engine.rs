@@ -626,8 +626,9 @@ fn settles(backend: &Backend) -> bool {
 
 /// Applies check `r` (any [`Op`]) on `limit`, in memory or in its store;
 /// no metrics, no shadow mode. Check, reserve, settle and release need a
-/// backend that [`settles`] (`local`, `redis`) and are refused otherwise
-/// ([`CheckError::Unsupported`], nothing decided). See [`apply_store`].
+/// backend that settles (`local`, `redis`) and are refused otherwise
+/// ([`CheckError::Unsupported`], nothing decided); a store applies them as
+/// `apply_store` says.
 pub async fn apply_raw(
     limit: &Limit,
     r: &CheckRequest<'_>,

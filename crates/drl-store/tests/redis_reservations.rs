@@ -444,3 +444,49 @@ fn cluster_reservations_are_exact() {
         }
     }
 }
+
+/// Many reservations settled concurrently on one key (each engine, through
+/// the store's coalescing batcher): below the estimate (refunds) and above
+/// it (charges) racing, the fixed window ends at the sum of the actual
+/// costs, as the same calls made one after another would leave it.
+#[test]
+fn racing_settlements_add_up() {
+    let env = env();
+    let t0 = 1_764_000_000_000_000_000 / (60 * MINUTE) * (60 * MINUTE);
+    for (name, store) in env.engines() {
+        let spec = LimitSpec::new(
+            unique("race"),
+            Algorithm::FixedWindow,
+            vec![Quota::new(10_000, 60 * MINUTE).unwrap()],
+        );
+        let key = unique("hot");
+        let actuals: Vec<u64> = (0..64).map(|i| (i * 7) % 21).collect();
+        let spec = &spec;
+        let key = &key;
+        let settled = env
+            .rt
+            .block_on(futures::future::join_all(actuals.iter().enumerate().map(
+                |(i, &actual)| async move {
+                    let now = t0 + i as u64;
+                    let (d, marks) = store.reserve(check(spec, key, 10, now)).await.unwrap();
+                    assert!(d.allowed);
+                    let marks = marks.unwrap();
+                    if actual > 10 {
+                        store.charge(check(spec, key, actual - 10, now + 1)).await
+                    } else {
+                        store
+                            .refund(check(spec, key, 10 - actual, now + 1), &marks)
+                            .await
+                    }
+                    .unwrap()
+                },
+            )));
+        assert_eq!(settled.len(), actuals.len());
+        let left = env
+            .rt
+            .block_on(store.check(check(spec, key, 0, t0 + 1_000)))
+            .unwrap()
+            .remaining;
+        assert_eq!(left, 10_000 - actuals.iter().sum::<u64>(), "{name}");
+    }
+}

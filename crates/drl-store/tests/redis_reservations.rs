@@ -361,6 +361,23 @@ fn checks_write_nothing() {
                 before,
                 "{name} {alg}"
             );
+            // In debt: checks are denied and still write nothing.
+            env.rt
+                .block_on(store.charge(check(&spec, &key, 5, t0 + 2_000)))
+                .unwrap();
+            let before = stored(&mut server, &spec, store, &key);
+            for cost in [0, 1] {
+                let d = env
+                    .rt
+                    .block_on(store.check(check(&spec, &key, cost, t0 + 3_000)))
+                    .unwrap();
+                assert!(!d.allowed, "{name} {alg}: in debt");
+            }
+            assert_eq!(
+                stored(&mut server, &spec, store, &key),
+                before,
+                "{name} {alg}: in debt"
+            );
         }
     }
 }

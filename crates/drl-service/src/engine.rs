@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
-use drl_core::{Clock, Decision, KeyedLimiter, Nanos, Reservation, SystemClock};
-use drl_store::{Check as StoreCheck, Store, StoreError};
+use drl_core::{Clock, Decision, KeyedLimiter, Nanos, SystemClock};
+use drl_store::StoreError;
 use smallvec::SmallVec;
 
 pub use crate::config_files::{is_empty_document, load_config_dir, load_config_file};
@@ -628,7 +628,7 @@ fn settles(backend: &Backend) -> bool {
 /// no metrics, no shadow mode. Check, reserve, settle and release need a
 /// backend that settles (`local`, `redis`) and are refused otherwise
 /// ([`CheckError::Unsupported`], nothing decided); a store applies them as
-/// `apply_store` says.
+/// [`crate::reservations::apply_store`] says.
 pub async fn apply_raw(
     limit: &Limit,
     r: &CheckRequest<'_>,
@@ -646,98 +646,20 @@ pub async fn apply_raw(
                 mode: op_name(op),
                 scope: format!("{:?}", limit.scope).to_lowercase(),
             }),
-            _ => apply_store(limit, s.as_ref(), r, now, server)
-                .await
-                .map_err(|error| CheckError::Store {
-                    limit: limit.name.to_string(),
-                    error,
-                }),
+            _ => crate::reservations::apply_store(
+                &limit.spec,
+                &limit.reservations,
+                s.as_ref(),
+                r,
+                now,
+                server,
+            )
+            .await
+            .map_err(|error| CheckError::Store {
+                limit: limit.name.to_string(),
+                error,
+            }),
         },
-    }
-}
-
-/// Applies check, reserve, settle or release `r` on `limit`, whose state
-/// is in `store` (Redis), as [`apply_local`] does in memory: a reserve
-/// takes the estimate in the store and keeps its marks in the limit's
-/// ledger; a settle charges the excess in the store, or refunds the
-/// shortfall before the expiry (one atomic call each, every quota). The
-/// expiry is judged on this node's clock at `now`; the store decides on
-/// its own clock (Redis `TIME` by default), on which the marks were taken.
-/// An unknown reservation answers as in [`apply_local`]: `expired`, the
-/// whole actual cost charged.
-async fn apply_store(
-    limit: &Limit,
-    store: &dyn Store,
-    r: &CheckRequest<'_>,
-    now: Nanos,
-    server: &ServerConfig,
-) -> Result<Outcome, StoreError> {
-    let at = |cost| StoreCheck {
-        spec: &limit.spec,
-        key: r.key,
-        cost,
-        now,
-    };
-    let settlement = |decision, charged, refunded, expired| Outcome {
-        decision,
-        reservation: 0,
-        charged,
-        refunded,
-        expired,
-    };
-    match r.op {
-        Op::Take => store.decide(at(r.cost)).await.map(Outcome::of),
-        Op::Charge => store.charge(at(r.cost)).await.map(Outcome::of),
-        Op::Check => store.check(at(r.cost)).await.map(Outcome::of),
-        Op::Reserve => {
-            let ttl = server
-                .reservation_ttl_ms
-                .saturating_mul(drl_core::time::MILLISECOND);
-            let (decision, marks) = store.reserve(at(r.cost)).await?;
-            let reservation = marks.map_or(0, |marks| {
-                let held = Reservation::new(
-                    r.key.to_string(),
-                    r.cost,
-                    now,
-                    now.saturating_add(ttl),
-                    marks,
-                );
-                limit.reservations.open(held, now, server.max_reservations)
-            });
-            Ok(Outcome {
-                reservation,
-                ..Outcome::of(decision)
-            })
-        }
-        Op::Settle(id) | Op::Release(id) => {
-            let actual = if matches!(r.op, Op::Settle(_)) {
-                r.cost
-            } else {
-                0
-            };
-            let Some(held) = limit.reservations.take(id, r.key) else {
-                let d = if actual > 0 {
-                    store.charge(at(actual)).await?
-                } else {
-                    store.check(at(0)).await?
-                };
-                return Ok(settlement(d, actual, 0, true));
-            };
-            let expired = now >= held.expires_at();
-            let estimate = held.cost();
-            if actual > estimate {
-                let extra = actual - estimate;
-                let d = store.charge(at(extra)).await?;
-                Ok(settlement(d, extra, 0, expired))
-            } else if actual < estimate && !expired {
-                let back = estimate - actual;
-                let d = store.refund(at(back), held.marks()).await?;
-                Ok(settlement(d, 0, back, expired))
-            } else {
-                let d = store.check(at(0)).await?;
-                Ok(settlement(d, 0, 0, expired))
-            }
-        }
     }
 }
 

@@ -19,7 +19,7 @@ pub enum TimeSource {
     /// for every drl node, whatever their own clocks say. The default.
     #[default]
     Redis,
-    /// The caller's `now` ([`Check::now`]): for replaying traces and tests.
+    /// The caller's `now` ([`crate::Check::now`]): for replaying traces and tests.
     Caller,
 }
 

@@ -7,7 +7,7 @@
 //! cluster node) answers `NOSCRIPT`, and the call is repeated once as
 //! `EVAL`, which also caches the script there again.
 //!
-//! Concurrent [`Store::decide`] calls are coalesced (see [`batch`]): they
+//! Concurrent [`Store::decide`] calls are coalesced (see `batch.rs`): they
 //! queue to one task per store that sends whatever is queued as one call
 //! while at most `batch_in_flight` calls are in flight, never waiting for
 //! a batch to fill. [`Store::decide_many`] sends its checks directly, one
@@ -15,7 +15,7 @@
 //! `batch_max` decisions.
 //!
 //! With `engine: module` every call is a `DRL.DECIDE` of drl's native
-//! Redis module instead (see [`module`]): same keys, batching, coalescing,
+//! Redis module instead (see `module.rs`): same keys, batching, coalescing,
 //! slot grouping, timeouts and reply; no `NOSCRIPT` path.
 //!
 //! [`Store::charge`] is one call too (a script call, always the general

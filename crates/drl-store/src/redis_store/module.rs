@@ -283,12 +283,15 @@ mod tests {
     #[test]
     fn version_answers_are_checked() {
         assert!(check_answer("s", Ok(Value::Int(VERSION))).is_ok());
-        let e = check_answer("redis://h:1", Ok(Value::Int(1))).unwrap_err();
-        let text = e.to_string();
-        assert!(
-            text.contains("redis://h:1") && text.contains("another protocol version"),
-            "{text}"
-        );
+        // v1 (no debts) and v2 (no refunds) are refused at connect.
+        for old in [1, 2] {
+            let e = check_answer("redis://h:1", Ok(Value::Int(old))).unwrap_err();
+            let text = e.to_string();
+            assert!(
+                text.contains("redis://h:1") && text.contains("another protocol version"),
+                "{text}"
+            );
+        }
         let unknown = RedisError::from((
             redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
             "An error was signalled by the server",

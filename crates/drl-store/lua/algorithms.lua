@@ -267,7 +267,8 @@ end
 -- drl_core::Mark, a decimal string), only what of it still holds the state
 -- back, exactly as drl-core's `refund` of each algorithm. q.need = cost * T
 -- in full. Returns the new state string and the wait (ns, limbs) until it
--- is fresh, or nothing when the refund gives nothing back (no write).
+-- is fresh (drl-core's `reset_after` right after, as the module uses), or
+-- nothing when the refund gives nothing back (no write).
 
 -- The bucket family gives back min(cost * T, mark - now) ns, 0 once now
 -- has passed the mark.
@@ -325,7 +326,10 @@ REFUND['fixed-window'] = function(q, raw, now, cost)
   local idx, elapsed = divmod(now, w)
   local mark = N(q.mark)
   if cmp(idx, mark) ~= 0 or cmp(index, mark) ~= 0 or is_zero(cost) or is_zero(count) then return end
-  return S(now) .. ' ' .. S(index) .. ' ' .. S(subsat(count, cost)), sub(w, elapsed)
+  local after = subsat(count, cost)
+  local fresh_in = ZERO
+  if not is_zero(after) then fresh_in = sub(w, elapsed) end
+  return S(now) .. ' ' .. S(index) .. ' ' .. S(after), fresh_in
 end
 
 -- From the entry logged at the mark, while it counts; an entry brought to
@@ -337,7 +341,7 @@ REFUND['sliding-log'] = function(q, raw, now, cost)
   local w = N(q.window)
   local mark = N(q.mark)
   if cmp(subsat(now, mark), w) >= 0 then return end
-  local parts, found = {S(now)}, false
+  local parts, found, newest = {S(now)}, false, nil
   for i = 2, #f - 1, 2 do
     local c = f[i + 1]
     if not found and cmp(f[i], mark) == 0 then
@@ -347,10 +351,16 @@ REFUND['sliding-log'] = function(q, raw, now, cost)
     if not is_zero(c) then
       parts[#parts + 1] = S(f[i])
       parts[#parts + 1] = S(c)
+      newest = f[i]
     end
   end
   if not found then return end
-  return table.concat(parts, ' '), w
+  -- Fresh once the newest entry left stops counting.
+  local fresh_in = ZERO
+  -- Fresh once the newest entry left stops counting.
+  local fresh_in = ZERO
+  if newest then fresh_in = subsat(add(newest, w), now) end
+  return table.concat(parts, ' '), fresh_in
 end
 
 -- From curr while the mark's window lasts, from prev during the next one.
@@ -379,6 +389,11 @@ REFUND['sliding-window'] = function(q, raw, now, cost)
   else
     return
   end
-  return S(now) .. ' ' .. S(idx) .. ' ' .. S(prev) .. ' ' .. S(curr),
-    add(sub(w, elapsed), w)
+  local fresh_in = ZERO
+  if not is_zero(curr) then
+    fresh_in = add(sub(w, elapsed), w)
+  elseif not is_zero(prev) then
+    fresh_in = sub(w, elapsed)
+  end
+  return S(now) .. ' ' .. S(idx) .. ' ' .. S(prev) .. ' ' .. S(curr), fresh_in
 end

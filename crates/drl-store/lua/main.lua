@@ -69,8 +69,9 @@ while a <= #ARGV do
       if write then
         local q = {limit = ARGV[b + 1], window = ARGV[b + 2], cap = ARGV[b + 3], need = ARGV[b + 4], mark = ARGV[b + 5]}
         local state, fresh_in = alg(q, raw, now, cost)
-        -- A refund that gives nothing back writes nothing.
-        if state then writes[i] = {state, fresh_in} end
+        -- A refund that changes nothing (gives nothing back, or leaves the
+        -- very state it found) writes nothing, as the module.
+        if state and state ~= raw then writes[i] = {state, fresh_in} end
       end
     elseif admit then
       local need = ARGV[b + 4]
@@ -87,8 +88,10 @@ while a <= #ARGV do
         local w = writes[i]
         if w then
           local k = KEYS[ki + i]
-          -- Expire once the state is fresh again: ceil(fresh_in / 1 ms) + grace.
-          local ms, rest = divmod_small(w[2], 1000000)
+          -- Expire once the state is fresh again: ceil(fresh_in / 1 ms) +
+          -- grace, fresh_in saturated at 2^64 - 1 ns as drl-core's
+          -- reset_after (the module's expiry) is.
+          local ms, rest = divmod_small(satu(w[2]), 1000000)
           local p = to_double(ms) + grace
           if rest > 0 then p = p + 1 end
           if p < 1 then p = 1 end

@@ -517,7 +517,7 @@ fn step_on(
     key: &str,
     now: u64,
     op: Op,
-    open: &mut Vec<(u64, u64, Box<[Mark]>)>,
+    open: &[(u64, u64, Box<[Mark]>)],
 ) -> (Decision, Option<Box<[Mark]>>) {
     let c = |cost| check(spec, key, cost, now);
     let d = match op {
@@ -566,7 +566,7 @@ proptest! {
                 .engines()
                 .iter()
                 .zip(&keys)
-                .map(|((_, store), key)| step_on(store, &env.rt, &spec, key, now, op, &mut open))
+                .map(|((_, store), key)| step_on(store, &env.rt, &spec, key, now, op, &open))
                 .collect();
             prop_assert!(answers.windows(2).all(|w| w[0] == w[1]), "step {} {:?}: {:?}", i, op, answers);
             longest = longest.max(started.elapsed().as_millis() as i64);

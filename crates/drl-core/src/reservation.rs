@@ -27,6 +27,28 @@ pub struct Reservation<K> {
 }
 
 impl<K> Reservation<K> {
+    /// A reservation of `cost` for `key` admitted at `reserved_at` with
+    /// `marks` (one per quota, as [`crate::MultiLimiter::reserve`] or a
+    /// store's reserve returned them), expiring at `expires_at`: for callers
+    /// whose state lives elsewhere (a store) and that keep their
+    /// reservations in a [`crate::Ledger`]. Settled on a
+    /// [`crate::KeyedLimiter`], it must come from that limiter's reserve.
+    pub fn new(
+        key: K,
+        cost: u64,
+        reserved_at: Nanos,
+        expires_at: Nanos,
+        marks: Box<[Mark]>,
+    ) -> Self {
+        Self {
+            key,
+            cost,
+            reserved_at,
+            expires_at,
+            marks,
+        }
+    }
+
     /// The key it was reserved for.
     pub fn key(&self) -> &K {
         &self.key

@@ -168,6 +168,7 @@ fn pipelines(a: &Args, sha: &str, seed: u64) -> Vec<Vec<u8>> {
         algorithm: a.algorithm,
         cost: 1,
         quotas: vec![quota],
+        marks: vec![],
     };
     let spec = spec::encode(1_000, &vec![d; a.decisions]);
     let mut rng = seed | 1;

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use drl_core::{Limiter, Nanos, State};
+use drl_core::{Limiter, Mark, Nanos, State};
 use drl_redis_wire::state_text::{self, push_u64};
 
 use crate::spec::{Clock, Op, Parsed};
@@ -51,6 +51,7 @@ pub struct Call {
     bytes: Vec<u8>,
     states: Vec<State>,
     resets: Vec<Nanos>,
+    changed: Vec<bool>,
 }
 
 /// The expiry of a key whose state is fresh again in `fresh_in` ns:
@@ -127,6 +128,8 @@ impl Call {
             self.states.clear();
             self.resets.clear();
             let mut admitted = true;
+            self.changed.clear();
+            self.changed.resize(head.nq, true);
             for i in 0..head.nq {
                 let slot = self.first[ki + i];
                 let limiter = Limiter::new(head.algorithm, self.spec.quotas[qi + i]);
@@ -148,6 +151,18 @@ impl Call {
                     self.resets.push(after.reset_after);
                     continue;
                 }
+                if head.op == Op::Refund {
+                    // A refund gives back what of the reservation still
+                    // holds the state back; only a state it changed is
+                    // written (as drl-core writes one).
+                    let mut after = state.clone();
+                    let mark = Mark(self.spec.marks[qi + i]);
+                    let q = limiter.refund(&mut after, now, mark, head.cost);
+                    self.changed[i] = after != state;
+                    self.states.push(after);
+                    self.resets.push(q.reset_after);
+                    continue;
+                }
                 let decision = limiter.check(&state, now, head.cost);
                 admitted &= decision.allowed;
                 self.states.push(state);
@@ -157,6 +172,9 @@ impl Call {
                 self.items[verdict] = Item::Int(1);
                 if head.cost > 0 {
                     for i in 0..head.nq {
+                        if !self.changed[i] {
+                            continue;
+                        }
                         let slot = self.first[ki + i];
                         if head.op == Op::Take {
                             let limiter = Limiter::new(head.algorithm, self.spec.quotas[qi + i]);
@@ -239,6 +257,7 @@ mod tests {
             algorithm: Algorithm::FixedWindow,
             cost: 1,
             quotas: vec![Quota::new(2, 1_000_000_000).unwrap()],
+            marks: vec![],
         };
         let keys: Vec<&[u8]> = vec![b"k", b"k", b"k"];
         let (c, r) = call(&keys, &[b"", b"", b""], &[d.clone(), d.clone(), d]);
@@ -273,6 +292,7 @@ mod tests {
             algorithm: Algorithm::SlidingLog,
             cost,
             quotas: vec![Quota::new(5, 1_000).unwrap()],
+            marks: vec![],
         };
         let keys: Vec<&[u8]> = vec![b"a", b"b"];
         let (mut c, r) = call(&keys, &[b"", b"3 3 1"], &[d(2), d(0)]);
@@ -298,6 +318,7 @@ mod tests {
             algorithm: Algorithm::Gcra,
             cost: 1,
             quotas: vec![Quota::new(2, 1_000).unwrap()],
+            marks: vec![],
         };
         let (_, r) = call(&[b"bad"], &[b"1 x"], &[d]);
         assert_eq!(
@@ -313,6 +334,7 @@ mod tests {
             cost,
             // T = 1 s, capacity 2 s.
             quotas: vec![Quota::new(2, 2_000_000_000).unwrap()],
+            marks: vec![],
         }
     }
 
@@ -379,5 +401,49 @@ mod tests {
             c.writes().collect::<Vec<_>>(),
             [(0, text.as_bytes(), 5_000 + 5)]
         );
+    }
+
+    /// A refund gives back what drl-core's `refund` gives back, with
+    /// verdict 1, and writes only a state it changed: a fixed window's
+    /// count within the mark's window; nothing for another window's mark.
+    #[test]
+    fn refunds_write_what_drl_core_changes() {
+        const S: u64 = 1_000_000_000;
+        let quota = Quota::new(5, 10 * S).unwrap();
+        let refund = |now, units, mark| Decision {
+            clock: Clock::Caller(now),
+            op: Op::Refund,
+            algorithm: Algorithm::FixedWindow,
+            cost: units,
+            quotas: vec![quota],
+            marks: vec![mark],
+        };
+        let limiter = Limiter::new(Algorithm::FixedWindow, quota);
+        // Window 7 holds 4 (a reservation of 4 at 70 s).
+        let mut state = limiter.new_state();
+        let (_, mark) = limiter.reserve(&mut state, 70 * S, 4);
+        let mark = mark.unwrap();
+        let stored = state_text::to_text(&state);
+        let (c, r) = call(&[b"k"], &[stored.as_slice()], &[refund(71 * S, 3, mark.0)]);
+        r.unwrap();
+        assert_eq!(
+            c.reply().collect::<Vec<_>>(),
+            [
+                Reply::Int(1),
+                Reply::Bulk(b"71000000000"),
+                Reply::Bulk(&stored[..])
+            ]
+        );
+        let mut want = state.clone();
+        limiter.refund(&mut want, 71 * S, mark, 3);
+        let writes: Vec<_> = c.writes().map(|(_, v, _)| v.to_vec()).collect();
+        assert_eq!(writes, [state_text::to_text(&want)]);
+        // Another window's mark, or the next window: nothing written.
+        for (now, m) in [(71 * S, mark.0 + 1), (80 * S, mark.0)] {
+            let (c, r) = call(&[b"k"], &[stored.as_slice()], &[refund(now, 3, m)]);
+            r.unwrap();
+            assert_eq!(c.reply().next(), Some(Reply::Int(1)));
+            assert_eq!(c.writes().count(), 0, "now {now} mark {m}");
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! drl's native Redis module (`redis-server --loadmodule libdrl_redis_module.so`).
 //!
 //! It adds `DRL.DECIDE key_1 ... key_K spec`, which decides a batch of rate
-//! limit decisions (takes, and charges that may go into debt) with drl-core
+//! limit decisions (takes, charges that may go into debt, and refunds of
+//! reservations) with drl-core
 //! itself inside Redis, and `DRL.VERSION`.
 //! The protocol (spec layout, reply, stored state, errors, replication) is
 //! described in `docs/redis.md`, "The native module"; it mirrors the Lua

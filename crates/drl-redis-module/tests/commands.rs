@@ -196,6 +196,7 @@ fn keys_expire_once_fresh() {
         algorithm: Algorithm::Gcra,
         cost: 1,
         quotas: vec![q(1, 5_000_000_000), q(10, 50_000_000_000)],
+        marks: vec![],
     }];
     let keys = ["ttl:a".to_string(), "ttl:b".to_string()];
     let started = std::time::Instant::now();
@@ -243,7 +244,7 @@ fn getkeys_version_and_replication() {
     let master = Redis::start_module();
     let mut c = master.admin();
     let v: i64 = redis::cmd("DRL.VERSION").query(&mut c).unwrap();
-    assert_eq!(v, 2);
+    assert_eq!(v, drl_redis_module::PROTOCOL_VERSION);
     let keys: Vec<String> = redis::cmd("COMMAND")
         .arg("GETKEYS")
         .arg("DRL.DECIDE")
@@ -462,7 +463,11 @@ fn a_panic_is_an_error_and_writes_nothing() {
         assert_eq!(odd, "5 9 1");
     }
     let v: i64 = redis::cmd("DRL.VERSION").query(&mut c).unwrap();
-    assert_eq!(v, 2, "the server still serves");
+    assert_eq!(
+        v,
+        drl_redis_module::PROTOCOL_VERSION,
+        "the server still serves"
+    );
 }
 
 /// A charge (mode bit 1) on a real server: every quota consumes the cost
@@ -482,6 +487,7 @@ fn charges_store_debts_that_are_read_as_debts() {
         algorithm: Algorithm::TokenBucket,
         cost,
         quotas: vec![q(2, 2 * S)],
+        marks: vec![],
     };
     let keys = ["debt".to_string()];
     let got = items(

@@ -60,6 +60,7 @@ fn check_trace(t: &Trace) -> Result<(), TestCaseError> {
                 algorithm: t.algorithm,
                 cost: s.cost,
                 quotas: trace::quotas(t, s).to_vec(),
+                marks: vec![],
             });
         }
         let started = Instant::now();

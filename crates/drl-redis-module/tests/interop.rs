@@ -94,6 +94,7 @@ fn check(t: &Trace) -> Result<(), TestCaseError> {
                 algorithm: t.algorithm,
                 cost: s.cost,
                 quotas: trace::quotas(t, s).to_vec(),
+                marks: vec![],
             });
         }
         let by_lua = items(&lua(&mut c, &keys[0], &decisions), &nqs);

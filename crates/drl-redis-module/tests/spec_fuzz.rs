@@ -16,6 +16,7 @@ fn valid() -> Vec<u8> {
                 algorithm: Algorithm::SlidingLog,
                 cost: 1,
                 quotas: vec![Quota::new(3, 100).unwrap(), Quota::new(9, 1_000).unwrap()],
+                marks: vec![],
             },
             Decision {
                 clock: Clock::Server,
@@ -23,6 +24,7 @@ fn valid() -> Vec<u8> {
                 algorithm: Algorithm::Gcra,
                 cost: 2,
                 quotas: vec![Quota::new(2, 50).unwrap()],
+                marks: vec![],
             },
         ],
     )
@@ -79,6 +81,7 @@ proptest! {
             algorithm: Algorithm::ALL[a],
             cost,
             quotas: vec![Quota::new(3, 1_000).unwrap()],
+            marks: vec![],
         };
         let mut call = Call::default();
         let keys: Vec<&[u8]> = vec![b"k"];

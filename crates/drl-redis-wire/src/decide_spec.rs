@@ -1,5 +1,5 @@
 //! The wire format of `DRL.DECIDE`'s `spec` argument (drl's Redis module,
-//! protocol v2): the one definition that the store's `module` engine
+//! protocol v3): the one definition that the store's `module` engine
 //! encodes with and the module (`crates/drl-redis-module`) parses with.
 //!
 //! The spec is one binary string of little-endian `u64` words:
@@ -9,15 +9,23 @@
 //! word 1  expiry grace, ms (added to every key's expiry)
 //! then per decision:
 //!   mode       bit 0, the clock: 0 the caller's time in `now`, 1 the
-//!              server's clock; bit 1, the operation: 0 take (decide
+//!              server's clock; bits 1-2, the operation: 0 take (decide
 //!              all-or-nothing), 1 charge (consume whatever the states
-//!              hold, into debt if need be); no other bit may be set
+//!              hold, into debt if need be), 2 refund (give back up to
+//!              `cost` units of a reservation, each quota on its own); no
+//!              other value
 //!   now        ns (ignored for the server's clock)
 //!   algorithm  the code of `algorithm_code` (explicit and stable)
-//!   cost
+//!   cost       (for a refund: the units to give back)
 //!   nq         number of quotas (>= 1)
-//!   nq x (limit, window ns, burst)
+//!   nq x (limit, window ns, burst), and for a refund a fourth word per
+//!              quota: the reservation's mark (`drl_core::Mark`)
 //! ```
+//!
+//! A check and a reserve need no mode of their own: a check is a take of
+//! cost 0 (a query, which writes nothing) whose returned states the client
+//! decides at the real cost; a reserve is a take whose marks the client
+//! computes from the returned states, as drl-core does.
 //!
 //! Decision `d` uses the next `nq_d` keys of the call, in order; all keys
 //! are used and the spec is consumed exactly. Pure: no I/O, no Redis.
@@ -32,7 +40,11 @@ use drl_core::Quota;
 /// token bucket's stored credit above its capacity is a debt, see
 /// `drl_core::algo::token_bucket`). A version-1 module would read such a
 /// state as a full bucket, so drl refuses to decide with one.
-pub const VERSION: u64 = 2;
+///
+/// Version 3 added refunds (operation 2 of the mode word, with a mark per
+/// quota). A version-2 module would refuse them, so drl refuses to connect
+/// to one rather than fail at the first refund.
+pub const VERSION: u64 = 3;
 
 /// Word 0 of every spec: `"1LRD"` in ASCII (low 32 bits), then
 /// [`VERSION`] (high 32 bits).
@@ -73,9 +85,24 @@ pub enum Op {
     #[default]
     Take,
     /// Consume `cost` in every quota whatever it holds, into debt if need
-    /// be (`drl_core::MultiLimiter::charge`; mode bit 1 = 1). Its verdict
+    /// be (`drl_core::MultiLimiter::charge`; operation 1). Its verdict
     /// is always 1.
     Charge,
+    /// Give back up to `cost` units of a reservation admitted with the
+    /// quotas' marks (`drl_core::MultiLimiter::refund`; operation 2). Its
+    /// verdict is always 1.
+    Refund,
+}
+
+impl Op {
+    /// The operation's code in bits 1-2 of the mode word.
+    pub const fn code(self) -> u64 {
+        match self {
+            Op::Take => 0,
+            Op::Charge => 1,
+            Op::Refund => 2,
+        }
+    }
 }
 
 /// Where a decision's `now` comes from.
@@ -102,6 +129,8 @@ pub struct Request {
     /// The quotas, decided all-or-nothing; quota `i` uses the decision's
     /// key `i`.
     pub quotas: Vec<Quota>,
+    /// A refund's marks, one per quota; empty for the other operations.
+    pub marks: Vec<u64>,
 }
 
 /// A parsed spec.
@@ -126,6 +155,9 @@ pub fn write_header(out: &mut Vec<u8>, grace_ms: u64) {
 
 /// Appends one decision's record (everything after the header that
 /// belongs to it).
+///
+/// `marks` holds a refund's mark per quota and must be empty for the other
+/// operations.
 pub fn write_record(
     out: &mut Vec<u8>,
     clock: Clock,
@@ -133,17 +165,19 @@ pub fn write_record(
     algorithm: Algorithm,
     cost: u64,
     quotas: &[Quota],
+    marks: &[u64],
 ) {
+    assert_eq!(
+        marks.len(),
+        if op == Op::Refund { quotas.len() } else { 0 },
+        "a mark per quota for a refund, none otherwise"
+    );
     let (clock, now) = match clock {
         Clock::Caller(now) => (0, now),
         Clock::Server => (1, 0),
     };
-    let op = match op {
-        Op::Take => 0,
-        Op::Charge => 2,
-    };
     for w in [
-        clock | op,
+        clock | op.code() << 1,
         now,
         algorithm_code(algorithm),
         cost,
@@ -151,10 +185,13 @@ pub fn write_record(
     ] {
         word(out, w);
     }
-    for q in quotas {
+    for (i, q) in quotas.iter().enumerate() {
         word(out, q.limit());
         word(out, q.window());
         word(out, q.burst());
+        if let Some(&m) = marks.get(i) {
+            word(out, m);
+        }
     }
 }
 
@@ -163,7 +200,15 @@ pub fn encode(grace_ms: u64, decisions: &[Request]) -> Vec<u8> {
     let mut out = Vec::with_capacity(16 + decisions.len() * 64);
     write_header(&mut out, grace_ms);
     for d in decisions {
-        write_record(&mut out, d.clock, d.op, d.algorithm, d.cost, &d.quotas);
+        write_record(
+            &mut out,
+            d.clock,
+            d.op,
+            d.algorithm,
+            d.cost,
+            &d.quotas,
+            &d.marks,
+        );
     }
     out
 }
@@ -194,6 +239,8 @@ pub struct Parsed {
     pub heads: Vec<Head>,
     /// Every decision's quotas, in order.
     pub quotas: Vec<Quota>,
+    /// The mark of every quota of [`Parsed::quotas`] (0 but for refunds).
+    pub marks: Vec<u64>,
 }
 
 impl Parsed {
@@ -212,6 +259,7 @@ impl Parsed {
 pub fn parse_into(out: &mut Parsed, raw: &[u8], keys: usize) -> Result<(), String> {
     out.heads.clear();
     out.quotas.clear();
+    out.marks.clear();
     if raw.len() % 8 != 0 {
         return Err(format!(
             "malformed spec: {} bytes is not a whole number of 8-byte words",
@@ -242,10 +290,10 @@ pub fn parse_into(out: &mut Parsed, raw: &[u8], keys: usize) -> Result<(), Strin
         }
         let (mode, now, alg, cost, nq) = (w(at), w(at + 1), w(at + 2), w(at + 3), w(at + 4));
         at += 5;
-        if mode > 3 {
+        if mode > 5 {
             return Err(format!(
                 "decision {n}: unknown mode {mode} (bit 0 clock: 0 caller, 1 server; \
-                 bit 1: 0 take, 1 charge)"
+                 bits 1-2: 0 take, 1 charge, 2 refund)"
             ));
         }
         let clock = if mode & 1 == 0 {
@@ -253,7 +301,12 @@ pub fn parse_into(out: &mut Parsed, raw: &[u8], keys: usize) -> Result<(), Strin
         } else {
             Clock::Server
         };
-        let op = if mode & 2 == 0 { Op::Take } else { Op::Charge };
+        let op = match mode >> 1 {
+            0 => Op::Take,
+            1 => Op::Charge,
+            _ => Op::Refund,
+        };
+        let per = if op == Op::Refund { 4 } else { 3 };
         let algorithm = algorithm_of_code(alg).ok_or_else(|| {
             format!("decision {n}: unknown algorithm {alg} (0 token-bucket .. 6 sliding-window)")
         })?;
@@ -261,7 +314,7 @@ pub fn parse_into(out: &mut Parsed, raw: &[u8], keys: usize) -> Result<(), Strin
             return Err(format!("decision {n}: no quotas (nq must be at least 1)"));
         }
         let left = (len - at) as u64;
-        if nq > left / 3 {
+        if nq > left / per {
             return Err(format!(
                 "truncated spec: decision {n} has {nq} quotas but only {left} words follow"
             ));
@@ -276,7 +329,8 @@ pub fn parse_into(out: &mut Parsed, raw: &[u8], keys: usize) -> Result<(), Strin
         for i in 0..nq {
             let quota = Quota::with_burst(w(at), w(at + 1), w(at + 2))
                 .map_err(|e| format!("decision {n} quota {i}: {e}"))?;
-            at += 3;
+            out.marks.push(if op == Op::Refund { w(at + 3) } else { 0 });
+            at += per as usize;
             out.quotas.push(quota);
         }
         out.heads.push(Head {
@@ -306,12 +360,21 @@ pub fn parse(raw: &[u8], keys: usize) -> Result<Spec, String> {
         grace_ms: p.grace_ms,
         decisions: p
             .decisions()
-            .map(|(h, q)| Request {
-                clock: h.clock,
-                op: h.op,
-                algorithm: h.algorithm,
-                cost: h.cost,
-                quotas: q.to_vec(),
+            .scan(0, |at, (h, q)| {
+                let marks = &p.marks[*at..*at + h.nq];
+                *at += h.nq;
+                Some(Request {
+                    clock: h.clock,
+                    op: h.op,
+                    algorithm: h.algorithm,
+                    cost: h.cost,
+                    quotas: q.to_vec(),
+                    marks: if h.op == Op::Refund {
+                        marks.to_vec()
+                    } else {
+                        Vec::new()
+                    },
+                })
             })
             .collect(),
     })
@@ -338,6 +401,7 @@ mod tests {
                     Quota::new(10, 1_000).unwrap(),
                     Quota::with_burst(5, 7, 2).unwrap(),
                 ],
+                marks: vec![],
             },
             Request {
                 clock: Clock::Server,
@@ -345,6 +409,15 @@ mod tests {
                 algorithm: Algorithm::TokenBucket,
                 cost: 0,
                 quotas: vec![Quota::new(1, 1).unwrap()],
+                marks: vec![],
+            },
+            Request {
+                clock: Clock::Caller(9),
+                op: Op::Refund,
+                algorithm: Algorithm::Gcra,
+                cost: 4,
+                quotas: vec![Quota::new(2, 10).unwrap()],
+                marks: vec![77],
             },
         ]
     }
@@ -374,9 +447,9 @@ mod tests {
 
     #[test]
     fn magic_and_version_are_pinned() {
-        assert_eq!(MAGIC, 0x0000_0002_4452_4C31);
+        assert_eq!(MAGIC, 0x0000_0003_4452_4C31);
         assert_eq!(&MAGIC.to_le_bytes()[..4], b"1LRD");
-        assert_eq!(VERSION, 2);
+        assert_eq!(VERSION, 3);
     }
 
     #[test]
@@ -405,10 +478,19 @@ mod tests {
                 1,
                 1,
                 1,
-                1
+                1,
+                4,
+                9,
+                2,
+                4,
+                1,
+                2,
+                10,
+                2,
+                77
             ]
         );
-        let s = parse(&raw, 3).unwrap();
+        let s = parse(&raw, 4).unwrap();
         assert_eq!((s.grace_ms, s.decisions), (250, two()));
     }
 
@@ -416,26 +498,26 @@ mod tests {
     fn bad_specs_are_explained() {
         let raw = encode(0, &two());
         let err = |raw: &[u8], keys| parse(raw, keys).unwrap_err();
-        assert!(err(&raw[..raw.len() - 1], 3).contains("whole number"));
-        assert!(err(&raw[..raw.len() - 8], 3).contains("truncated"));
-        assert!(err(&raw[..8], 3).contains("truncated"));
+        assert!(err(&raw[..raw.len() - 1], 4).contains("whole number"));
+        assert!(err(&raw[..raw.len() - 8], 4).contains("truncated"));
+        assert!(err(&raw[..8], 4).contains("truncated"));
         assert!(err(&raw[..16], 0).contains("no decisions"));
-        assert!(err(&raw, 2).contains("key count mismatch"));
-        assert!(err(&raw, 4).contains("key count mismatch"));
+        assert!(err(&raw, 3).contains("key count mismatch"));
+        assert!(err(&raw, 5).contains("key count mismatch"));
         let mut bad = raw.clone();
         bad[0] ^= 1;
-        assert!(err(&bad, 3).contains("magic"));
+        assert!(err(&bad, 4).contains("magic"));
         let mut bad = raw.clone();
         bad[32..40].copy_from_slice(&7u64.to_le_bytes());
-        assert!(err(&bad, 3).contains("unknown algorithm 7"));
+        assert!(err(&bad, 4).contains("unknown algorithm 7"));
         let mut bad = raw.clone();
-        bad[16..24].copy_from_slice(&4u64.to_le_bytes());
-        assert!(err(&bad, 3).contains("unknown mode 4"));
+        bad[16..24].copy_from_slice(&6u64.to_le_bytes());
+        assert!(err(&bad, 4).contains("unknown mode 6"));
         let mut bad = raw.clone();
         bad[56..64].copy_from_slice(&0u64.to_le_bytes());
-        assert!(err(&bad, 3).contains("limit must be at least 1"));
+        assert!(err(&bad, 4).contains("limit must be at least 1"));
         let mut bad = raw.clone();
         bad[48..56].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(err(&bad, 3).contains("truncated"));
+        assert!(err(&bad, 4).contains("truncated"));
     }
 }

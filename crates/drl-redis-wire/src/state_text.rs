@@ -15,7 +15,7 @@
 //! | `sliding-log` | `last ts1 cost1 ts2 cost2 ...` (oldest first) |
 //! | `sliding-window` | `last index prev curr` |
 //!
-//! The empty text is the fresh state (a missing key). [`format`] writes
+//! The empty text is the fresh state (a missing key). [`format()`] writes
 //! exactly what the Lua scripts write; [`parse`] reads it back (runs of
 //! spaces are tolerated, anything else that is not a decimal `u64` is not).
 

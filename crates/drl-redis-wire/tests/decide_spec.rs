@@ -16,17 +16,22 @@ fn quota() -> impl Strategy<Value = Quota> {
 fn request() -> impl Strategy<Value = Request> {
     (
         prop_oneof![any::<u64>().prop_map(Clock::Caller), Just(Clock::Server)],
-        prop_oneof![Just(Op::Take), Just(Op::Charge)],
+        prop_oneof![Just(Op::Take), Just(Op::Charge), Just(Op::Refund)],
         0usize..Algorithm::ALL.len(),
         any::<u64>(),
-        prop::collection::vec(quota(), 1..4),
+        prop::collection::vec((quota(), any::<u64>()), 1..4),
     )
         .prop_map(|(clock, op, a, cost, quotas)| Request {
             clock,
             op,
             algorithm: Algorithm::ALL[a],
             cost,
-            quotas,
+            marks: if op == Op::Refund {
+                quotas.iter().map(|q| q.1).collect()
+            } else {
+                Vec::new()
+            },
+            quotas: quotas.into_iter().map(|q| q.0).collect(),
         })
 }
 
@@ -40,7 +45,8 @@ proptest! {
     ) {
         let raw = decide_spec::encode(grace, &requests);
         let keys: usize = requests.iter().map(|r| r.quotas.len()).sum();
-        prop_assert_eq!(raw.len(), 8 * (2 + requests.len() * 5 + keys * 3));
+        let marks: usize = requests.iter().map(|r| r.marks.len()).sum();
+        prop_assert_eq!(raw.len(), 8 * (2 + requests.len() * 5 + keys * 3 + marks));
         let spec = decide_spec::parse(&raw, keys).unwrap();
         prop_assert_eq!(spec.grace_ms, grace);
         prop_assert_eq!(&spec.decisions, &requests);

@@ -14,7 +14,7 @@ pub use crate::config_files::{is_empty_document, load_config_dir, load_config_fi
 use crate::envoy_override::Overrides;
 use crate::limits::{Limit, Limits};
 use crate::metrics::ApiMetrics;
-use crate::scope::Stores;
+use crate::scope::{Backend, Stores};
 use drl_config::{Config, ConfigError, ServerConfig};
 
 pub use drl_api::{CheckRequest, INLINE_BATCH, Op, Outcome};
@@ -64,9 +64,9 @@ pub enum CheckError {
     #[error("`requests` is empty")]
     Empty,
     /// A mode the limit's scope cannot serve (check, reserve, settle and
-    /// release need a `local` limit).
+    /// release need a `local` or `redis` limit).
     #[error(
-        "requests[{index}]: mode {mode:?} needs a `local` limit; limit {limit:?} has scope {scope} (take and charge only)"
+        "requests[{index}]: mode {mode:?} needs a `local` limit (or a `redis` one); limit {limit:?} has scope {scope} (take and charge only)"
     )]
     Unsupported {
         /// Position in the batch.
@@ -477,7 +477,7 @@ pub fn resolve<'l>(
                 max: s.max_key_bytes,
             });
         }
-        if !matches!(r.op, Op::Take | Op::Charge) && l.backend.local().is_none() {
+        if !matches!(r.op, Op::Take | Op::Charge) && !settles(&l.backend) {
             return Err(CheckError::Unsupported {
                 index,
                 limit: r.limit.to_string(),
@@ -614,28 +614,52 @@ pub fn apply_local(
     }
 }
 
+/// True when `backend` serves check, reserve, settle and release: in
+/// memory, or a store that implements them ([`drl_store::Store::settles`]:
+/// Redis).
+fn settles(backend: &Backend) -> bool {
+    match backend {
+        Backend::Local(_) => true,
+        Backend::Store(s) => s.settles(),
+    }
+}
+
 /// Applies check `r` (any [`Op`]) on `limit`, in memory or in its store;
-/// no metrics, no shadow mode. A store answers take and charge only;
-/// check, reserve, settle and release need a `local` limit and are
-/// refused otherwise ([`CheckError::Store`], nothing decided).
+/// no metrics, no shadow mode. Check, reserve, settle and release need a
+/// backend that settles (`local`, `redis`) and are refused otherwise
+/// ([`CheckError::Unsupported`], nothing decided); a store applies them as
+/// [`crate::reservations::apply_store`] says.
 pub async fn apply_raw(
     limit: &Limit,
     r: &CheckRequest<'_>,
     now: Nanos,
     server: &ServerConfig,
 ) -> Result<Outcome, CheckError> {
-    if let Some(k) = limit.backend.local() {
-        return Ok(apply_local(limit, k, r, now, server));
-    }
-    match r.op {
-        Op::Take => decide_raw(limit, r.key, r.cost, now).await.map(Outcome::of),
-        Op::Charge => charge_raw(limit, r.key, r.cost, now).await.map(Outcome::of),
-        op => Err(CheckError::Unsupported {
-            index: 0,
-            limit: limit.name.to_string(),
-            mode: op_name(op),
-            scope: format!("{:?}", limit.scope).to_lowercase(),
-        }),
+    match &limit.backend {
+        Backend::Local(k) => Ok(apply_local(limit, k, r, now, server)),
+        Backend::Store(s) => match r.op {
+            Op::Take => decide_raw(limit, r.key, r.cost, now).await.map(Outcome::of),
+            Op::Charge => charge_raw(limit, r.key, r.cost, now).await.map(Outcome::of),
+            op if !s.settles() => Err(CheckError::Unsupported {
+                index: 0,
+                limit: limit.name.to_string(),
+                mode: op_name(op),
+                scope: format!("{:?}", limit.scope).to_lowercase(),
+            }),
+            _ => crate::reservations::apply_store(
+                &limit.spec,
+                &limit.reservations,
+                s.as_ref(),
+                r,
+                now,
+                server,
+            )
+            .await
+            .map_err(|error| CheckError::Store {
+                limit: limit.name.to_string(),
+                error,
+            }),
+        },
     }
 }
 

@@ -1,12 +1,17 @@
 //! [`Reservations`]: a limit's open reservations, by id, for the HTTP and
 //! native APIs (a `reserve` answers an id; a later `settle` or `release`
 //! names it). One bounded [`Ledger`] per limit, made on first use;
-//! docs/server.md, "Costs known afterwards".
+//! docs/server.md, "Costs known afterwards". A `redis` limit's
+//! reservations are held here too (the store keeps the state, the ledger
+//! the estimate, the expiry and the marks the store returned).
 //!
 //! The ledger belongs to the compiled limit: a reload drops it, closing
 //! every open reservation at its estimate (the estimate stays consumed).
 
+use drl_api::{CheckRequest, Op, Outcome};
+use drl_config::ServerConfig;
 use drl_core::{Ledger, Nanos, Reservation};
+use drl_store::{Check as StoreCheck, LimitSpec, Store, StoreError};
 use parking_lot::Mutex;
 
 /// A limit's open reservations.
@@ -39,5 +44,93 @@ impl Reservations {
     /// True when none is open.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Applies check, reserve, settle or release `r` on the limit of `spec`,
+/// whose state is in `store` (Redis) and whose open reservations are
+/// `open`, as [`crate::engine::apply_local`] does in memory: a reserve
+/// takes the estimate in the store and keeps its marks in the limit's
+/// ledger; a settle charges the excess in the store, or refunds the
+/// shortfall before the expiry (one atomic call each, every quota). The
+/// expiry is judged on this node's clock at `now`; the store decides on
+/// its own clock (Redis `TIME` by default), on which the marks were taken.
+/// An unknown reservation answers as in [`crate::engine::apply_local`]:
+/// `expired`, the whole actual cost charged. (Takes and charges are
+/// applied too, for completeness.)
+pub async fn apply_store(
+    spec: &LimitSpec,
+    open: &Reservations,
+    store: &dyn Store,
+    r: &CheckRequest<'_>,
+    now: Nanos,
+    server: &ServerConfig,
+) -> Result<Outcome, StoreError> {
+    let at = |cost| StoreCheck {
+        spec,
+        key: r.key,
+        cost,
+        now,
+    };
+    let settlement = |decision, charged, refunded, expired| Outcome {
+        decision,
+        reservation: 0,
+        charged,
+        refunded,
+        expired,
+    };
+    match r.op {
+        Op::Take => store.decide(at(r.cost)).await.map(Outcome::of),
+        Op::Charge => store.charge(at(r.cost)).await.map(Outcome::of),
+        Op::Check => store.check(at(r.cost)).await.map(Outcome::of),
+        Op::Reserve => {
+            let ttl = server
+                .reservation_ttl_ms
+                .saturating_mul(drl_core::time::MILLISECOND);
+            let (decision, marks) = store.reserve(at(r.cost)).await?;
+            let reservation = marks.map_or(0, |marks| {
+                let held = Reservation::new(
+                    r.key.to_string(),
+                    r.cost,
+                    now,
+                    now.saturating_add(ttl),
+                    marks,
+                );
+                open.open(held, now, server.max_reservations)
+            });
+            Ok(Outcome {
+                reservation,
+                ..Outcome::of(decision)
+            })
+        }
+        Op::Settle(id) | Op::Release(id) => {
+            let actual = if matches!(r.op, Op::Settle(_)) {
+                r.cost
+            } else {
+                0
+            };
+            let Some(held) = open.take(id, r.key) else {
+                let d = if actual > 0 {
+                    store.charge(at(actual)).await?
+                } else {
+                    store.check(at(0)).await?
+                };
+                return Ok(settlement(d, actual, 0, true));
+            };
+            let expired = now >= held.expires_at();
+            let estimate = held.cost();
+            if actual > estimate {
+                let extra = actual - estimate;
+                let d = store.charge(at(extra)).await?;
+                Ok(settlement(d, extra, 0, expired))
+            } else if actual < estimate && !expired {
+                let back = estimate - actual;
+                let d = store.refund(at(back), held.marks()).await?;
+                Ok(settlement(d, 0, back, expired))
+            } else {
+                let d = store.check(at(0)).await?;
+                Ok(settlement(d, 0, 0, expired))
+            }
+        }
     }
 }

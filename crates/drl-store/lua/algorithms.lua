@@ -261,3 +261,139 @@ CHARGE['sliding-window'] = function(q, raw, now, cost)
   return S(now) .. ' ' .. S(idx) .. ' ' .. S(prev) .. ' ' .. S(after),
     add(sub(w, elapsed), w)
 end
+
+-- Refunds (docs/semantics.md, "Costs known afterwards"): give back up to
+-- cost units of a reservation admitted with q.mark (the quota's
+-- drl_core::Mark, a decimal string), only what of it still holds the state
+-- back, exactly as drl-core's `refund` of each algorithm. q.need = cost * T
+-- in full. Returns the new state string and the wait (ns, limbs) until it
+-- is fresh (drl-core's `reset_after` right after, as the module uses), or
+-- nothing when the refund gives nothing back (no write).
+
+-- The bucket family gives back min(cost * T, mark - now) ns, 0 once now
+-- has passed the mark.
+local function refund_ns(q, now)
+  return min(N(q.need), subsat(N(q.mark), now))
+end
+
+local REFUND = {}
+
+REFUND['token-bucket'] = function(q, raw, now, cost)
+  local cap = N(q.cap)
+  local last, level = tb_state(cap, raw)
+  now = max(now, last)
+  local back = refund_ns(q, now)
+  if is_zero(back) then return end
+  local after = subsat(subsat(level, sub(now, last)), back)
+  return S(now) .. ' ' .. S(tb_credit(cap, after)), after
+end
+
+REFUND['leaky-bucket'] = function(q, raw, now, cost)
+  local last, level = ZERO, ZERO
+  if raw then
+    local f = fields(raw)
+    last, level = f[1], f[2]
+  end
+  now = max(now, last)
+  local back = refund_ns(q, now)
+  if is_zero(back) then return end
+  local after = subsat(subsat(level, sub(now, last)), back)
+  return S(now) .. ' ' .. S(after), after
+end
+
+local function gcra_refund(q, raw, now, cost)
+  local last, ahead = ZERO, ZERO
+  if raw then
+    local f = fields(raw)
+    last, ahead = f[1], f[2]
+  end
+  now = max(now, last)
+  local back = refund_ns(q, now)
+  if is_zero(back) then return end
+  local after = subsat(subsat(add(last, ahead), now), back)
+  return S(now) .. ' ' .. S(after), after
+end
+REFUND['gcra'] = gcra_refund
+REFUND['leaky-queue'] = gcra_refund
+
+-- Only while the mark's window lasts (its count is gone after it).
+REFUND['fixed-window'] = function(q, raw, now, cost)
+  if not raw then return end
+  local f = fields(raw)
+  local last, index, count = f[1], f[2], f[3]
+  now = max(now, last)
+  local w = N(q.window)
+  local idx, elapsed = divmod(now, w)
+  local mark = N(q.mark)
+  if cmp(idx, mark) ~= 0 or cmp(index, mark) ~= 0 or is_zero(cost) or is_zero(count) then return end
+  local after = subsat(count, cost)
+  local fresh_in = ZERO
+  if not is_zero(after) then fresh_in = sub(w, elapsed) end
+  return S(now) .. ' ' .. S(index) .. ' ' .. S(after), fresh_in
+end
+
+-- From the entry logged at the mark, while it counts; an entry brought to
+-- 0 is dropped. The other entries stay as they are.
+REFUND['sliding-log'] = function(q, raw, now, cost)
+  if not raw or is_zero(cost) then return end
+  local f = fields(raw)
+  now = max(now, f[1])
+  local w = N(q.window)
+  local mark = N(q.mark)
+  if cmp(subsat(now, mark), w) >= 0 then return end
+  local parts, found, newest = {S(now)}, false, nil
+  for i = 2, #f - 1, 2 do
+    local c = f[i + 1]
+    if not found and cmp(f[i], mark) == 0 then
+      found = true
+      c = subsat(c, cost)
+    end
+    if not is_zero(c) then
+      parts[#parts + 1] = S(f[i])
+      parts[#parts + 1] = S(c)
+      newest = f[i]
+    end
+  end
+  if not found then return end
+  -- Fresh once the newest entry left stops counting.
+  local fresh_in = ZERO
+  -- Fresh once the newest entry left stops counting.
+  local fresh_in = ZERO
+  if newest then fresh_in = subsat(add(newest, w), now) end
+  return table.concat(parts, ' '), fresh_in
+end
+
+-- From curr while the mark's window lasts, from prev during the next one.
+REFUND['sliding-window'] = function(q, raw, now, cost)
+  if not raw then return end
+  local f = fields(raw)
+  local last, index, prev, curr = f[1], f[2], f[3], f[4]
+  now = max(now, last)
+  local w = N(q.window)
+  local idx, elapsed = divmod(now, w)
+  if cmp(idx, index) ~= 0 then
+    if cmp(idx, add(index, ONE)) == 0 then
+      prev, curr = curr, ZERO
+    else
+      prev, curr = ZERO, ZERO
+    end
+  end
+  local mark = N(q.mark)
+  if is_zero(cost) then return end
+  if cmp(idx, mark) == 0 then
+    if is_zero(curr) then return end
+    curr = subsat(curr, cost)
+  elseif cmp(idx, add(mark, ONE)) == 0 then
+    if is_zero(prev) then return end
+    prev = subsat(prev, cost)
+  else
+    return
+  end
+  local fresh_in = ZERO
+  if not is_zero(curr) then
+    fresh_in = add(sub(w, elapsed), w)
+  elseif not is_zero(prev) then
+    fresh_in = sub(w, elapsed)
+  end
+  return S(now) .. ' ' .. S(idx) .. ' ' .. S(prev) .. ' ' .. S(curr), fresh_in
+end

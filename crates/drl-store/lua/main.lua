@@ -8,10 +8,13 @@
 --   now in ns (decimal), or "t" to read the Redis server clock (TIME; read
 --   once per call, so every "t" decision of a call has the same now),
 --   algorithm name (preceded by '+' for a charge: consume cost in every
---   quota whatever it holds, into debt if need be; its verdict is 1),
+--   quota whatever it holds, into debt if need be; by '-' for a refund:
+--   give back up to cost units of a reservation in every quota, each on
+--   its own; the verdict of both is 1),
 --   cost (decimal), nq,
 --   then per quota: limit, window, cap, need ("x": cost too large for this
---   quota; for a charge always cost * T in full), lw (limit * window).
+--   quota; for a charge or a refund always cost * T in full), lw (limit *
+--   window; for a refund, the quota's mark instead).
 -- Returns, per decision in order: admitted (1/0), now (decimal), state_1,
 -- ..., state_nq, where state_i is the quota's state BEFORE this decision
 -- ("" when fresh). A key decided twice in one call sees the state the first
@@ -39,9 +42,17 @@ while a <= #ARGV do
     now = N(ARGV[a])
   end
   local name = ARGV[a + 1]
-  local charging = string.byte(name, 1) == 43 -- '+'
+  local first = string.byte(name, 1)
+  local charging = first == 43 -- '+'
+  local refunding = first == 45 -- '-'
   local alg
-  if charging then alg = CHARGE[string.sub(name, 2)] else alg = ALG[name] end
+  if charging then
+    alg = CHARGE[string.sub(name, 2)]
+  elseif refunding then
+    alg = REFUND[string.sub(name, 2)]
+  else
+    alg = ALG[name]
+  end
   if not alg then return redis.error_reply('drl: unknown algorithm ' .. tostring(name)) end
   local cost = N(ARGV[a + 2])
   local write = not is_zero(cost)
@@ -54,11 +65,13 @@ while a <= #ARGV do
     local b = a + 3 + (i - 1) * 5
     local raw = cur[KEYS[ki + i]]
     if raw then out[o + 2 + i] = raw else out[o + 2 + i] = '' end
-    if charging then
+    if charging or refunding then
       if write then
-        local q = {limit = ARGV[b + 1], window = ARGV[b + 2], cap = ARGV[b + 3], need = ARGV[b + 4]}
+        local q = {limit = ARGV[b + 1], window = ARGV[b + 2], cap = ARGV[b + 3], need = ARGV[b + 4], mark = ARGV[b + 5]}
         local state, fresh_in = alg(q, raw, now, cost)
-        writes[i] = {state, fresh_in}
+        -- A refund that changes nothing (gives nothing back, or leaves the
+        -- very state it found) writes nothing, as the module.
+        if state and state ~= raw then writes[i] = {state, fresh_in} end
       end
     elseif admit then
       local need = ARGV[b + 4]
@@ -73,13 +86,17 @@ while a <= #ARGV do
     if write then
       for i = 1, nq do
         local w = writes[i]
-        local k = KEYS[ki + i]
-        -- Expire once the state is fresh again: ceil(fresh_in / 1 ms) + grace.
-        local ms, rest = divmod_small(w[2], 1000000)
-        local p = to_double(ms) + grace
-        if rest > 0 then p = p + 1 end
-        if p < 1 then p = 1 end
-        stage(k, w[1], string.format('%.0f', p))
+        if w then
+          local k = KEYS[ki + i]
+          -- Expire once the state is fresh again: ceil(fresh_in / 1 ms) +
+          -- grace, fresh_in saturated at 2^64 - 1 ns as drl-core's
+          -- reset_after (the module's expiry) is.
+          local ms, rest = divmod_small(satu(w[2]), 1000000)
+          local p = to_double(ms) + grace
+          if rest > 0 then p = p + 1 end
+          if p < 1 then p = 1 end
+          stage(k, w[1], string.format('%.0f', p))
+        end
       end
     end
   else

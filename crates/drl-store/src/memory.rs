@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use drl_core::{Decision, KeyedConfig, KeyedLimiter};
+use drl_core::{Decision, KeyedConfig, KeyedLimiter, Mark, Reservation};
 use parking_lot::RwLock;
 
 use crate::{Check, LimitSpec, Store, StoreError};
@@ -48,6 +48,34 @@ impl MemoryStore {
         self.limiter(check.spec)
             .charge(check.key, check.now, check.cost)
     }
+
+    /// Checks synchronously (no await point, no write): what
+    /// [`Store::check`] does.
+    pub fn check_now(&self, check: Check<'_>) -> Decision {
+        self.limiter(check.spec)
+            .check(check.key, check.now, check.cost)
+    }
+
+    /// Reserves synchronously: what [`Store::reserve`] does.
+    pub fn reserve_now(&self, check: Check<'_>) -> (Decision, Option<Box<[Mark]>>) {
+        let (d, r) = self
+            .limiter(check.spec)
+            .reserve(check.key, check.now, check.cost, u64::MAX);
+        (d, r.map(|r| r.marks().into()))
+    }
+
+    /// Refunds synchronously: what [`Store::refund`] does.
+    pub fn refund_now(&self, check: Check<'_>, marks: &[Mark]) -> Decision {
+        // Released at once, before its expiry: gives back `cost` units.
+        let r = Reservation::new(
+            check.key.to_string(),
+            check.cost,
+            check.now,
+            u64::MAX,
+            marks.into(),
+        );
+        self.limiter(check.spec).release(r, check.now).decision
+    }
 }
 
 #[async_trait]
@@ -58,6 +86,33 @@ impl Store for MemoryStore {
 
     async fn charge(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         Ok(self.charge_now(check))
+    }
+
+    fn settles(&self) -> bool {
+        true
+    }
+
+    async fn check(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        Ok(self.check_now(check))
+    }
+
+    async fn reserve(
+        &self,
+        check: Check<'_>,
+    ) -> Result<(Decision, Option<Box<[Mark]>>), StoreError> {
+        Ok(self.reserve_now(check))
+    }
+
+    async fn refund(&self, check: Check<'_>, marks: &[Mark]) -> Result<Decision, StoreError> {
+        if marks.len() != check.spec.quotas.len() {
+            return Err(StoreError::Invalid(format!(
+                "{} marks for the {} quotas of limit {:?}",
+                marks.len(),
+                check.spec.quotas.len(),
+                check.spec.name
+            )));
+        }
+        Ok(self.refund_now(check, marks))
     }
 
     fn retain(&self, specs: &[LimitSpec]) {

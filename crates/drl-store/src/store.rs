@@ -2,7 +2,7 @@
 //! the check it decides and its error.
 
 use async_trait::async_trait;
-use drl_core::{Decision, Nanos};
+use drl_core::{Decision, Mark, Nanos};
 
 use crate::spec::LimitSpec;
 
@@ -62,6 +62,49 @@ pub trait Store: Send + Sync + 'static {
         let _ = check;
         Err(StoreError::Invalid(
             "this store cannot charge costs known afterwards".into(),
+        ))
+    }
+
+    /// True when this store implements [`Store::check`],
+    /// [`Store::reserve`] and [`Store::refund`] (the default methods refuse
+    /// them): callers can refuse those modes up front, before deciding
+    /// anything.
+    fn settles(&self) -> bool {
+        false
+    }
+
+    /// What a take of `check.cost` would get, changing nothing (a *check*;
+    /// docs/semantics.md, "Costs known afterwards"). A store that cannot
+    /// answers [`StoreError::Invalid`].
+    async fn check(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        let _ = check;
+        Err(StoreError::Invalid(
+            "this store cannot check without taking".into(),
+        ))
+    }
+
+    /// Reserves the estimate `check.cost`: a take; when admitted, also the
+    /// [`Mark`] of every quota (in the spec's order) that bounds a later
+    /// [`Store::refund`], as drl-core's `MultiLimiter::reserve` computes
+    /// them. A store that cannot answers [`StoreError::Invalid`].
+    async fn reserve(
+        &self,
+        check: Check<'_>,
+    ) -> Result<(Decision, Option<Box<[Mark]>>), StoreError> {
+        let _ = check;
+        Err(StoreError::Invalid(
+            "this store cannot reserve costs known afterwards".into(),
+        ))
+    }
+
+    /// Gives back up to `check.cost` units of a reservation admitted with
+    /// `marks` (one per quota), each quota on its own, as drl-core's
+    /// `MultiLimiter::refund` does; the answer is a query right after. A
+    /// store that cannot answers [`StoreError::Invalid`].
+    async fn refund(&self, check: Check<'_>, marks: &[Mark]) -> Result<Decision, StoreError> {
+        let _ = (check, marks);
+        Err(StoreError::Invalid(
+            "this store cannot refund reservations".into(),
         ))
     }
 

@@ -42,6 +42,7 @@ pub fn at(
         algorithm,
         cost,
         quotas: quotas.to_vec(),
+        marks: vec![],
     }
 }
 

@@ -4,11 +4,11 @@
 //!
 //! One batch is one `DRL.DECIDE key_1 ... key_K spec` call: the keys are
 //! the same as the scripts' (every decision's keys in order), `spec` is one
-//! binary string in the format of [`drl_redis_wire::decide_spec`] (protocol v2),
+//! binary string in the format of [`drl_redis_wire::decide_spec`] (protocol v3),
 //! the one definition the module parses with: the magic, the expiry grace
-//! in ms, then per decision `mode` (clock and take or charge), `now`,
-//! `algorithm`, `cost`, `nq` and
-//! `nq` x (`limit`, `window`, `burst`).
+//! in ms, then per decision `mode` (clock; take, charge or refund),
+//! `now`, `algorithm`, `cost`, `nq` and `nq` x (`limit`, `window`,
+//! `burst`, and a refund's mark).
 //! The reply is exactly the scripts' reply, so [`super::script::finish`]
 //! decodes it. States are stored as the same text as the scripts write, so
 //! both engines can serve the same keys.
@@ -18,7 +18,7 @@
 //! a silent fallback to Lua. `DRL.VERSION` is checked before the first
 //! decision (on a cluster: on every primary, at connect).
 
-use drl_core::Nanos;
+use drl_core::{Mark, Nanos};
 use drl_redis_wire::decide_spec::{self, Clock, Op};
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{Cmd, RedisError, Value};
@@ -31,10 +31,25 @@ pub(crate) const VERSION: i64 = decide_spec::VERSION as i64;
 
 /// One decision's record of the spec (everything after the two header
 /// words): `now` is `None` for the server's clock.
-pub(crate) fn record(spec: &LimitSpec, now: Option<Nanos>, op: Op, cost: u64) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(8 * (5 + 3 * spec.quotas.len()));
+pub(crate) fn record(
+    spec: &LimitSpec,
+    now: Option<Nanos>,
+    op: Op,
+    cost: u64,
+    marks: &[Mark],
+) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(8 * (5 + 4 * spec.quotas.len()));
     let clock = now.map_or(Clock::Server, Clock::Caller);
-    decide_spec::write_record(&mut buf, clock, op, spec.algorithm, cost, &spec.quotas);
+    let marks: Vec<u64> = marks.iter().map(|m| m.0).collect();
+    decide_spec::write_record(
+        &mut buf,
+        clock,
+        op,
+        spec.algorithm,
+        cost,
+        &spec.quotas,
+        &marks,
+    );
     buf
 }
 
@@ -164,20 +179,24 @@ mod tests {
             ],
         );
         assert_eq!(
-            words(&record(&spec, Some(42), Op::Take, 2)),
+            words(&record(&spec, Some(42), Op::Take, 2, &[])),
             [0, 42, 6, 2, 2, 3, 10, 3, 5, 20, 7]
         );
         assert_eq!(
-            words(&record(&spec, None, Op::Take, 0))[..5],
+            words(&record(&spec, None, Op::Take, 0, &[]))[..5],
             [1, 0, 6, 0, 2]
         );
         assert_eq!(
-            words(&record(&spec, Some(42), Op::Charge, 9))[..5],
+            words(&record(&spec, Some(42), Op::Charge, 9, &[]))[..5],
             [2, 42, 6, 9, 2]
         );
         assert_eq!(
-            words(&record(&spec, None, Op::Charge, 9))[..5],
+            words(&record(&spec, None, Op::Charge, 9, &[]))[..5],
             [3, 0, 6, 9, 2]
+        );
+        assert_eq!(
+            words(&record(&spec, Some(42), Op::Refund, 9, &[Mark(4), Mark(5)])),
+            [4, 42, 6, 9, 2, 3, 10, 3, 4, 5, 20, 7, 5]
         );
         assert_eq!(words(&header(1000)), [MAGIC, 1000]);
         assert_eq!(&MAGIC.to_le_bytes()[..4], b"1LRD");
@@ -195,20 +214,45 @@ mod tests {
         for a in Algorithm::ALL {
             let spec = LimitSpec::new("a", a, spec.quotas.clone());
             let mut raw = header(7);
-            raw.extend(record(&spec, Some(5), Op::Take, 1));
-            raw.extend(record(&spec, None, Op::Charge, 0));
-            let parsed = decide_spec::parse(&raw, 4).unwrap();
+            raw.extend(record(&spec, Some(5), Op::Take, 1, &[]));
+            raw.extend(record(&spec, None, Op::Charge, 0, &[]));
+            raw.extend(record(&spec, Some(6), Op::Refund, 2, &[Mark(8), Mark(9)]));
+            let parsed = decide_spec::parse(&raw, 6).unwrap();
             assert_eq!(parsed.grace_ms, 7);
             let got: Vec<_> = parsed
                 .decisions
                 .iter()
-                .map(|d| (d.clock, d.op, d.algorithm, d.cost, d.quotas.clone()))
+                .map(|d| {
+                    (
+                        d.clock,
+                        d.op,
+                        d.algorithm,
+                        d.cost,
+                        d.quotas.clone(),
+                        d.marks.clone(),
+                    )
+                })
                 .collect();
             assert_eq!(
                 got,
                 [
-                    (Clock::Caller(5), Op::Take, a, 1, spec.quotas.clone()),
-                    (Clock::Server, Op::Charge, a, 0, spec.quotas.clone()),
+                    (
+                        Clock::Caller(5),
+                        Op::Take,
+                        a,
+                        1,
+                        spec.quotas.clone(),
+                        vec![]
+                    ),
+                    (Clock::Server, Op::Charge, a, 0, spec.quotas.clone(), vec![]),
+                    (
+                        Clock::Caller(6),
+                        Op::Refund,
+                        a,
+                        2,
+                        spec.quotas.clone(),
+                        vec![8, 9]
+                    ),
                 ]
             );
         }
@@ -239,12 +283,15 @@ mod tests {
     #[test]
     fn version_answers_are_checked() {
         assert!(check_answer("s", Ok(Value::Int(VERSION))).is_ok());
-        let e = check_answer("redis://h:1", Ok(Value::Int(1))).unwrap_err();
-        let text = e.to_string();
-        assert!(
-            text.contains("redis://h:1") && text.contains("another protocol version"),
-            "{text}"
-        );
+        // v1 (no debts) and v2 (no refunds) are refused at connect.
+        for old in [1, 2] {
+            let e = check_answer("redis://h:1", Ok(Value::Int(old))).unwrap_err();
+            let text = e.to_string();
+            assert!(
+                text.contains("redis://h:1") && text.contains("another protocol version"),
+                "{text}"
+            );
+        }
         let unknown = RedisError::from((
             redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
             "An error was signalled by the server",

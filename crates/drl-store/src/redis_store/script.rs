@@ -9,7 +9,7 @@
 //! bit; the script's verdict must agree with drl-core's, and a disagreement
 //! is reported as an error rather than silently trusted.
 
-use drl_core::{Algorithm, Decision, Limiter, MultiLimiter, Nanos, Quota, State};
+use drl_core::{Algorithm, Decision, Limiter, Mark, MultiLimiter, Nanos, Quota, State};
 use drl_redis_wire::decide_spec::Op;
 use redis::{Cmd, Value};
 
@@ -144,9 +144,11 @@ pub(crate) fn push_keys(
 }
 
 /// Appends one decision's ARGV record for the script of `kind` to `cmd`:
-/// now (`t`: Redis `TIME`), algorithm (`+algorithm` for a charge, which
-/// only [`Kind::General`] decides), cost, number of quotas, then per quota
-/// what that script needs (see the top of each `lua/*.lua`).
+/// now (`t`: Redis `TIME`), algorithm (`+algorithm` for a charge,
+/// `-algorithm` for a refund, which only [`Kind::General`] decides), cost,
+/// number of quotas, then per quota what that script needs (see the top of
+/// each `lua/*.lua`; a refund's `marks`, one per quota, take the place of
+/// `lw`).
 pub(crate) fn push_args(
     cmd: &mut Cmd,
     kind: Kind,
@@ -154,20 +156,27 @@ pub(crate) fn push_args(
     now: Option<Nanos>,
     op: Op,
     cost: u64,
+    marks: &[Mark],
 ) {
     match now {
         Some(n) => cmd.arg(n),
         None => cmd.arg(b"t".as_slice()),
     };
-    if op == Op::Charge {
-        assert_eq!(kind, Kind::General, "only the general script charges");
-        cmd.arg(format!("+{}", spec.algorithm.name()));
-    } else {
-        cmd.arg(spec.algorithm.name());
-    }
+    match op {
+        Op::Take => cmd.arg(spec.algorithm.name()),
+        Op::Charge | Op::Refund => {
+            assert_eq!(
+                kind,
+                Kind::General,
+                "only the general script charges and refunds"
+            );
+            let sign = if op == Op::Charge { '+' } else { '-' };
+            cmd.arg(format!("{sign}{}", spec.algorithm.name()))
+        }
+    };
     cmd.arg(cost).arg(spec.quotas.len());
     let x = b"x".as_slice();
-    for q in &spec.quotas {
+    for (i, q) in spec.quotas.iter().enumerate() {
         match kind {
             // cap (burst*T), need (cost*T; cost <= burst, so < 2^53).
             Kind::FastBucket => {
@@ -191,15 +200,20 @@ pub(crate) fn push_args(
                     q.burst()
                 };
                 cmd.arg(q.limit()).arg(q.window()).arg(q.capacity_ns());
-                if op == Op::Charge {
-                    // A charge consumes any cost: its need in full.
+                if op != Op::Take {
+                    // A charge consumes any cost, a refund gives back up
+                    // to any: its need in full.
                     cmd.arg(cost as u128 * q.emission_interval() as u128);
                 } else if cost > capacity {
                     cmd.arg(x);
                 } else {
                     cmd.arg(cost as u128 * q.emission_interval() as u128);
                 }
-                cmd.arg(q.limit() as u128 * q.window() as u128);
+                if op == Op::Refund {
+                    cmd.arg(marks[i].0);
+                } else {
+                    cmd.arg(q.limit() as u128 * q.window() as u128);
+                }
             }
         }
     }
@@ -284,6 +298,110 @@ pub(crate) fn decode(limiter: &MultiLimiter, items: &[Value]) -> Result<Answer, 
     })
 }
 
+/// What the caller asks of one decision sent to a script (or the module):
+/// each maps to a wire [`Op`] ([`Ask::op`]) and is answered from the
+/// returned pre-decision states by drl-core ([`answer`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ask<'a> {
+    /// A take.
+    Take,
+    /// A check: sent as a query (cost 0, which writes nothing); drl-core
+    /// decides the real cost on the returned states.
+    Check,
+    /// A reserve: sent as a take; drl-core computes the marks.
+    Reserve,
+    /// A charge.
+    Charge,
+    /// A refund with these marks, one per quota.
+    Refund(&'a [Mark]),
+}
+
+impl<'a> Ask<'a> {
+    /// The operation sent.
+    pub(crate) fn op(self) -> Op {
+        match self {
+            Ask::Take | Ask::Check | Ask::Reserve => Op::Take,
+            Ask::Charge => Op::Charge,
+            Ask::Refund(_) => Op::Refund,
+        }
+    }
+
+    /// The cost sent for a call of `cost`.
+    pub(crate) fn wire_cost(self, cost: u64) -> u64 {
+        match self {
+            Ask::Check => 0,
+            _ => cost,
+        }
+    }
+
+    /// The marks sent (a refund's only).
+    pub(crate) fn marks(self) -> &'a [Mark] {
+        match self {
+            Ask::Refund(m) => m,
+            _ => &[],
+        }
+    }
+}
+
+/// A decision and, for an admitted reserve, its marks.
+pub(crate) type Answered = (Decision, Option<Box<[Mark]>>);
+
+/// The answer to `ask` of `cost` from one decision's part of the reply:
+/// drl-core decides (checks, reserves, charges, refunds) on the script's
+/// pre-decision states at the script's `now`, and the script's verdict
+/// must agree. `None`: a fast script left it undecided (see
+/// [`Verdict::Undecided`]). The marks are a reserve's, when admitted.
+pub(crate) fn answer(
+    spec: &LimitSpec,
+    items: &[Value],
+    ask: Ask<'_>,
+    cost: u64,
+) -> Result<Option<Answered>, StoreError> {
+    let limiter = spec.limiter();
+    let answer = decode(&limiter, items)?;
+    let mut states = answer.states;
+    let now = answer.now;
+    let admitted = match (ask, answer.verdict) {
+        (Ask::Charge, Verdict::Admitted) => {
+            return Ok(Some((limiter.charge(&mut states, now, cost), None)));
+        }
+        (Ask::Refund(marks), Verdict::Admitted) => {
+            return Ok(Some((limiter.refund(&mut states, now, marks, cost), None)));
+        }
+        (Ask::Charge | Ask::Refund(_), v) => {
+            return Err(bad(format!("a charge or refund answered {v:?}")));
+        }
+        (_, Verdict::Undecided) => return Ok(None),
+        (_, v) => v == Verdict::Admitted,
+    };
+    let (sent, d, marks) = match ask {
+        Ask::Check => {
+            let sent = limiter.check(&states, now, 0);
+            (sent, limiter.check(&states, now, cost), None)
+        }
+        Ask::Reserve => {
+            let (d, marks) = limiter.reserve(&mut states, now, cost);
+            (d, d, marks)
+        }
+        _ => {
+            let d = limiter.decide(&mut states, now, cost);
+            (d, d, None)
+        }
+    };
+    if sent.allowed != admitted {
+        metrics::counter!("drl_store_redis_verdict_mismatch_total").increment(1);
+        return Err(StoreError::Backend(format!(
+            "the Redis script {} but drl-core {} (limit {:?}, now {}, cost {})",
+            if admitted { "admitted" } else { "denied" },
+            if sent.allowed { "admits" } else { "denies" },
+            spec.name,
+            now,
+            ask.wire_cost(cost)
+        )));
+    }
+    Ok(Some((d, marks)))
+}
+
 /// The decision for one decision's part of the reply: drl-core decides on
 /// the script's pre-decision states at the script's `now`; an error if the
 /// script's verdict differs (it never should: both implement
@@ -300,29 +418,12 @@ pub(crate) fn finish(
     op: Op,
     cost: u64,
 ) -> Result<Option<Decision>, StoreError> {
-    let limiter = spec.limiter();
-    let answer = decode(&limiter, items)?;
-    let mut states = answer.states;
-    let admitted = match (op, answer.verdict) {
-        (Op::Take, Verdict::Undecided) => return Ok(None),
-        (Op::Charge, Verdict::Admitted) => {
-            return Ok(Some(limiter.charge(&mut states, answer.now, cost)));
-        }
-        (Op::Charge, v) => return Err(bad(format!("a charge answered {v:?}"))),
-        (Op::Take, v) => v == Verdict::Admitted,
+    let ask = match op {
+        Op::Take => Ask::Take,
+        Op::Charge => Ask::Charge,
+        Op::Refund => return Err(bad("a refund needs its marks")),
     };
-    let d = limiter.decide(&mut states, answer.now, cost);
-    if d.allowed != admitted {
-        metrics::counter!("drl_store_redis_verdict_mismatch_total").increment(1);
-        return Err(StoreError::Backend(format!(
-            "the Redis script {} but drl-core {} (limit {:?}, now {}, cost {cost})",
-            if admitted { "admitted" } else { "denied" },
-            if d.allowed { "admits" } else { "denies" },
-            spec.name,
-            answer.now
-        )));
-    }
-    Ok(Some(d))
+    Ok(answer(spec, items, ask, cost)?.map(|(d, _)| d))
 }
 
 #[cfg(test)]
@@ -360,7 +461,7 @@ mod tests {
         );
         let args = |now, op, cost| {
             let mut cmd = Cmd::new();
-            push_args(&mut cmd, Kind::General, &spec, now, op, cost);
+            push_args(&mut cmd, Kind::General, &spec, now, op, cost, &[]);
             cmd.args_iter()
                 .map(|a| match a {
                     redis::Arg::Simple(b) => String::from_utf8(b.to_vec()).unwrap(),

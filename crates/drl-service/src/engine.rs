@@ -273,7 +273,8 @@ impl Engine {
             .load_keys(cfg.orbit.as_ref(), cfg.cluster.as_ref())
             .map_err(|e| ConfigError::new(&name, e))?;
         let old = self.limits();
-        let new = Limits::build(cfg, &self.stores, &name)?;
+        let mut new = Limits::build(cfg, &self.stores, &name)?;
+        new.keep_reservations(&old);
         let old_specs: Vec<_> = old.live();
         let live = new.live();
         let kept = live.iter().filter(|s| old_specs.contains(s)).count();

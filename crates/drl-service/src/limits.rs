@@ -61,8 +61,9 @@ pub struct Limit {
     pub metrics: LimitMetrics,
     /// The `RateLimit-Policy` header value.
     pub policy: HeaderValue,
-    /// Open reservations (HTTP and native APIs).
-    pub reservations: crate::reservations::Reservations,
+    /// Open reservations (HTTP and native APIs); shared with the limit it
+    /// replaces when a reload keeps its state ([`Limits::keep_reservations`]).
+    pub reservations: Arc<crate::reservations::Reservations>,
 }
 
 /// What an Envoy descriptor node limits to.
@@ -368,6 +369,22 @@ impl Limits {
             .chain(self.envoy_limits.iter())
             .map(|l| (l.scope, l.spec.clone(), l.bounds))
             .collect()
+    }
+
+    /// After a reload: every native limit that keeps its state (same name,
+    /// scope, spec and bounds as one of `old`) keeps `old`'s open
+    /// reservations too, so that they settle with their refunds; the
+    /// others start with none. Call before the limits are shared.
+    pub fn keep_reservations(&mut self, old: &Limits) {
+        for l in &mut self.limits {
+            let Some(o) = old.get(&l.name) else { continue };
+            if (o.scope, &o.spec, o.bounds) != (l.scope, &l.spec, l.bounds) {
+                continue;
+            }
+            if let Some(l) = Arc::get_mut(l) {
+                l.reservations = Arc::clone(&o.reservations);
+            }
+        }
     }
 
     /// Names of every native limit, in config order.

@@ -5,8 +5,10 @@
 //! reservations are held here too (the store keeps the state, the ledger
 //! the estimate, the expiry and the marks the store returned).
 //!
-//! The ledger belongs to the compiled limit: a reload drops it, closing
-//! every open reservation at its estimate (the estimate stays consumed).
+//! The ledger belongs to the compiled limit; a reload that keeps the
+//! limit's state (same name, scope, spec and bounds) keeps its ledger, and
+//! one that changes the limit closes every open reservation at its
+//! estimate (the estimate stays consumed).
 
 use drl_api::{CheckRequest, Op, Outcome};
 use drl_config::ServerConfig;

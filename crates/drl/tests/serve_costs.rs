@@ -385,3 +385,49 @@ orbit:
         );
     }
 }
+
+/// A reload that keeps a limit keeps its open reservations (the settle
+/// still refunds); one that changes the limit closes them at their
+/// estimates (the settle answers expired and charges its whole cost).
+#[test]
+fn a_reload_keeps_the_reservations_of_a_limit_it_keeps() {
+    let drl = Drl::start_with(CONFIG, &["--no-watch"]);
+    let reserve = |limit: &str| {
+        let r = one(
+            &drl,
+            json!({"limit": limit, "key": "r", "cost": 8, "mode": "reserve"}),
+        );
+        r["reservation"].as_str().expect("an id").to_string()
+    };
+    let (kept, changed) = (reserve("tokens"), reserve("bucket"));
+    // `tokens` unchanged, `bucket` now 20/h: a reload.
+    std::fs::write(
+        &drl.config,
+        CONFIG.replace(
+            "  - name: bucket\n    algorithm: token-bucket\n    quota: 10/h",
+            "  - name: bucket\n    algorithm: token-bucket\n    quota: 20/h",
+        ),
+    )
+    .unwrap();
+    drl.signal("HUP");
+    drl.wait_log("config reloaded (SIGHUP)");
+    let settle = |limit: &str, id: &str| {
+        one(
+            &drl,
+            json!({"limit": limit, "key": "r", "cost": 3, "mode": "settle", "reservation": id}),
+        )
+    };
+    let s = settle("tokens", &kept);
+    assert_eq!(
+        (s["expired"].clone(), s["refunded"].clone()),
+        (json!(false), json!(5)),
+        "{s}"
+    );
+    assert_eq!(remaining(&drl, "tokens", "r"), 7);
+    let s = settle("bucket", &changed);
+    assert_eq!(
+        (s["expired"].clone(), s["charged"].clone()),
+        (json!(true), json!(3)),
+        "{s}"
+    );
+}

@@ -555,11 +555,14 @@ pub async fn charge_raw(
 /// Applies check `r` (any [`Op`]) on `limit`, whose state is the keyed
 /// limiter `k` in memory; no metrics, no shadow mode.
 ///
-/// A settle or release naming a reservation this limit does not hold
-/// (unknown, already closed, expired and closed, another key's, or lost
-/// in a reload) answers `expired`: its estimate stays consumed. A settle
-/// then charges its whole actual cost, since the estimate is no longer
-/// known: stricter than the settlement it replaces, never more generous.
+/// A settle or release naming a reservation this limit settled among its
+/// last `server.max_reservations` closings (a retry) answers that
+/// settlement again and applies nothing. One naming a reservation it does
+/// not hold otherwise (unknown, expired and closed, another key's, or
+/// closed by a reload that changed the limit) answers `expired`: its
+/// estimate stays consumed. A settle then charges its whole actual cost,
+/// since the estimate is no longer known: stricter than the settlement it
+/// replaces, never more generous.
 pub fn apply_local(
     limit: &Limit,
     k: &KeyedLimiter<String>,
@@ -593,6 +596,14 @@ pub fn apply_local(
             match limit.reservations.take(id, r.key) {
                 Some(held) => {
                     let s = k.settle(held, now, actual);
+                    let c = crate::reservations::Closed {
+                        charged: s.charged,
+                        refunded: s.refunded,
+                        expired: s.expired,
+                    };
+                    limit
+                        .reservations
+                        .remember(id, r.key, c, server.max_reservations);
                     Outcome {
                         decision: s.decision,
                         reservation: 0,
@@ -601,14 +612,25 @@ pub fn apply_local(
                         expired: s.expired,
                     }
                 }
-                None => Outcome {
-                    charged: actual,
-                    expired: true,
-                    ..Outcome::of(if actual > 0 {
-                        k.charge(r.key, now, actual)
-                    } else {
-                        k.check(r.key, now, 0)
-                    })
+                // Settled already (a retry): the same answer, nothing
+                // applied.
+                None => match limit.reservations.closed(id, r.key) {
+                    Some(c) => Outcome {
+                        decision: k.check(r.key, now, 0),
+                        reservation: 0,
+                        charged: c.charged,
+                        refunded: c.refunded,
+                        expired: c.expired,
+                    },
+                    None => Outcome {
+                        charged: actual,
+                        expired: true,
+                        ..Outcome::of(if actual > 0 {
+                            k.charge(r.key, now, actual)
+                        } else {
+                            k.check(r.key, now, 0)
+                        })
+                    },
                 },
             }
         }

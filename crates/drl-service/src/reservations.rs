@@ -16,10 +16,31 @@ use drl_core::{Ledger, Nanos, Reservation};
 use drl_store::{Check as StoreCheck, LimitSpec, Store, StoreError};
 use parking_lot::Mutex;
 
-/// A limit's open reservations.
+/// A limit's open reservations, and the settlements of the ones closed
+/// last (so that a retried settle answers again instead of charging twice).
 #[derive(Debug, Default)]
 pub struct Reservations {
     ledger: Mutex<Option<Ledger<String>>>,
+    settled: Mutex<Settled>,
+}
+
+/// What a settle or release did: units charged and refunded, and whether
+/// the reservation had expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Closed {
+    /// Units charged beyond the estimate.
+    pub charged: u64,
+    /// Units refunded.
+    pub refunded: u64,
+    /// Whether it had expired.
+    pub expired: bool,
+}
+
+/// The last settlements by id, oldest first out.
+#[derive(Debug, Default)]
+struct Settled {
+    by_id: std::collections::HashMap<u64, (String, Closed)>,
+    order: std::collections::VecDeque<u64>,
 }
 
 impl Reservations {
@@ -36,6 +57,29 @@ impl Reservations {
     /// unknown, closed, or of another key.
     pub fn take(&self, id: u64, key: &str) -> Option<Reservation<String>> {
         self.ledger.lock().as_mut()?.take(id, key)
+    }
+
+    /// Records that reservation `id` of `key` was closed with `c`; the last
+    /// `keep` closings are remembered.
+    pub fn remember(&self, id: u64, key: &str, c: Closed, keep: usize) {
+        let mut s = self.settled.lock();
+        if keep == 0 || s.by_id.insert(id, (key.to_string(), c)).is_some() {
+            return;
+        }
+        s.order.push_back(id);
+        while s.order.len() > keep {
+            if let Some(old) = s.order.pop_front() {
+                s.by_id.remove(&old);
+            }
+        }
+    }
+
+    /// How reservation `id` of `key` was closed, if it is among the last
+    /// closings remembered.
+    pub fn closed(&self, id: u64, key: &str) -> Option<Closed> {
+        let s = self.settled.lock();
+        let (k, c) = s.by_id.get(&id)?;
+        (k == key).then_some(*c)
     }
 
     /// Reservations open now.
@@ -112,6 +156,11 @@ pub async fn apply_store(
                 0
             };
             let Some(held) = open.take(id, r.key) else {
+                if let Some(c) = open.closed(id, r.key) {
+                    // Settled already: the same answer, nothing applied.
+                    let d = store.check(at(0)).await?;
+                    return Ok(settlement(d, c.charged, c.refunded, c.expired));
+                }
                 let d = if actual > 0 {
                     store.charge(at(actual)).await?
                 } else {
@@ -121,18 +170,25 @@ pub async fn apply_store(
             };
             let expired = now >= held.expires_at();
             let estimate = held.cost();
-            if actual > estimate {
+            let out = if actual > estimate {
                 let extra = actual - estimate;
                 let d = store.charge(at(extra)).await?;
-                Ok(settlement(d, extra, 0, expired))
+                settlement(d, extra, 0, expired)
             } else if actual < estimate && !expired {
                 let back = estimate - actual;
                 let d = store.refund(at(back), held.marks()).await?;
-                Ok(settlement(d, 0, back, expired))
+                settlement(d, 0, back, expired)
             } else {
                 let d = store.check(at(0)).await?;
-                Ok(settlement(d, 0, 0, expired))
-            }
+                settlement(d, 0, 0, expired)
+            };
+            let c = Closed {
+                charged: out.charged,
+                refunded: out.refunded,
+                expired: out.expired,
+            };
+            open.remember(id, r.key, c, server.max_reservations);
+            Ok(out)
         }
     }
 }

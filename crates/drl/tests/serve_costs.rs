@@ -118,14 +118,30 @@ fn http_reserve_then_settle_or_release() {
         "{s}"
     );
     assert_eq!(remaining(&drl, "tokens", "k"), 7);
-    // Settled once only: a second settle names no open reservation; its
-    // whole actual cost is charged (stricter than any settlement).
+    // Settled once only: a retried settle answers the settlement again
+    // and applies nothing.
     let again = one(
         &drl,
         json!({"limit": "tokens", "key": "k", "cost": 3, "mode": "settle", "reservation": id}),
     );
     assert_eq!(
-        (again["expired"].clone(), again["charged"].clone()),
+        (
+            again["expired"].clone(),
+            again["charged"].clone(),
+            again["refunded"].clone()
+        ),
+        (json!(false), json!(0), json!(5)),
+        "{again}"
+    );
+    assert_eq!(remaining(&drl, "tokens", "k"), 7);
+    // An id never opened: expired, its whole actual cost charged
+    // (stricter than any settlement).
+    let unknown = one(
+        &drl,
+        json!({"limit": "tokens", "key": "k", "cost": 3, "mode": "settle", "reservation": "12345"}),
+    );
+    assert_eq!(
+        (unknown["expired"].clone(), unknown["charged"].clone()),
         (json!(true), json!(3))
     );
     assert_eq!(remaining(&drl, "tokens", "k"), 4);

@@ -106,18 +106,29 @@ fn reserve_settle_release(redis: &common::Redis, engine: &str) {
     // Another node on the same Redis sees the count.
     let other = Drl::start(&cfg);
     assert_eq!(remaining(&other, "tokens", "k"), 7);
-    // Settled once only: again, it names no open reservation; its whole
-    // actual cost is charged.
+    // Settled once only: a retry answers the settlement again and applies
+    // nothing; on the other node the id is unknown, so its whole actual
+    // cost is charged.
     let again = one(
         &drl,
         json!({"limit": "tokens", "key": "k", "cost": 3, "mode": "settle", "reservation": id}),
     );
     assert_eq!(
         settled(&again),
+        (json!(0), json!(5), json!(false)),
+        "{engine}"
+    );
+    assert_eq!(remaining(&other, "tokens", "k"), 7);
+    let elsewhere = one(
+        &other,
+        json!({"limit": "tokens", "key": "k", "cost": 3, "mode": "settle", "reservation": id}),
+    );
+    assert_eq!(
+        settled(&elsewhere),
         (json!(3), json!(0), json!(true)),
         "{engine}"
     );
-    assert_eq!(remaining(&other, "tokens", "k"), 4);
+    assert_eq!(remaining(&drl, "tokens", "k"), 4);
 
     // Release gives the whole estimate back; another key's id does nothing.
     let r = one(

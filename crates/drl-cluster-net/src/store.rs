@@ -338,22 +338,30 @@ impl GossipStore {
 
     /// Decides synchronously (what `decide` does, without an await point).
     pub fn decide_now(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        self.apply(check, false)
+    }
+
+    /// Charges synchronously (what `charge` does): the cost counts as
+    /// demand and is consumed whatever the state; a query right after.
+    pub fn charge_now(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        self.apply(check, true)
+    }
+
+    fn apply(&self, check: Check<'_>, charge: bool) -> Result<Decision, StoreError> {
         let (aggregate, flow) = self.split(check.key);
         let sh = &*self.shared;
         let key = KeyRef {
             limit: check.spec.name.as_str(),
             aggregate,
         };
-        let a = sh
-            .keys
-            .admit(
-                sh.now(),
-                key,
-                key_limit(check.spec, &sh.nodes),
-                check.cost,
-                flow,
-            )
-            .map_err(|e| StoreError::Backend(format!("gossip: {e}")))?;
+        let limit_of_key = key_limit(check.spec, &sh.nodes);
+        let a = if charge {
+            sh.keys
+                .charge(sh.now(), key, limit_of_key, check.cost, flow)
+        } else {
+            sh.keys.admit(sh.now(), key, limit_of_key, check.cost, flow)
+        }
+        .map_err(|e| StoreError::Backend(format!("gossip: {e}")))?;
         let limit = check.spec.quotas.first().map_or(0, |q| q.limit());
         let interval = sh.interval;
         Ok(if a.allowed {
@@ -392,6 +400,14 @@ impl Drop for GossipStore {
 impl Store for GossipStore {
     async fn decide(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         self.decide_now(check)
+    }
+
+    /// Charges as Cloud Control can: the cost counts as demand everywhere
+    /// and the local allocator consumes it (into debt for the token-bucket
+    /// family: FPS, GTB, CTB). docs/gossip.md, "Costs known afterwards",
+    /// states the bound.
+    async fn charge(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        self.charge_now(check)
     }
 
     fn retain(&self, specs: &[LimitSpec]) {

@@ -447,3 +447,41 @@ fn a_reload_keeps_the_reservations_of_a_limit_it_keeps() {
         "{s}"
     );
 }
+
+/// A gossip limit charges (docs/gossip.md, "Costs known afterwards"): an
+/// FPS node draws the charge from its bucket into debt, so the answer (a
+/// query right after) is denied and so are takes until the refill repays
+/// it; reservations stay refused on gossip.
+#[test]
+fn a_gossip_limit_charges_into_debt() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("cluster.key");
+    std::fs::write(&key, "another-test-cluster-key-32-byte\n").unwrap();
+    let bind = format!("127.0.0.1:{}", free_udp_port());
+    let drl = Drl::start(&format!(
+        "limits:
+  - name: shared
+    quota: 10/h
+    scope: gossip
+cluster:
+  node_id: 1
+  bind: \"{bind}\"
+  seeds: [\"{bind}\"]
+  key_file: \"{}\"
+  algorithm: fps
+",
+        key.display()
+    ));
+    let r = one(
+        &drl,
+        json!({"limit": "shared", "key": "t", "cost": 50, "mode": "charge"}),
+    );
+    assert_eq!(r["allowed"], false, "in debt right after: {r}");
+    let t = one(&drl, json!({"limit": "shared", "key": "t", "cost": 1}));
+    assert_eq!(t["allowed"], false, "a take while in debt: {t}");
+    let (s, v) = check(
+        &drl,
+        json!([{"limit": "shared", "key": "t", "cost": 1, "mode": "reserve"}]),
+    );
+    assert_eq!(s, 400, "{v}");
+}

@@ -33,9 +33,21 @@ impl VarBucket {
     fn advance(&mut self, now: Nanos) {
         if now > self.last {
             let dt = (now - self.last) as i128;
-            self.level = (self.level + self.rate as i128 * dt).clamp(0, self.depth);
+            // A debt (a charge past empty) is repaid by the refill; a
+            // negative rate drains to empty, not into more debt.
+            let floor = self.level.min(0);
+            self.level = (self.level + self.rate as i128 * dt).clamp(floor, self.depth);
             self.last = now;
         }
+    }
+
+    /// Takes `size` units whatever the level: past empty the bucket goes
+    /// into debt, and [`VarBucket::try_take`] admits nothing until the
+    /// refill has repaid it (a cost known afterwards).
+    pub fn charge(&mut self, now: Nanos, size: u64) {
+        self.advance(now);
+        // Bounded far beyond any real debt (2^100 nano-units).
+        self.level = (self.level - size as i128 * NANO).max(-(1 << 100));
     }
 
     /// Changes the fill rate from `now` on.
@@ -61,10 +73,16 @@ impl VarBucket {
         self.level = (units as i128 * NANO).min(self.depth);
     }
 
-    /// Whole units available at `now`.
+    /// True while a charge's debt is not repaid at `now`.
+    pub fn in_debt(&mut self, now: Nanos) -> bool {
+        self.advance(now);
+        self.level < 0
+    }
+
+    /// Whole units available at `now` (none in debt).
     pub fn available(&mut self, now: Nanos) -> u64 {
         self.advance(now);
-        (self.level / NANO) as u64
+        (self.level.max(0) / NANO) as u64
     }
 
     /// Takes `size` units if available; true when taken.
@@ -95,6 +113,24 @@ mod tests {
         assert!(b.try_take(MS, 1_000));
         assert!(!b.try_take(MS, 1));
         assert_eq!(b.available(100 * MS), 3_000);
+    }
+
+    #[test]
+    fn a_charge_goes_into_debt_and_the_refill_repays_it() {
+        let mut b = VarBucket::new(10, 1_000, 0);
+        b.charge(0, 25);
+        assert_eq!(b.available(0), 0);
+        assert!(!b.try_take(0, 1));
+        // 15 units of debt: repaid after 15 ms at 1,000/s, then 1 more.
+        assert!(!b.try_take(15 * MS, 1));
+        assert!(b.try_take(16 * MS, 1));
+        // A negative rate never deepens a debt.
+        b.charge(16 * MS, 5);
+        b.set_rate(16 * MS, -1_000);
+        assert_eq!(b.available(1_000 * MS), 0);
+        b.set_rate(1_000 * MS, 1_000);
+        assert!(!b.try_take(1_004 * MS, 1));
+        assert!(b.try_take(1_006 * MS, 1));
     }
 
     #[test]

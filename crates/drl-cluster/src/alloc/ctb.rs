@@ -50,6 +50,14 @@ impl Allocator for Ctb {
         self.bucket
             .set_rate(now, self.limit.min(i64::MAX as u64) as i64);
     }
+
+    fn in_debt(&mut self, now: Nanos) -> bool {
+        self.bucket.in_debt(now)
+    }
+
+    fn on_charge(&mut self, now: Nanos, _flow: FlowId, size: u64) {
+        self.bucket.charge(now, size);
+    }
 }
 
 #[cfg(test)]

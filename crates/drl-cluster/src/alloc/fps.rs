@@ -466,6 +466,19 @@ impl Allocator for Fps {
         self.update_drop();
     }
 
+    fn in_debt(&mut self, now: Nanos) -> bool {
+        self.bucket.in_debt(now)
+    }
+
+    fn on_charge(&mut self, now: Nanos, flow: FlowId, size: u64) {
+        self.bucket.charge(now, size);
+        // The charged units are the flow's demand, as if admitted.
+        if let Some(f) = self.flows.get_mut(&flow) {
+            f.units = f.units.saturating_add(size);
+            f.last_active = now;
+        }
+    }
+
     fn local_limit(&self) -> Option<f64> {
         Some(self.local_limit)
     }

@@ -55,6 +55,14 @@ impl Allocator for Gtb {
         self.limit = limit.clamp(1, i64::MAX as u64);
     }
 
+    fn in_debt(&mut self, now: Nanos) -> bool {
+        self.bucket.in_debt(now)
+    }
+
+    fn on_charge(&mut self, now: Nanos, _flow: FlowId, size: u64) {
+        self.bucket.charge(now, size);
+    }
+
     fn local_limit(&self) -> Option<f64> {
         Some(self.bucket.rate().max(0) as f64)
     }

@@ -104,6 +104,20 @@ pub trait Allocator: fmt::Debug + Send {
     /// allocator instead would forget its state, and a fresh GRD admits
     /// everything until its next interval.
     fn set_limit(&mut self, now: Nanos, limit: u64);
+    /// Consumes `size` units from `flow` at `now` whatever the state (a
+    /// cost known afterwards, docs/semantics.md): a token bucket goes into
+    /// debt and admits nothing until it is repaid. The default consumes
+    /// nothing (GRD: the units count as demand, which the key's interval
+    /// step measures).
+    fn on_charge(&mut self, now: Nanos, flow: FlowId, size: u64) {
+        let _ = (now, flow, size);
+    }
+    /// True while a charge's debt is not repaid at `now` (then nothing is
+    /// admitted). The default has no debt.
+    fn in_debt(&mut self, now: Nanos) -> bool {
+        let _ = now;
+        false
+    }
 }
 
 /// The allocation algorithms.

@@ -288,6 +288,34 @@ impl KeyState {
         }
     }
 
+    /// Consumes `cost` at `now` whatever the state: a cost known
+    /// afterwards (docs/semantics.md, "Costs known afterwards"). The units
+    /// count as arrived and forwarded demand, as an admission's do, so the
+    /// interval step and the others see them; the allocator consumes them
+    /// (a bucket goes into debt). Answers a query right after (denied
+    /// while the allocator admits nothing).
+    pub(crate) fn charge(&self, now: Nanos, limit: KeyLimit, cost: u64, flow: FlowId) -> Admission {
+        let mut f = self.fast.lock();
+        let f = &mut *f;
+        if cost > 0 {
+            f.requested = limit;
+            f.last_arrival = now;
+            f.pending_in = f.pending_in.saturating_add(cost);
+            f.pending_fwd = f.pending_fwd.saturating_add(cost);
+            f.admitted = f.admitted.saturating_add(cost);
+            f.alloc.on_charge(now, flow, cost);
+        }
+        let allowed = !f.alloc.in_debt(now);
+        Admission {
+            allowed,
+            headroom: if allowed {
+                headroom(f.effective, f.demand)
+            } else {
+                0
+            },
+        }
+    }
+
     /// Ends an estimate interval at `now`, with `remote` the aggregated
     /// sum of the others' values and `live` nodes counted. Returns the
     /// value to publish, and whether the key is still worth sending.

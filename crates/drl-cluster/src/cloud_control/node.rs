@@ -271,6 +271,19 @@ impl Node {
         self.keys.admit(now, key, limit, cost, flow)
     }
 
+    /// Consumes `cost` units of `key` at `now` whatever its state (a cost
+    /// known afterwards; [`Keys::charge`]).
+    pub fn charge(
+        &self,
+        now: Nanos,
+        key: KeyRef<'_>,
+        limit: KeyLimit,
+        cost: u64,
+        flow: FlowId,
+    ) -> Result<Admission, AdmitError> {
+        self.keys.charge(now, key, limit, cost, flow)
+    }
+
     /// Membership: `peer` is up (joined, or back).
     pub fn peer_up(&mut self, now: Nanos, peer: PeerId) {
         // A push-sum link taken back when the peer went down is given back

@@ -120,6 +120,40 @@ impl Keys {
         if let Some(e) = self.table.read().get(key) {
             return Ok(e.state.admit(now, limit, cost, flow));
         }
+        Ok(self
+            .entry(now, key, limit)?
+            .state
+            .admit(now, limit, cost, flow))
+    }
+
+    /// Consumes `cost` units of `key` (global `limit`) from `flow` at `now`
+    /// whatever its state (a cost known afterwards): they count as demand
+    /// and the key's allocator consumes them, into debt if it must.
+    /// Answers a query right after.
+    pub fn charge(
+        &self,
+        now: Nanos,
+        key: KeyRef<'_>,
+        limit: KeyLimit,
+        cost: u64,
+        flow: FlowId,
+    ) -> Result<Admission, AdmitError> {
+        if let Some(e) = self.table.read().get(key) {
+            return Ok(e.state.charge(now, limit, cost, flow));
+        }
+        Ok(self
+            .entry(now, key, limit)?
+            .state
+            .charge(now, limit, cost, flow))
+    }
+
+    /// The entry of `key`, made (at most `max_keys`) when it is new.
+    fn entry(
+        &self,
+        now: Nanos,
+        key: KeyRef<'_>,
+        limit: KeyLimit,
+    ) -> Result<Arc<KeyEntry>, AdmitError> {
         let mut t = self.table.write();
         if t.get(key).is_none() {
             if t.len >= self.settings.max_keys {
@@ -140,12 +174,9 @@ impl Keys {
             );
             t.len += 1;
         }
-        let e = t.get(key).cloned();
-        drop(t);
-        match e {
-            Some(e) => Ok(e.state.admit(now, limit, cost, flow)),
-            None => Err(AdmitError::TooManyKeys(self.settings.max_keys)),
-        }
+        t.get(key)
+            .cloned()
+            .ok_or(AdmitError::TooManyKeys(self.settings.max_keys))
     }
 
     /// The state of `key`, if active.

@@ -428,6 +428,9 @@ impl Allocator for Fps {
         } else {
             0.0
         };
+        if let Some(c) = input.ceiling {
+            self.local_limit = self.local_limit.min(c.max(0.0));
+        }
         let units = to_units(self.local_limit);
         if units == 0 && regime != Regime::Idle && input.unpublished {
             // Demand, but nothing claimed yet: no refill either; the burst
@@ -537,6 +540,7 @@ mod tests {
             nodes: 2,
             heard: None,
             unpublished: false,
+            ceiling: None,
         });
         (fwd, w)
     }
@@ -677,6 +681,7 @@ mod tests {
             nodes: 2,
             heard: None,
             unpublished: false,
+            ceiling: None,
         });
         assert_eq!(f.regime(), Regime::Bottlenecked);
         assert!((f.weight() - 1_500.0).abs() < 1e-6, "weight {}", f.weight());
@@ -699,6 +704,7 @@ mod tests {
             nodes: 2,
             heard: None,
             unpublished: false,
+            ceiling: None,
         });
         // No sampled flow: second regime with demand above the limit.
         assert_eq!(f.regime(), Regime::Bottlenecked);

@@ -76,6 +76,7 @@ mod tests {
             nodes: 2,
             heard: None,
             unpublished: false,
+            ceiling: None,
         }
     }
 

@@ -191,6 +191,23 @@ struct Slow {
     claimed: Option<f64>,
     remote: f64,
     quiet_ticks: u32,
+    /// What the allocator let this node admit at the last measured
+    /// interval, units/s, and the limit in force then.
+    allowance: Option<(f64, u64)>,
+    /// While the aggregation settles: the allowance held when it began
+    /// (see [`KeyState::tick_heard`]).
+    cap: Option<(f64, u64)>,
+    settling: bool,
+}
+
+/// Whether the aggregation's remote sums may be transiently wrong
+/// ([`KeyState::tick_heard`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Settle {
+    /// A membership change was seen since the last interval step.
+    pub changed: bool,
+    /// The estimates may still be moving after one.
+    pub settling: bool,
 }
 
 /// One aggregate's state.
@@ -254,6 +271,9 @@ impl KeyState {
                 claimed: None,
                 remote: 0.0,
                 quiet_ticks: 0,
+                allowance: None,
+                cap: None,
+                settling: false,
             }),
         }
     }
@@ -292,12 +312,24 @@ impl KeyState {
     /// sum of the others' values and `live` nodes counted. Returns the
     /// value to publish, and whether the key is still worth sending.
     pub(crate) fn tick(&self, s: &Settings, now: Nanos, remote: f64, live: u32) -> (f64, bool) {
-        self.tick_heard(s, now, remote, live, None)
+        self.tick_heard(s, now, remote, live, None, Settle::default())
     }
 
     /// [`KeyState::tick`] with what the others have heard of this node's
     /// value given by the aggregation (`heard`: Flow Updating's mixed part
     /// of it); `None` keeps the peer table's own rule.
+    ///
+    /// `settle.settling`: the aggregation's `remote` may be transiently wrong
+    /// (Flow Updating after a membership change: the flows of a peer that
+    /// left unwind, a cut's two sides re-average, a healed cut's mix). From
+    /// the interval it starts until it ends, the key admits at most what
+    /// its allowance was at the last interval before (units/s), scaled
+    /// down with the limit in force and never up. Before the change the
+    /// allowances summed to at most the limit in force, so they still do,
+    /// whatever `remote` reads meanwhile: a transient costs admissions,
+    /// never adds any. A key without a measured interval when it starts
+    /// gets no cap (its own start-up rules apply) until the next change
+    /// (`settle.changed`).
     pub(crate) fn tick_heard(
         &self,
         s: &Settings,
@@ -305,8 +337,15 @@ impl KeyState {
         remote: f64,
         live: u32,
         heard: Option<f64>,
+        settle: Settle,
     ) -> (f64, bool) {
         let mut sl = self.slow.lock();
+        if !settle.settling {
+            sl.cap = None;
+        } else if sl.cap.is_none() && (settle.changed || !sl.settling) {
+            sl.cap = sl.allowance;
+        }
+        sl.settling = settle.settling;
         let (arrived, forwarded, requested) = {
             let mut f = self.fast.lock();
             (
@@ -402,6 +441,9 @@ impl KeyState {
             nodes: live,
             heard: sl.claimed,
             unpublished,
+            ceiling: sl
+                .cap
+                .map(|(a, e)| a * (effective as f64 / e.max(1) as f64).min(1.0)),
         };
         let (published, old) = {
             let mut f = self.fast.lock();
@@ -416,6 +458,16 @@ impl KeyState {
             };
             f.effective = effective;
             f.demand = local_rate + remote;
+            if !young {
+                let own = local_rate.max(0.0);
+                let allowed = match (f.alloc.local_limit(), f.alloc.drop_probability()) {
+                    (Some(l), _) => l,
+                    (None, Some(p)) if p > 0.0 => own * (1.0 - p),
+                    _ if own + remote > 0.0 => effective as f64 * own / (own + remote.max(0.0)),
+                    _ => 0.0,
+                };
+                sl.allowance = allowed.is_finite().then_some((allowed.max(0.0), effective));
+            }
             (published, old)
         };
         drop(old);

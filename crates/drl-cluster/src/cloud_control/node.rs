@@ -8,7 +8,7 @@ use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::key::{Admission, KeyLimit};
+use super::key::{Admission, KeyLimit, Settle};
 use super::members::{Heard, Members, NOT_UP, Roster};
 use super::settings::{Aggregation, Settings, SettingsError};
 use super::table::{AdmitError, KeyRef, Keys};
@@ -22,6 +22,11 @@ pub type PeerId = u32;
 /// Largest gossip payload a node emits, bytes: a 1,200-byte datagram less
 /// the transport's 34 bytes of framing.
 pub const MAX_PAYLOAD: usize = 1_166;
+
+/// Intervals a Flow Updating estimate is given to average out the step of
+/// a dropped link, after the last drop can have happened
+/// ([`Node::settle_span`]).
+pub const SETTLE_INTERVALS: u64 = 20;
 
 /// A push-sum instance for one wire key.
 #[derive(Debug)]
@@ -164,6 +169,11 @@ pub struct Node {
     /// the view they were computed for).
     flows: BTreeMap<Vec<u8>, Flows>,
     nbrs: Option<(u64, Vec<PeerId>)>,
+    /// Flow Updating: until when the estimates may still be settling
+    /// after a membership change (see [`Node::settle_span`]).
+    settle_until: Nanos,
+    /// A membership change was seen since the last interval step.
+    changed: bool,
     frames: Frames,
     queue: VecDeque<(PeerId, usize)>,
     scratch: Vec<u8>,
@@ -230,6 +240,8 @@ impl Node {
             masses: BTreeMap::new(),
             flows: BTreeMap::new(),
             nbrs: None,
+            settle_until: 0,
+            changed: false,
             frames: Frames::default(),
             queue: VecDeque::new(),
             scratch: Vec::new(),
@@ -280,6 +292,7 @@ impl Node {
             for m in self.masses.values_mut() {
                 m.sum.restore(peer);
             }
+            self.settle(now);
         }
         self.members.peer_up(self.me, now, peer);
     }
@@ -289,6 +302,13 @@ impl Node {
     /// node with no membership yet shares the roster instead of copying
     /// it, so N nodes started from one roster hold one membership.
     pub fn roster_up(&mut self, roster: &Roster) {
+        if roster
+            .up
+            .keys()
+            .any(|&id| id != self.me && self.members.up_at(self.me, id).is_none())
+        {
+            self.settle(roster.at);
+        }
         if !self.masses.is_empty() {
             for &id in roster.up.keys() {
                 if id != self.me && self.members.up_at(self.me, id).is_none() {
@@ -317,6 +337,7 @@ impl Node {
             for m in self.masses.values_mut() {
                 m.sum.reclaim(peer);
             }
+            self.settle(now);
         }
         self.members.peer_down(self.me, now, peer);
     }
@@ -325,6 +346,28 @@ impl Node {
     /// for failure detection).
     pub fn peer_left(&mut self, now: Nanos, peer: PeerId) {
         self.peer_down(now, peer);
+    }
+
+    /// How long after a membership change seen at this node a Flow
+    /// Updating estimate may still be moving: the other nodes see the same
+    /// change up to a detection time apart and drop their links with a
+    /// peer that went down [`Settings::down_hold`] after they saw it (the
+    /// hold is at least a detection time), so the last drop comes at most
+    /// `1.5 × hold` after this node saw the change; then
+    /// [`SETTLE_INTERVALS`] intervals to average the step out.
+    pub fn settle_span(&self) -> Nanos {
+        let hold = self.settings.down_hold();
+        hold.saturating_add(hold / 2)
+            .saturating_add(self.settings.interval.saturating_mul(SETTLE_INTERVALS))
+    }
+
+    fn settle(&mut self, now: Nanos) {
+        if self.settings.aggregation == Aggregation::FlowUpdating {
+            self.settle_until = self
+                .settle_until
+                .max(now.saturating_add(self.settle_span()));
+            self.changed = true;
+        }
     }
 
     /// Peers membership has up, ascending.
@@ -408,6 +451,7 @@ impl Node {
             for f in self.flows.values_mut() {
                 f.fu.forget(from);
             }
+            self.settle(now);
         }
         let mut refused = 0u64;
         let result = match self.settings.aggregation {
@@ -707,10 +751,18 @@ impl Node {
                 });
                 // Every instance held averages and is sent, whether or not
                 // the key is active here: a node is a relay of the graph.
+                let mut dropped = false;
                 for f in self.flows.values_mut() {
-                    f.fu.retain(keep);
+                    dropped |= f.fu.retain(keep);
                     f.fu.average(nbrs);
                 }
+                if dropped {
+                    self.settle(now);
+                }
+                let settle = Settle {
+                    changed: std::mem::take(&mut self.changed),
+                    settling: now < self.settle_until,
+                };
                 let fps = matches!(
                     self.settings.algorithm,
                     AlgorithmKind::Fps | AlgorithmKind::FpsMean | AlgorithmKind::FpsLrd
@@ -727,7 +779,8 @@ impl Node {
                     // held its limit without it.)
                     let heard = fps.then(|| f.fu.heard());
                     let (published, _) =
-                        e.state.tick_heard(&self.settings, now, remote, live, heard);
+                        e.state
+                            .tick_heard(&self.settings, now, remote, live, heard, settle);
                     f.fu.set_local(published);
                 }
                 for &t in &targets {

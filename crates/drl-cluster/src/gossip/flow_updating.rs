@@ -121,9 +121,11 @@ impl FlowUpdating {
         self.links.remove(&peer);
     }
 
-    /// Keeps only the links `keep` accepts.
-    pub fn retain(&mut self, mut keep: impl FnMut(NodeId) -> bool) {
+    /// Keeps only the links `keep` accepts; true if any was dropped.
+    pub fn retain(&mut self, mut keep: impl FnMut(NodeId) -> bool) -> bool {
+        let before = self.links.len();
         self.links.retain(|&id, _| keep(id));
+        self.links.len() != before
     }
 
     /// Peers this node has a link with.

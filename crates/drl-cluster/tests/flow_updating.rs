@@ -23,7 +23,7 @@ fn graph(n: usize) -> Vec<Vec<u32>> {
 /// message `k` of the round is lost when `lost(k)`.
 fn round(nodes: &mut [FlowUpdating], nbrs: &[Vec<u32>], mut lost: impl FnMut(usize) -> bool) {
     for (i, n) in nodes.iter_mut().enumerate() {
-        n.average(&nbrs[i]);
+        n.average(&nbrs[i], &[]);
     }
     let mut msgs = Vec::new();
     for (i, n) in nodes.iter().enumerate() {

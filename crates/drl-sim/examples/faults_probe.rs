@@ -69,6 +69,36 @@ fn main() {
         if brief {
             line.clear();
         }
+        // Flow Updating: the estimates' sum against the values' sum (equal
+        // when no flow is one-sided), and the one-sided flows.
+        let wk = drl_cluster::cloud_control::wire_key(KEY);
+        let (mut sl, mut se) = (0.0, 0.0);
+        let mut states = std::collections::BTreeMap::new();
+        for (i, n) in ns.iter().enumerate() {
+            if alive[i]
+                && let Some((l, e, fl)) = n.flow_state(&wk)
+            {
+                sl += l;
+                se += e;
+                states.insert(i as u32, fl);
+            }
+        }
+        let mut odd = Vec::new();
+        for (&i, fl) in &states {
+            for &(j, f) in fl {
+                let back = states
+                    .get(&j)
+                    .and_then(|g| g.iter().find(|x| x.0 == i).map(|x| x.1));
+                if back.is_none_or(|b| (b + f).abs() > 0.3) && f.abs() > 0.3 {
+                    odd.push(format!("{i}->{j}:{f:.2}/{back:?}"));
+                }
+            }
+        }
+        if !states.is_empty() {
+            line.push_str(&format!(
+                " | values {sl:.2} estimates {se:.2} one-sided {odd:?}"
+            ));
+        }
         println!(
             "t={t:.1} sum(local limits) side0 {:.0} side1 {:.0} |{line}",
             sum[0], sum[1]

@@ -28,6 +28,19 @@ pub const MAX_PAYLOAD: usize = 1_166;
 /// ([`Node::settle_span`]).
 pub const SETTLE_INTERVALS: u64 = 20;
 
+/// Intervals in a row in which a Flow Updating node's neighbours'
+/// estimates must agree with its own (within [`CALM_SPREAD`]) before it
+/// takes its estimate as settled after a change.
+pub const CALM: u64 = 10;
+
+/// Relative disagreement of neighbouring estimates taken as agreement.
+pub const CALM_SPREAD: f64 = 0.1;
+
+/// True if a member went down less than `span` ago (and is still down).
+fn members_down_within(m: &Members, now: Nanos, span: Nanos) -> bool {
+    m.down.values().any(|&t| now.saturating_sub(t) < span)
+}
+
 /// A push-sum instance for one wire key.
 #[derive(Debug)]
 struct Mass {
@@ -172,6 +185,11 @@ pub struct Node {
     /// Flow Updating: until when the estimates may still be settling
     /// after a membership change (see [`Node::settle_span`]).
     settle_until: Nanos,
+    /// ... and at least until then.
+    settle_min: Nanos,
+    /// Intervals in a row in which the neighbours' estimates agreed with
+    /// this node's ([`CALM`]).
+    calm: u64,
     /// A membership change was seen since the last interval step.
     changed: bool,
     frames: Frames,
@@ -241,6 +259,8 @@ impl Node {
             flows: BTreeMap::new(),
             nbrs: None,
             settle_until: 0,
+            settle_min: 0,
+            calm: 0,
             changed: false,
             frames: Frames::default(),
             queue: VecDeque::new(),
@@ -366,8 +386,20 @@ impl Node {
             self.settle_until = self
                 .settle_until
                 .max(now.saturating_add(self.settle_span()));
+            let least = self.settings.interval.saturating_mul(SETTLE_INTERVALS);
+            self.settle_min = self.settle_min.max(now.saturating_add(least));
+            self.calm = 0;
             self.changed = true;
         }
+    }
+
+    /// Flow Updating's state for `wire_key` (diagnostics): this node's
+    /// value, its estimate of the average, and the flows it holds per
+    /// peer.
+    pub fn flow_state(&self, wire_key: &[u8]) -> Option<(f64, f64, Vec<(PeerId, f64)>)> {
+        self.flows
+            .get(wire_key)
+            .map(|f| (f.fu.local(), f.fu.estimate(), f.fu.flows().collect()))
     }
 
     /// Peers membership has up, ascending.
@@ -751,17 +783,38 @@ impl Node {
                 });
                 // Every instance held averages and is sent, whether or not
                 // the key is active here: a node is a relay of the graph.
+                // Links with peers down are held as they are until dropped.
+                let frozen: Vec<PeerId> = members
+                    .down
+                    .iter()
+                    .filter(|(_, d)| now.saturating_sub(**d) <= hold)
+                    .map(|(p, _)| *p)
+                    .collect();
                 let mut dropped = false;
+                let mut apart: f64 = 0.0;
                 for f in self.flows.values_mut() {
                     dropped |= f.fu.retain(keep);
-                    f.fu.average(nbrs);
+                    apart = apart.max(f.fu.disagreement(nbrs));
+                    f.fu.average(nbrs, &frozen);
                 }
                 if dropped {
                     self.settle(now);
                 }
+                self.calm = if apart <= CALM_SPREAD {
+                    self.calm + 1
+                } else {
+                    0
+                };
+                // Settling: for a while after any change; while a peer down
+                // may still have its links dropped, here or elsewhere; and
+                // then until the neighbours agree (or the span ends).
+                let span = self.settle_span();
+                let pending = members_down_within(&self.members, now, span);
                 let settle = Settle {
                     changed: std::mem::take(&mut self.changed),
-                    settling: now < self.settle_until,
+                    settling: now < self.settle_min
+                        || pending
+                        || (now < self.settle_until && self.calm < CALM),
                 };
                 let fps = matches!(
                     self.settings.algorithm,

@@ -327,9 +327,9 @@ impl KeyState {
     /// down with the limit in force and never up. Before the change the
     /// allowances summed to at most the limit in force, so they still do,
     /// whatever `remote` reads meanwhile: a transient costs admissions,
-    /// never adds any. A key without a measured interval when it starts
-    /// gets no cap (its own start-up rules apply) until the next change
-    /// (`settle.changed`).
+    /// never adds any. The cap is taken at the interval of a change
+    /// (`settle.changed`); a key without a measured interval then gets
+    /// none (its own start-up rules apply) until the next change.
     pub(crate) fn tick_heard(
         &self,
         s: &Settings,
@@ -342,7 +342,7 @@ impl KeyState {
         let mut sl = self.slow.lock();
         if !settle.settling {
             sl.cap = None;
-        } else if sl.cap.is_none() && (settle.changed || !sl.settling) {
+        } else if sl.cap.is_none() && settle.changed {
             sl.cap = sl.allowance;
         }
         sl.settling = settle.settling;

@@ -810,11 +810,16 @@ impl Node {
                 // then until the neighbours agree (or the span ends).
                 let span = self.settle_span();
                 let pending = members_down_within(&self.members, now, span);
+                let settling = now < self.settle_min
+                    || pending
+                    || (now < self.settle_until && self.calm < CALM);
+                if !settling {
+                    // Settled: over until the next change.
+                    self.settle_until = self.settle_until.min(now);
+                }
                 let settle = Settle {
                     changed: std::mem::take(&mut self.changed),
-                    settling: now < self.settle_min
-                        || pending
-                        || (now < self.settle_until && self.calm < CALM),
+                    settling,
                 };
                 let fps = matches!(
                     self.settings.algorithm,

@@ -645,4 +645,86 @@ mod tests {
             "{last:?}"
         );
     }
+
+    /// Issue 43: while a Flow Updating estimate settles after a
+    /// membership change, whatever the remote sums read (0, negative,
+    /// swinging) and however the limit in force moves, a key admits at
+    /// most its allowance from the interval before the change, scaled
+    /// down with the limit in force and never up. Without the cap, a
+    /// remote sum read at 0 handed an FPS node the whole limit.
+    mod settling {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+            #[test]
+            fn never_admits_more_than_before_the_change(
+                fps in any::<bool>(),
+                demand in 200u64..4_000,
+                flows in 1u64..6,
+                before in 1.0f64..5_000.0,
+                remotes in proptest::collection::vec(-500.0f64..5_000.0, 5..40),
+                lives in proptest::collection::vec(1u32..=10, 5..40),
+            ) {
+                let alg = if fps { AlgorithmKind::Fps } else { AlgorithmKind::Grd };
+                let s = Settings {
+                    aggregation: crate::cloud_control::Aggregation::FlowUpdating,
+                    ..Settings::new(alg, 10)
+                };
+                let lim = KeyLimit { rate: 10_000, depth: 500 };
+                let k = KeyState::new(&s, lim, 10, 7, 0);
+                let per_tick = demand / 20;
+                let mut t = 0u64;
+                let admit_interval = |t: u64| {
+                    for i in 0..per_tick {
+                        k.admit(t * 50 * MS + i * 50 * MS / per_tick.max(1), lim, 1, i % flows);
+                    }
+                };
+                let quiet = Settle::default();
+                // Settled: 20 intervals with a steady remote sum.
+                for _ in 0..20 {
+                    t += 1;
+                    admit_interval(t);
+                    k.tick_heard(&s, t * 50 * MS, before, 10, None, quiet);
+                }
+                let snap = k.snapshot();
+                let allowed = |snap: &KeySnapshot| match (snap.local_limit, snap.drop_probability) {
+                    (Some(l), _) => l,
+                    (None, Some(p)) => snap.local_rate * (1.0 - p),
+                    _ => f64::INFINITY,
+                };
+                let cap = {
+                    let a = allowed(&snap);
+                    if snap.local_limit.is_none() && snap.drop_probability == Some(0.0) {
+                        snap.effective_limit as f64 * snap.local_rate
+                            / (snap.local_rate + snap.remote).max(1e-9)
+                    } else {
+                        a
+                    }
+                };
+                let eff0 = snap.effective_limit as f64;
+                // A change, then the remote sums swing while it settles.
+                for (i, (&r, &live)) in remotes.iter().zip(lives.iter().cycle()).enumerate() {
+                    t += 1;
+                    admit_interval(t);
+                    let settle = Settle { changed: i == 0, settling: true };
+                    k.tick_heard(&s, t * 50 * MS, r, live, None, settle);
+                    let snap = k.snapshot();
+                    let bound = cap * (snap.effective_limit as f64 / eff0).min(1.0);
+                    prop_assert!(
+                        allowed(&snap) <= bound + 1e-6 * bound.max(1.0),
+                        "interval {i}: allowed {} > {bound} ({snap:?})", allowed(&snap)
+                    );
+                }
+                // Settled again: the cap is gone (the node may take more).
+                t += 1;
+                admit_interval(t);
+                k.tick_heard(&s, t * 50 * MS, 0.0, 10, None, quiet);
+                if fps {
+                    prop_assert!(k.snapshot().local_limit.unwrap() >= 0.0);
+                }
+            }
+        }
+    }
 }

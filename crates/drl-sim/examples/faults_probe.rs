@@ -76,11 +76,11 @@ fn main() {
         let mut states = std::collections::BTreeMap::new();
         for (i, n) in ns.iter().enumerate() {
             if alive[i]
-                && let Some((l, e, fl)) = n.flow_state(&wk)
+                && let Some(st) = n.flow_state(&wk)
             {
-                sl += l;
-                se += e;
-                states.insert(i as u32, fl);
+                sl += st.local;
+                se += st.estimate;
+                states.insert(i as u32, st.flows);
             }
         }
         let mut odd = Vec::new();

@@ -100,6 +100,17 @@ fn splitmix(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// One Flow Updating instance as a node holds it ([`Node::flow_state`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlowState {
+    /// This node's own value.
+    pub local: f64,
+    /// Its estimate of the average.
+    pub estimate: f64,
+    /// The flow it holds with each peer it has a link with.
+    pub flows: Vec<(PeerId, f64)>,
+}
+
 /// Counters of what a node refused.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct NodeStats {
@@ -393,13 +404,13 @@ impl Node {
         }
     }
 
-    /// Flow Updating's state for `wire_key` (diagnostics): this node's
-    /// value, its estimate of the average, and the flows it holds per
-    /// peer.
-    pub fn flow_state(&self, wire_key: &[u8]) -> Option<(f64, f64, Vec<(PeerId, f64)>)> {
-        self.flows
-            .get(wire_key)
-            .map(|f| (f.fu.local(), f.fu.estimate(), f.fu.flows().collect()))
+    /// Flow Updating's state for `wire_key` (diagnostics).
+    pub fn flow_state(&self, wire_key: &[u8]) -> Option<FlowState> {
+        self.flows.get(wire_key).map(|f| FlowState {
+            local: f.fu.local(),
+            estimate: f.fu.estimate(),
+            flows: f.fu.flows().collect(),
+        })
     }
 
     /// Peers membership has up, ascending.

@@ -23,7 +23,7 @@ fn graph(n: usize) -> Vec<Vec<u32>> {
 /// message `k` of the round is lost when `lost(k)`.
 fn round(nodes: &mut [FlowUpdating], nbrs: &[Vec<u32>], mut lost: impl FnMut(usize) -> bool) {
     for (i, n) in nodes.iter_mut().enumerate() {
-        n.average(&nbrs[i]);
+        n.average(&nbrs[i], &[]);
     }
     let mut msgs = Vec::new();
     for (i, n) in nodes.iter().enumerate() {
@@ -96,6 +96,50 @@ proptest! {
             round(&mut nodes, &nbrs, |_| false);
         }
         let mean = values.iter().sum::<f64>() / 12.0;
+        for f in &nodes {
+            prop_assert!((f.estimate() - mean).abs() < 1e-3 * mean, "{} vs {mean}", f.estimate());
+        }
+    }
+
+    /// Issue 43: two nodes that stop being neighbours (the ring moved as
+    /// members came and went) stop sending to each other, and the last
+    /// averaging step of one end is never mirrored at the other: the two
+    /// copies of their flow disagree, and with them the estimates' sum and
+    /// the values' sum. Both ends unwind such a flow, so the sum returns
+    /// to the values and every estimate to the mean (kept frozen, the
+    /// difference counted for ever: a healed cut at 12 nodes left a third
+    /// of the sum missing and FPS admitted 1.2x its limit).
+    #[test]
+    fn a_link_both_ends_left_is_unwound(
+        values in proptest::collection::vec(1.0f64..1000.0, 8..16),
+        rounds in 5usize..40,
+        jolt in 1.0f64..500.0,
+    ) {
+        let n = values.len();
+        let mut nbrs = graph(n);
+        let mut nodes: Vec<FlowUpdating> = values.iter().map(|&v| {
+            let mut f = FlowUpdating::new();
+            f.set_local(v);
+            f
+        }).collect();
+        for _ in 0..rounds {
+            round(&mut nodes, &nbrs, |_| false);
+        }
+        // Node 0 moves its value and averages once more (its flow to 1
+        // changes), then 0 and 1 stop being neighbours: 1 never hears it.
+        let v0 = values[0] + jolt;
+        nodes[0].set_local(v0);
+        nodes[0].average(&nbrs[0], &[]);
+        nbrs[0].retain(|&j| j != 1);
+        nbrs[1].retain(|&j| j != 0);
+        let total = values.iter().sum::<f64>() + jolt;
+        let sum = |nodes: &[FlowUpdating]| nodes.iter().map(|f| f.estimate()).sum::<f64>();
+        prop_assert!((sum(&nodes) - total).abs() > 1e-6, "the ends disagree");
+        for _ in 0..400 {
+            round(&mut nodes, &nbrs, |_| false);
+        }
+        prop_assert!((sum(&nodes) - total).abs() < 1e-6 * total, "{} vs {total}", sum(&nodes));
+        let mean = total / n as f64;
         for f in &nodes {
             prop_assert!((f.estimate() - mean).abs() < 1e-3 * mean, "{} vs {mean}", f.estimate());
         }

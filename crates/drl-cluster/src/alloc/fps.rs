@@ -428,6 +428,9 @@ impl Allocator for Fps {
         } else {
             0.0
         };
+        if let Some(c) = input.ceiling {
+            self.local_limit = self.local_limit.min(c.max(0.0));
+        }
         let units = to_units(self.local_limit);
         if units == 0 && regime != Regime::Idle && input.unpublished {
             // Demand, but nothing claimed yet: no refill either; the burst

@@ -123,6 +123,12 @@ impl Allocator for Grd {
             let admit = (safe / input.local_rate).clamp(0.0, 1.0);
             self.p = self.p.max(1.0 - admit);
         }
+        if let Some(c) = input.ceiling
+            && input.local_rate > 0.0
+        {
+            let admit = (c.max(0.0) / input.local_rate).clamp(0.0, 1.0);
+            self.p = self.p.max(1.0 - admit);
+        }
         self.threshold = to_threshold(self.p);
         input.local_rate
     }
@@ -245,6 +251,7 @@ mod tests {
             nodes: 2,
             heard: None,
             unpublished: false,
+            ceiling: None,
         }
     }
 

@@ -84,6 +84,7 @@ mod tests {
             nodes: 2,
             heard: None,
             unpublished: false,
+            ceiling: None,
         }
     }
 

@@ -79,6 +79,11 @@ pub struct IntervalInput {
     /// for instead of refilling it every interval (every idle limiter may
     /// be surging at once).
     pub unpublished: bool,
+    /// Most units per second this limiter may admit this interval, if
+    /// bounded: a Flow Updating node whose estimate is settling after a
+    /// membership change keeps to what it was entitled to before it
+    /// (`cloud_control::key::KeyState`). GRD and the FPS family honour it.
+    pub ceiling: Option<f64>,
 }
 
 /// A per-limiter allocation policy.

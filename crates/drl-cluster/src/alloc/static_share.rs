@@ -87,6 +87,7 @@ mod tests {
             nodes: 1,
             heard: None,
             unpublished: false,
+            ceiling: None,
         };
         assert_eq!(s.on_interval(&input), 0.0);
         // 10 s of one unit every 100 µs (10,000/s offered): depth + 10 s x

@@ -191,6 +191,23 @@ struct Slow {
     claimed: Option<f64>,
     remote: f64,
     quiet_ticks: u32,
+    /// What the allocator let this node admit at the last measured
+    /// interval, units/s, and the limit in force then.
+    allowance: Option<(f64, u64)>,
+    /// While the aggregation settles: the allowance held when it began
+    /// (see [`KeyState::tick_heard`]).
+    cap: Option<(f64, u64)>,
+    settling: bool,
+}
+
+/// Whether the aggregation's remote sums may be transiently wrong
+/// ([`KeyState::tick_heard`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Settle {
+    /// A membership change was seen since the last interval step.
+    pub changed: bool,
+    /// The estimates may still be moving after one.
+    pub settling: bool,
 }
 
 /// One aggregate's state.
@@ -254,6 +271,9 @@ impl KeyState {
                 claimed: None,
                 remote: 0.0,
                 quiet_ticks: 0,
+                allowance: None,
+                cap: None,
+                settling: false,
             }),
         }
     }
@@ -320,12 +340,24 @@ impl KeyState {
     /// sum of the others' values and `live` nodes counted. Returns the
     /// value to publish, and whether the key is still worth sending.
     pub(crate) fn tick(&self, s: &Settings, now: Nanos, remote: f64, live: u32) -> (f64, bool) {
-        self.tick_heard(s, now, remote, live, None)
+        self.tick_heard(s, now, remote, live, None, Settle::default())
     }
 
     /// [`KeyState::tick`] with what the others have heard of this node's
     /// value given by the aggregation (`heard`: Flow Updating's mixed part
     /// of it); `None` keeps the peer table's own rule.
+    ///
+    /// `settle.settling`: the aggregation's `remote` may be transiently wrong
+    /// (Flow Updating after a membership change: the flows of a peer that
+    /// left unwind, a cut's two sides re-average, a healed cut's mix). From
+    /// the interval it starts until it ends, the key admits at most what
+    /// its allowance was at the last interval before (units/s), scaled
+    /// down with the limit in force and never up. Before the change the
+    /// allowances summed to at most the limit in force, so they still do,
+    /// whatever `remote` reads meanwhile: a transient costs admissions,
+    /// never adds any. The cap is taken at the interval of a change
+    /// (`settle.changed`); a key without a measured interval then gets
+    /// none (its own start-up rules apply) until the next change.
     pub(crate) fn tick_heard(
         &self,
         s: &Settings,
@@ -333,8 +365,15 @@ impl KeyState {
         remote: f64,
         live: u32,
         heard: Option<f64>,
+        settle: Settle,
     ) -> (f64, bool) {
         let mut sl = self.slow.lock();
+        if !settle.settling {
+            sl.cap = None;
+        } else if sl.cap.is_none() && settle.changed {
+            sl.cap = sl.allowance;
+        }
+        sl.settling = settle.settling;
         let (arrived, forwarded, requested) = {
             let mut f = self.fast.lock();
             (
@@ -430,6 +469,9 @@ impl KeyState {
             nodes: live,
             heard: sl.claimed,
             unpublished,
+            ceiling: sl
+                .cap
+                .map(|(a, e)| a * (effective as f64 / e.max(1) as f64).min(1.0)),
         };
         let (published, old) = {
             let mut f = self.fast.lock();
@@ -444,6 +486,16 @@ impl KeyState {
             };
             f.effective = effective;
             f.demand = local_rate + remote;
+            if !young {
+                let own = local_rate.max(0.0);
+                let allowed = match (f.alloc.local_limit(), f.alloc.drop_probability()) {
+                    (Some(l), _) => l,
+                    (None, Some(p)) if p > 0.0 => own * (1.0 - p),
+                    _ if own + remote > 0.0 => effective as f64 * own / (own + remote.max(0.0)),
+                    _ => 0.0,
+                };
+                sl.allowance = allowed.is_finite().then_some((allowed.max(0.0), effective));
+            }
             (published, old)
         };
         drop(old);
@@ -620,5 +672,87 @@ mod tests {
             (last.local_limit.unwrap() - full).abs() < 0.02 * full,
             "{last:?}"
         );
+    }
+
+    /// Issue 43: while a Flow Updating estimate settles after a
+    /// membership change, whatever the remote sums read (0, negative,
+    /// swinging) and however the limit in force moves, a key admits at
+    /// most its allowance from the interval before the change, scaled
+    /// down with the limit in force and never up. Without the cap, a
+    /// remote sum read at 0 handed an FPS node the whole limit.
+    mod settling {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+            #[test]
+            fn never_admits_more_than_before_the_change(
+                fps in any::<bool>(),
+                demand in 200u64..4_000,
+                flows in 1u64..6,
+                before in 1.0f64..5_000.0,
+                remotes in proptest::collection::vec(-500.0f64..5_000.0, 5..40),
+                lives in proptest::collection::vec(1u32..=10, 5..40),
+            ) {
+                let alg = if fps { AlgorithmKind::Fps } else { AlgorithmKind::Grd };
+                let s = Settings {
+                    aggregation: crate::cloud_control::Aggregation::FlowUpdating,
+                    ..Settings::new(alg, 10)
+                };
+                let lim = KeyLimit { rate: 10_000, depth: 500 };
+                let k = KeyState::new(&s, lim, 10, 7, 0);
+                let per_tick = demand / 20;
+                let mut t = 0u64;
+                let admit_interval = |t: u64| {
+                    for i in 0..per_tick {
+                        k.admit(t * 50 * MS + i * 50 * MS / per_tick.max(1), lim, 1, i % flows);
+                    }
+                };
+                let quiet = Settle::default();
+                // Settled: 20 intervals with a steady remote sum.
+                for _ in 0..20 {
+                    t += 1;
+                    admit_interval(t);
+                    k.tick_heard(&s, t * 50 * MS, before, 10, None, quiet);
+                }
+                let snap = k.snapshot();
+                let allowed = |snap: &KeySnapshot| match (snap.local_limit, snap.drop_probability) {
+                    (Some(l), _) => l,
+                    (None, Some(p)) => snap.local_rate * (1.0 - p),
+                    _ => f64::INFINITY,
+                };
+                let cap = {
+                    let a = allowed(&snap);
+                    if snap.local_limit.is_none() && snap.drop_probability == Some(0.0) {
+                        snap.effective_limit as f64 * snap.local_rate
+                            / (snap.local_rate + snap.remote).max(1e-9)
+                    } else {
+                        a
+                    }
+                };
+                let eff0 = snap.effective_limit as f64;
+                // A change, then the remote sums swing while it settles.
+                for (i, (&r, &live)) in remotes.iter().zip(lives.iter().cycle()).enumerate() {
+                    t += 1;
+                    admit_interval(t);
+                    let settle = Settle { changed: i == 0, settling: true };
+                    k.tick_heard(&s, t * 50 * MS, r, live, None, settle);
+                    let snap = k.snapshot();
+                    let bound = cap * (snap.effective_limit as f64 / eff0).min(1.0);
+                    prop_assert!(
+                        allowed(&snap) <= bound + 1e-6 * bound.max(1.0),
+                        "interval {i}: allowed {} > {bound} ({snap:?})", allowed(&snap)
+                    );
+                }
+                // Settled again: the cap is gone (the node may take more).
+                t += 1;
+                admit_interval(t);
+                k.tick_heard(&s, t * 50 * MS, 0.0, 10, None, quiet);
+                if fps {
+                    prop_assert!(k.snapshot().local_limit.unwrap() >= 0.0);
+                }
+            }
+        }
     }
 }

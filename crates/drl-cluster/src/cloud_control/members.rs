@@ -24,7 +24,7 @@ use super::node::PeerId;
 #[derive(Debug, Clone)]
 pub struct Roster {
     pub(crate) up: Arc<BTreeMap<PeerId, Nanos>>,
-    at: Nanos,
+    pub(crate) at: Nanos,
 }
 
 impl Roster {

@@ -8,7 +8,7 @@ use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::key::{Admission, KeyLimit};
+use super::key::{Admission, KeyLimit, Settle};
 use super::members::{Heard, Members, NOT_UP, Roster};
 use super::settings::{Aggregation, Settings, SettingsError};
 use super::table::{AdmitError, KeyRef, Keys};
@@ -22,6 +22,24 @@ pub type PeerId = u32;
 /// Largest gossip payload a node emits, bytes: a 1,200-byte datagram less
 /// the transport's 34 bytes of framing.
 pub const MAX_PAYLOAD: usize = 1_166;
+
+/// Intervals a Flow Updating estimate is given to average out the step of
+/// a dropped link, after the last drop can have happened
+/// ([`Node::settle_span`]).
+pub const SETTLE_INTERVALS: u64 = 20;
+
+/// Intervals in a row in which a Flow Updating node's neighbours'
+/// estimates must agree with its own (within [`CALM_SPREAD`]) before it
+/// takes its estimate as settled after a change.
+pub const CALM: u64 = 10;
+
+/// Relative disagreement of neighbouring estimates taken as agreement.
+pub const CALM_SPREAD: f64 = 0.1;
+
+/// True if a member went down less than `span` ago (and is still down).
+fn members_down_within(m: &Members, now: Nanos, span: Nanos) -> bool {
+    m.down.values().any(|&t| now.saturating_sub(t) < span)
+}
 
 /// A push-sum instance for one wire key.
 #[derive(Debug)]
@@ -80,6 +98,17 @@ fn splitmix(x: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// One Flow Updating instance as a node holds it ([`Node::flow_state`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlowState {
+    /// This node's own value.
+    pub local: f64,
+    /// Its estimate of the average.
+    pub estimate: f64,
+    /// The flow it holds with each peer it has a link with.
+    pub flows: Vec<(PeerId, f64)>,
 }
 
 /// Counters of what a node refused.
@@ -164,6 +193,16 @@ pub struct Node {
     /// the view they were computed for).
     flows: BTreeMap<Vec<u8>, Flows>,
     nbrs: Option<(u64, Vec<PeerId>)>,
+    /// Flow Updating: until when the estimates may still be settling
+    /// after a membership change (see [`Node::settle_span`]).
+    settle_until: Nanos,
+    /// ... and at least until then.
+    settle_min: Nanos,
+    /// Intervals in a row in which the neighbours' estimates agreed with
+    /// this node's ([`CALM`]).
+    calm: u64,
+    /// A membership change was seen since the last interval step.
+    changed: bool,
     frames: Frames,
     queue: VecDeque<(PeerId, usize)>,
     scratch: Vec<u8>,
@@ -230,6 +269,10 @@ impl Node {
             masses: BTreeMap::new(),
             flows: BTreeMap::new(),
             nbrs: None,
+            settle_until: 0,
+            settle_min: 0,
+            calm: 0,
+            changed: false,
             frames: Frames::default(),
             queue: VecDeque::new(),
             scratch: Vec::new(),
@@ -293,6 +336,7 @@ impl Node {
             for m in self.masses.values_mut() {
                 m.sum.restore(peer);
             }
+            self.settle(now);
         }
         self.members.peer_up(self.me, now, peer);
     }
@@ -302,6 +346,13 @@ impl Node {
     /// node with no membership yet shares the roster instead of copying
     /// it, so N nodes started from one roster hold one membership.
     pub fn roster_up(&mut self, roster: &Roster) {
+        if roster
+            .up
+            .keys()
+            .any(|&id| id != self.me && self.members.up_at(self.me, id).is_none())
+        {
+            self.settle(roster.at);
+        }
         if !self.masses.is_empty() {
             for &id in roster.up.keys() {
                 if id != self.me && self.members.up_at(self.me, id).is_none() {
@@ -330,6 +381,7 @@ impl Node {
             for m in self.masses.values_mut() {
                 m.sum.reclaim(peer);
             }
+            self.settle(now);
         }
         self.members.peer_down(self.me, now, peer);
     }
@@ -338,6 +390,40 @@ impl Node {
     /// for failure detection).
     pub fn peer_left(&mut self, now: Nanos, peer: PeerId) {
         self.peer_down(now, peer);
+    }
+
+    /// How long after a membership change seen at this node a Flow
+    /// Updating estimate may still be moving: the other nodes see the same
+    /// change up to a detection time apart and drop their links with a
+    /// peer that went down [`Settings::down_hold`] after they saw it (the
+    /// hold is at least a detection time), so the last drop comes at most
+    /// `1.5 × hold` after this node saw the change; then
+    /// [`SETTLE_INTERVALS`] intervals to average the step out.
+    pub fn settle_span(&self) -> Nanos {
+        let hold = self.settings.down_hold();
+        hold.saturating_add(hold / 2)
+            .saturating_add(self.settings.interval.saturating_mul(SETTLE_INTERVALS))
+    }
+
+    fn settle(&mut self, now: Nanos) {
+        if self.settings.aggregation == Aggregation::FlowUpdating {
+            self.settle_until = self
+                .settle_until
+                .max(now.saturating_add(self.settle_span()));
+            let least = self.settings.interval.saturating_mul(SETTLE_INTERVALS);
+            self.settle_min = self.settle_min.max(now.saturating_add(least));
+            self.calm = 0;
+            self.changed = true;
+        }
+    }
+
+    /// Flow Updating's state for `wire_key` (diagnostics).
+    pub fn flow_state(&self, wire_key: &[u8]) -> Option<FlowState> {
+        self.flows.get(wire_key).map(|f| FlowState {
+            local: f.fu.local(),
+            estimate: f.fu.estimate(),
+            flows: f.fu.flows().collect(),
+        })
     }
 
     /// Peers membership has up, ascending.
@@ -421,6 +507,7 @@ impl Node {
             for f in self.flows.values_mut() {
                 f.fu.forget(from);
             }
+            self.settle(now);
         }
         let mut refused = 0u64;
         let result = match self.settings.aggregation {
@@ -720,10 +807,44 @@ impl Node {
                 });
                 // Every instance held averages and is sent, whether or not
                 // the key is active here: a node is a relay of the graph.
+                // Links with peers down are held as they are until dropped.
+                let frozen: Vec<PeerId> = members
+                    .down
+                    .iter()
+                    .filter(|(_, d)| now.saturating_sub(**d) <= hold)
+                    .map(|(p, _)| *p)
+                    .collect();
+                let mut dropped = false;
+                let mut apart: f64 = 0.0;
                 for f in self.flows.values_mut() {
-                    f.fu.retain(keep);
-                    f.fu.average(nbrs);
+                    dropped |= f.fu.retain(keep);
+                    apart = apart.max(f.fu.disagreement(nbrs));
+                    f.fu.average(nbrs, &frozen);
                 }
+                if dropped {
+                    self.settle(now);
+                }
+                self.calm = if apart <= CALM_SPREAD {
+                    self.calm + 1
+                } else {
+                    0
+                };
+                // Settling: for a while after any change; while a peer down
+                // may still have its links dropped, here or elsewhere; and
+                // then until the neighbours agree (or the span ends).
+                let span = self.settle_span();
+                let pending = members_down_within(&self.members, now, span);
+                let settling = now < self.settle_min
+                    || pending
+                    || (now < self.settle_until && self.calm < CALM);
+                if !settling {
+                    // Settled: over until the next change.
+                    self.settle_until = self.settle_until.min(now);
+                }
+                let settle = Settle {
+                    changed: std::mem::take(&mut self.changed),
+                    settling,
+                };
                 let fps = matches!(
                     self.settings.algorithm,
                     AlgorithmKind::Fps | AlgorithmKind::FpsMean | AlgorithmKind::FpsLrd
@@ -740,7 +861,8 @@ impl Node {
                     // held its limit without it.)
                     let heard = fps.then(|| f.fu.heard());
                     let (published, _) =
-                        e.state.tick_heard(&self.settings, now, remote, live, heard);
+                        e.state
+                            .tick_heard(&self.settings, now, remote, live, heard, settle);
                     f.fu.set_local(published);
                 }
                 for &t in &targets {

@@ -16,6 +16,11 @@ use std::collections::BTreeMap;
 
 use super::node_id::NodeId;
 
+/// The part of a flow with a peer that is not a neighbour unwound per
+/// averaging step ([`FlowUpdating::average`]): half of it in about 7
+/// steps.
+pub const UNWIND: f64 = 0.1;
+
 /// One message of a key on one link: the sender's flow towards the
 /// receiver and its estimate of the average.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -81,9 +86,18 @@ impl FlowUpdating {
 
     /// One averaging step over the neighbours in `neighbours` (ascending)
     /// heard from: the estimate becomes the mean of its own and theirs, and
-    /// each such flow absorbs the difference. Flows with other peers are
-    /// left as they are (see [`FlowUpdating::forget`]).
-    pub fn average(&mut self, neighbours: &[NodeId]) {
+    /// each such flow absorbs the difference. Flows with peers in `frozen`
+    /// (ascending: down, held until they are dropped, see
+    /// [`FlowUpdating::forget`]) are left as they are. Flows with other
+    /// peers (up, but no longer neighbours: moved on the ring as members
+    /// came and went) are unwound by [`UNWIND`] of what is left: neither
+    /// end may be sending on such a link any more, so neither can repair
+    /// the other's copy, and a flow kept frozen at one end and changed at
+    /// the other counts the difference for ever (a healed cut at 12 nodes
+    /// left two ends 6.4 apart, a third of the sum, and FPS admitted 1.2x
+    /// its limit). Unwound at both ends, both copies go to 0, a little
+    /// every interval, which the neighbours average away as it comes.
+    pub fn average(&mut self, neighbours: &[NodeId], frozen: &[NodeId]) {
         let own = self.estimate();
         let mut sum = own;
         let mut k = 1.0;
@@ -97,14 +111,40 @@ impl FlowUpdating {
         }
         let a = sum / k;
         for (id, (f, e)) in self.links.iter_mut() {
-            if let Some(x) = e
-                && neighbours.binary_search(id).is_ok()
-            {
-                *f += a - *x;
-                *e = Some(a);
+            if neighbours.binary_search(id).is_ok() {
+                if let Some(x) = e {
+                    *f += a - *x;
+                    *e = Some(a);
+                }
+            } else if frozen.binary_search(id).is_err() {
+                *f *= 1.0 - UNWIND;
             }
         }
+        self.links.retain(|id, (f, _)| {
+            f.abs() > 1e-12
+                || neighbours.binary_search(id).is_ok()
+                || frozen.binary_search(id).is_ok()
+        });
         self.home /= k;
+    }
+
+    /// How far the estimates last heard from `neighbours` (ascending) are
+    /// from this node's, at most, relative to the larger of the two: 0
+    /// when they agree (or none was heard), up to 2.
+    pub fn disagreement(&self, neighbours: &[NodeId]) -> f64 {
+        let own = self.estimate();
+        let mut worst: f64 = 0.0;
+        for (id, (_, e)) in &self.links {
+            if let Some(e) = e
+                && neighbours.binary_search(id).is_ok()
+            {
+                let scale = own.abs().max(e.abs());
+                if scale > 1e-9 {
+                    worst = worst.max((own - e).abs() / scale);
+                }
+            }
+        }
+        worst
     }
 
     /// The message for `to`: the flow towards it and the estimate.
@@ -121,9 +161,16 @@ impl FlowUpdating {
         self.links.remove(&peer);
     }
 
-    /// Keeps only the links `keep` accepts.
-    pub fn retain(&mut self, mut keep: impl FnMut(NodeId) -> bool) {
+    /// Keeps only the links `keep` accepts; true if any was dropped.
+    pub fn retain(&mut self, mut keep: impl FnMut(NodeId) -> bool) -> bool {
+        let before = self.links.len();
         self.links.retain(|&id, _| keep(id));
+        self.links.len() != before
+    }
+
+    /// The flow sent to each peer this node has a link with.
+    pub fn flows(&self) -> impl Iterator<Item = (NodeId, f64)> + '_ {
+        self.links.iter().map(|(&id, (f, _))| (id, *f))
     }
 
     /// Peers this node has a link with.
@@ -178,7 +225,7 @@ mod tests {
         let mut c = 0usize;
         for _ in 0..rounds {
             for (i, node) in nodes.iter_mut().enumerate() {
-                node.average(&nbrs[i]);
+                node.average(&nbrs[i], &[]);
             }
             let mut msgs = Vec::new();
             for (i, node) in nodes.iter().enumerate() {

@@ -315,7 +315,22 @@ pub fn trace(sc: &Scenario, seed: u64) -> Report {
     simulate(sc, seed).0
 }
 
+/// What [`observe`] calls after every simulated millisecond: the time,
+/// the nodes, which are alive, which partition side each is on.
+pub type Observer<'a> = dyn FnMut(Nanos, &[Node], &[bool], &[bool]) + 'a;
+
+/// Runs `sc` as [`trace`] does, calling `observe` after every
+/// millisecond's timers with the time, the nodes, which are alive, and
+/// which partition side each is on (diagnostics).
+pub fn observe(sc: &Scenario, seed: u64, observe: &mut Observer<'_>) -> Report {
+    simulate_observed(sc, seed, observe).0
+}
+
 fn simulate(sc: &Scenario, seed: u64) -> (Report, Vec<Bound>) {
+    simulate_observed(sc, seed, &mut |_, _, _, _| {})
+}
+
+fn simulate_observed(sc: &Scenario, seed: u64, observe: &mut Observer<'_>) -> (Report, Vec<Bound>) {
     let n = sc.nodes;
     let nu = n as usize;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -577,6 +592,7 @@ fn simulate(sc: &Scenario, seed: u64) -> (Report, Vec<Bound>) {
                 }
             });
         }
+        observe(now, &nodes, &alive, &side);
         now += MS;
     }
     report.per_second = (0..secs)

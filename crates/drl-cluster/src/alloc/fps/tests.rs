@@ -59,6 +59,7 @@ fn run_interval_sized(
         nodes: 2,
         heard: None,
         unpublished: false,
+        ceiling: None,
     });
     (fwd, w)
 }
@@ -198,6 +199,7 @@ fn weights_count_thousands_of_flows() {
         nodes: 2,
         heard: None,
         unpublished: false,
+        ceiling: None,
     });
     assert_eq!(f.regime(), Regime::Bottlenecked);
     assert!((f.weight() - 1_500.0).abs() < 1e-6, "weight {}", f.weight());
@@ -220,6 +222,7 @@ fn second_regime_is_bounded_relative_to_the_others() {
         nodes: 2,
         heard: None,
         unpublished: false,
+        ceiling: None,
     });
     // No sampled flow: second regime with demand above the limit.
     assert_eq!(f.regime(), Regime::Bottlenecked);

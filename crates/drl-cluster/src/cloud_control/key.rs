@@ -210,6 +210,19 @@ pub(crate) struct Settle {
     pub settling: bool,
 }
 
+impl Slow {
+    /// Takes the cap at a membership change and drops it once settled
+    /// ([`KeyState::tick_heard`]).
+    fn settle(&mut self, settle: Settle) {
+        if !settle.settling {
+            self.cap = None;
+        } else if self.cap.is_none() && settle.changed {
+            self.cap = self.allowance;
+        }
+        self.settling = settle.settling;
+    }
+}
+
 /// One aggregate's state.
 ///
 /// **Demand the cluster has not heard of.** With the peer table a value
@@ -368,12 +381,7 @@ impl KeyState {
         settle: Settle,
     ) -> (f64, bool) {
         let mut sl = self.slow.lock();
-        if !settle.settling {
-            sl.cap = None;
-        } else if sl.cap.is_none() && settle.changed {
-            sl.cap = sl.allowance;
-        }
-        sl.settling = settle.settling;
+        sl.settle(settle);
         let (arrived, forwarded, requested) = {
             let mut f = self.fast.lock();
             (

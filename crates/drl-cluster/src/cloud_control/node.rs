@@ -14,7 +14,7 @@ use super::settings::{Aggregation, Settings, SettingsError};
 use super::table::{AdmitError, KeyRef, Keys};
 use super::wire::{self, Frames, Header, Value};
 use crate::alloc::{AlgorithmKind, FlowId};
-use crate::gossip::{FlowUpdating, PushSum};
+use crate::gossip::FlowUpdating;
 
 /// A peer's identity: the transport's node id.
 pub type PeerId = u32;
@@ -36,106 +36,13 @@ pub const CALM: u64 = 10;
 /// Relative disagreement of neighbouring estimates taken as agreement.
 pub const CALM_SPREAD: f64 = 0.1;
 
+mod links;
+pub use links::{DatagramError, FlowState, NodeStats};
+use links::{Flows, Mass, neighbours};
+
 /// True if a member went down less than `span` ago (and is still down).
 fn members_down_within(m: &Members, now: Nanos, span: Nanos) -> bool {
     m.down.values().any(|&t| now.saturating_sub(t) < span)
-}
-
-/// A push-sum instance for one wire key.
-#[derive(Debug)]
-struct Mass {
-    sum: PushSum,
-    touched: Nanos,
-}
-
-impl Mass {
-    fn new(me: PeerId, s: &Settings, now: Nanos) -> Self {
-        Self {
-            sum: PushSum::new(me, s.nodes, s.branching, s.compensation),
-            touched: now,
-        }
-    }
-}
-
-/// A Flow Updating instance for one wire key.
-#[derive(Debug)]
-struct Flows {
-    fu: FlowUpdating,
-    touched: Nanos,
-}
-
-/// Flow Updating's neighbours of `me` among `up` (ascending, `me` among
-/// them or not): its two neighbours on the ring of ids, which keeps the
-/// graph connected, and every peer `j` whose pair `{me, j}` hashes under
-/// `chords / (nodes - 1)`, a random graph of about `chords` extra links
-/// per node. The chords depend on the pair alone, not on who else is up,
-/// so a peer going down takes its own links away and no other.
-fn neighbours(me: PeerId, up: &[PeerId], nodes: u32, chords: u32) -> Vec<PeerId> {
-    let others = up.iter().filter(|&&p| p != me).count();
-    let mut out = Vec::new();
-    if others == 0 {
-        return out;
-    }
-    let pos = up.partition_point(|&p| p < me);
-    let ring: Vec<PeerId> = up.iter().copied().filter(|&p| p != me).collect();
-    out.push(ring[pos % ring.len()]);
-    out.push(ring[(pos + ring.len() - 1) % ring.len()]);
-    let p = (chords as f64 / nodes.saturating_sub(1).max(1) as f64).min(1.0);
-    let threshold = (p * u64::MAX as f64) as u64;
-    for &j in &ring {
-        let (a, b) = if j < me { (j, me) } else { (me, j) };
-        if splitmix((a as u64) << 32 | b as u64) <= threshold {
-            out.push(j);
-        }
-    }
-    out.sort_unstable();
-    out.dedup();
-    out
-}
-
-fn splitmix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// One Flow Updating instance as a node holds it ([`Node::flow_state`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct FlowState {
-    /// This node's own value.
-    pub local: f64,
-    /// Its estimate of the average.
-    pub estimate: f64,
-    /// The flow it holds with each peer it has a link with.
-    pub flows: Vec<(PeerId, f64)>,
-}
-
-/// Counters of what a node refused.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct NodeStats {
-    /// Payloads that did not decode.
-    pub malformed: u64,
-    /// Payloads of another algorithm or aggregation (mixed configs).
-    pub mismatched: u64,
-    /// Values not stored because a peer already filled `max_keys`.
-    pub refused_values: u64,
-    /// Payloads emitted.
-    pub sent: u64,
-}
-
-/// A payload that was not applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum DatagramError {
-    /// It did not decode.
-    #[error(transparent)]
-    Malformed(#[from] wire::WireError),
-    /// It came from a node running another algorithm or aggregation.
-    #[error("gossip from a node with another algorithm or aggregation")]
-    Mismatched,
-    /// It claims to come from this node.
-    #[error("gossip claiming this node as its sender")]
-    FromSelf,
 }
 
 /// One Cloud Control node (Raghavan et al., SIGCOMM 2007) for many keys:

@@ -206,8 +206,112 @@ fn redis_replay_of_takes_and_charges_equals_memory_for_every_algorithm() {
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
 }
 
+/// A trace of every kind of row: takes, checks, charges, and
+/// reservations (estimates up to 6) settled above or below their estimate
+/// or released, some after `--reservation-ttl-ms` has passed.
+fn trace_with_reservations(seed: u64, rows: usize) -> String {
+    let mut x = seed | 1;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut t: u64 = 1_763_700_000_000_000_000;
+    let mut open: Vec<(String, String)> = vec![];
+    let mut out = String::from("timestamp_ns,key,cost,kind,id\n");
+    for n in 0..rows {
+        let r = next();
+        t += r % 9_000_000;
+        let key = format!("k{}", (r >> 20) % 3);
+        let cost = (r >> 30) % 7;
+        let line = match (r >> 40) % 6 {
+            0 | 1 => format!("{t},{key},{cost},take,"),
+            2 => format!("{t},{key},{cost},check,"),
+            3 => format!("{t},{key},{},charge,", cost / 2),
+            4 => {
+                let id = format!("r{n}");
+                open.push((id.clone(), key.clone()));
+                format!("{t},{key},{cost},reserve,{id}")
+            }
+            _ if !open.is_empty() => {
+                let (id, key) = open.remove((r >> 50) as usize % open.len());
+                if (r >> 45) % 3 == 0 {
+                    format!("{t},{key},0,release,{id}")
+                } else {
+                    format!("{t},{key},{},settle,{id}", (r >> 33) % 9)
+                }
+            }
+            _ => format!("{t},{key},{cost},take,"),
+        };
+        out += &line;
+        out += "\n";
+    }
+    out
+}
+
 #[test]
-fn reservations_through_redis_are_a_clear_error() {
+fn redis_replay_of_every_kind_of_row_equals_memory_for_every_algorithm() {
+    let redis = common::Redis::start_module();
+    let url = redis.url();
+    let mut diffs = vec![];
+    for (i, alg) in [
+        "token-bucket",
+        "leaky-bucket",
+        "gcra",
+        "leaky-queue",
+        "fixed-window",
+        "sliding-log",
+        "sliding-window",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let input = trace_with_reservations(0x5E77 + i as u64, 500);
+        let base = [
+            "-a",
+            alg,
+            "-q",
+            "4/50ms",
+            "-q",
+            "30/s",
+            "--reservation-ttl-ms",
+            "40",
+        ];
+        let memory = replay(&base, &input);
+        assert_eq!(memory.lines().count(), 501);
+        for kind in [",check,", ",charge,", ",reserve,", ",settle,", ",release,"] {
+            assert!(memory.contains(kind), "{alg}: the trace has {kind} rows");
+        }
+        // Refunds and charges beyond the estimate both happen.
+        assert!(
+            memory
+                .lines()
+                .any(|l| l.contains(",settle,") && !l.ends_with(",0,0")),
+            "{alg}: some settle moves the balance"
+        );
+        for engine in ["lua", "module"] {
+            let mut with_store = base.to_vec();
+            with_store.extend_from_slice(&["--store", &url, "--redis-engine", engine]);
+            let redis = replay(&with_store, &input);
+            if memory != redis {
+                let (n, (m, r)) = memory
+                    .lines()
+                    .zip(redis.lines())
+                    .enumerate()
+                    .find(|(_, (m, r))| m != r)
+                    .expect("same length");
+                diffs.push(format!(
+                    "{alg} {engine}: first difference at row {n}:\n memory {m}\n redis  {r}"
+                ));
+            }
+        }
+    }
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
+
+#[test]
+fn a_settle_without_its_reserve_through_redis_is_a_clear_error() {
     let redis = common::Redis::start();
     let out = Command::new(env!("CARGO_BIN_EXE_drl"))
         .args([
@@ -228,14 +332,14 @@ fn reservations_through_redis_are_a_clear_error() {
             c.stdin
                 .take()
                 .unwrap()
-                .write_all(b"0,a\n1,a,1,reserve,r\n")?;
+                .write_all(b"0,a\n1,a,1,settle,r\n")?;
             c.wait_with_output()
         })
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("is a reserve: with --store, replay takes and charges only"),
+        err.contains("settles id \"r\", which no reserve row opened"),
         "{err}"
     );
 }

@@ -72,3 +72,32 @@ async fn in_process_permits_settle_here() {
     let c = Client::in_process(InProcess::from_yaml(CONFIG, "<test>").unwrap());
     budget(&c, "here").await;
 }
+
+/// The same budget on `scope: redis`, both engines, over the native gRPC
+/// API and HTTP: the reservation's marks travel to Redis and back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_permits_settle_in_redis_with_both_engines() {
+    for (redis, engine) in [
+        (common::Redis::start(), "lua"),
+        (common::Redis::start_module(), "module"),
+    ] {
+        let config = format!(
+            "redis:\n  url: {}\n  engine: {engine}\n  connect_timeout_ms: 30000\n  \
+             response_timeout_ms: 30000\nredis_resilience:\n  \
+             default_policy: {{timeout_ms: 30000, on_store_error: deny}}\n{}    scope: redis\n",
+            redis.url(),
+            CONFIG.trim_start_matches('\n')
+        );
+        let drl = Drl::start(&config);
+        let [grpc, http] = remotes(&drl);
+        budget(&grpc, &format!("grpc-{engine}")).await;
+        budget(&http, &format!("http-{engine}")).await;
+        let keys = drl_test_kit::redis::raw_command(redis.port, "KEYS *").unwrap();
+        for client in ["grpc", "http"] {
+            assert!(
+                keys.contains(&format!("{client}-{engine}")),
+                "{engine}: the {client} budget lives in Redis: {keys:?}"
+            );
+        }
+    }
+}

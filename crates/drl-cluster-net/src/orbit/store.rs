@@ -4,8 +4,6 @@ mod apply;
 mod costs;
 mod tasks;
 
-pub use costs::OrbitCharge;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,6 +37,18 @@ pub struct OrbitDecision {
     pub window: u64,
     /// The protocol's reason for a denial.
     pub reason: Option<OrbitDeny>,
+}
+
+/// What a charge did at this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OrbitCharge {
+    /// A query right after (denied while the key is in debt here), and the
+    /// window the charge was counted in.
+    pub decision: OrbitDecision,
+    /// Taken from what this node held for the key.
+    pub consumed: u64,
+    /// Recorded as the key's debt at this node.
+    pub debt: u64,
 }
 
 /// One key's window at this node ([`OrbitStore::key_window`]).

@@ -4,19 +4,7 @@
 
 use drl_store::{LimitSpec, StoreError};
 
-use super::{OrbitDecision, OrbitStore};
-
-/// What a charge did at this node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OrbitCharge {
-    /// A query right after (denied while the key is in debt here), and the
-    /// window the charge was counted in.
-    pub decision: OrbitDecision,
-    /// Taken from what this node held for the key.
-    pub consumed: u64,
-    /// Recorded as the key's debt at this node.
-    pub debt: u64,
-}
+use super::{OrbitCharge, OrbitDecision, OrbitStore};
 
 impl OrbitStore {
     /// Charges `cost` for `key` now whatever it holds; never waits. The

@@ -369,7 +369,7 @@ fn case() -> impl Strategy<Value = (u32, u64, u64, Faults, Vec<Op>)> {
             Just(n),
             Just(cap),
             any::<u64>(),
-            (0u64..30, 0u64..30, 1u64..40).prop_map(|(loss, dup, max_delay)| Faults {
+            (0u64..=30, 0u64..=30, 1u64..=40).prop_map(|(loss, dup, max_delay)| Faults {
                 loss,
                 dup,
                 max_delay,

@@ -1,6 +1,7 @@
 //! Orbit runtime under harder conditions on real UDP sockets: tables that
-//! span many datagrams, a lossy reordering network, and a node that does
-//! not have the cluster key.
+//! span many datagrams, a lossy reordering network (takes alone, and with
+//! charges, reservations and settlements), and a node that does not have
+//! the cluster key.
 //!
 //! No verdict depends on how fast this machine is: the cap is an upper
 //! bound per window, which holds however slow the run; "the ring carries
@@ -218,6 +219,142 @@ async fn orbit_lossy_reordering_network_keeps_cap() {
     assert!(dropped > 0, "no fault was injected");
     for (w, n) in &per {
         assert!(*n <= 3000, "window w0+{}: {n} > cap", w - w0);
+    }
+}
+
+/// What one window saw, summed over the nodes (docs/orbit.md, "Costs
+/// known afterwards").
+#[derive(Debug, Default, Clone, Copy)]
+struct CostTally {
+    admitted: u64,
+    charged: u64,
+    refunded: u64,
+    /// Charges' shortfall: recorded as debt, or (a node sitting the window
+    /// out) nowhere.
+    shortfall: u64,
+}
+
+/// The same lossy, reordering network with charges, reservations and
+/// settlements mixed into the takes: per window, takes alone keep to the
+/// cap (`admitted - refunded <= cap`) and with charges the ring exceeds it
+/// by at most the charges' shortfall (`admitted + charged - refunded <=
+/// cap + shortfall`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orbit_lossy_network_keeps_the_bound_with_charges() {
+    let window = 2 * SEC;
+    let cap = 1500;
+    let members = ring(5);
+    let spec = spec(cap, window);
+    let mut stores = Vec::new();
+    for id in 1..=5u32 {
+        let fault = FaultConfig {
+            drop_rate: 0.2,
+            delay_ms: 1,
+            jitter_ms: 30,
+            seed: u64::from(id) * 104_729,
+            ..FaultConfig::default()
+        };
+        let s = OrbitStore::start(config(id, &members, 40, fault))
+            .await
+            .expect("start");
+        s.register(&spec).expect("register");
+        stores.push(Arc::new(s));
+    }
+    let ledger: Arc<Mutex<BTreeMap<u64, CostTally>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = stores
+        .iter()
+        .enumerate()
+        .map(|(node, s)| {
+            let (s, spec, ledger, stop) = (s.clone(), spec.clone(), ledger.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut i: u64 = node as u64;
+                while !stop.load(Ordering::SeqCst) {
+                    i += 1;
+                    let key = "tenant";
+                    for _ in 0..3 {
+                        let d = s.admit(&spec, key, 1).expect("admit");
+                        if d.decision.allowed {
+                            ledger.lock().entry(d.window).or_default().admitted += 1;
+                        }
+                    }
+                    // A charge of 0-6.
+                    let cost = i * 5 % 7;
+                    let c = s.charge_at(&spec, key, cost).expect("charge");
+                    assert!(c.consumed + c.debt <= cost, "{c:?}");
+                    {
+                        let mut l = ledger.lock();
+                        let t = l.entry(c.decision.window).or_default();
+                        t.charged += cost;
+                        t.shortfall += cost - c.consumed;
+                    }
+                    // A reservation of 3 settled at 0-6: the difference
+                    // charged, or refunded with the mark.
+                    let (d, mark) = s.reserve_at(&spec, key, 3).await.expect("reserve");
+                    let Some(mark) = mark else {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        continue;
+                    };
+                    ledger.lock().entry(d.window).or_default().admitted += 3;
+                    let actual = i * 3 % 7;
+                    if actual > 3 {
+                        let c = s.charge_at(&spec, key, actual - 3).expect("charge");
+                        let mut l = ledger.lock();
+                        let t = l.entry(c.decision.window).or_default();
+                        t.charged += actual - 3;
+                        t.shortfall += actual - 3 - c.consumed;
+                    } else {
+                        let (r, back) = s.refund_at(&spec, key, 3 - actual, mark).expect("refund");
+                        assert!(back <= 3 - actual);
+                        if r.window != mark {
+                            assert_eq!(back, 0, "a refund after its window");
+                        }
+                        ledger.lock().entry(r.window).or_default().refunded += back;
+                    }
+                    // Pacing of the demand, not a wait.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+        })
+        .collect();
+    // Until a complete window from the third on admitted a tenth of the
+    // cap and recorded a shortfall (the ring carries the tables through
+    // the loss, and charges went into debt), under the guard.
+    let w0 = SystemClock.now() / window;
+    let t0 = std::time::Instant::now();
+    loop {
+        let now = SystemClock.now() / window;
+        let done = now > w0 + 2
+            && ledger
+                .lock()
+                .range(w0 + 2..now)
+                .any(|(_, t)| t.admitted >= cap / 10 && t.shortfall > 0);
+        if done {
+            break;
+        }
+        assert!(
+            t0.elapsed() < HANG_GUARD,
+            "no window admitted a tenth of the cap with debt: {:?}",
+            ledger.lock()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        t.await.expect("demand");
+    }
+    let per = ledger.lock().clone();
+    eprintln!("lossy with charges: per window {per:?}");
+    for (w, t) in &per {
+        assert!(t.refunded <= t.admitted, "window {w}: {t:?}");
+        assert!(
+            t.admitted - t.refunded <= cap,
+            "window {w}: takes over the cap: {t:?}"
+        );
+        assert!(
+            t.admitted + t.charged - t.refunded <= cap + t.shortfall,
+            "window {w}: over the cap by more than the shortfall: {t:?}"
+        );
     }
 }
 

@@ -64,9 +64,9 @@ pub enum CheckError {
     #[error("`requests` is empty")]
     Empty,
     /// A mode the limit's scope cannot serve (check, reserve, settle and
-    /// release need a `local` or `redis` limit).
+    /// release need a `local`, `redis` or `orbit` limit).
     #[error(
-        "requests[{index}]: mode {mode:?} needs a `local` limit (or a `redis` one); limit {limit:?} has scope {scope} (take and charge only)"
+        "requests[{index}]: mode {mode:?} needs a `local` limit (or a `redis` or `orbit` one); limit {limit:?} has scope {scope} (take and charge only)"
     )]
     Unsupported {
         /// Position in the batch.
@@ -639,7 +639,7 @@ pub fn apply_local(
 
 /// True when `backend` serves check, reserve, settle and release: in
 /// memory, or a store that implements them ([`drl_store::Store::settles`]:
-/// Redis).
+/// Redis, Orbit).
 fn settles(backend: &Backend) -> bool {
     match backend {
         Backend::Local(_) => true,
@@ -649,7 +649,7 @@ fn settles(backend: &Backend) -> bool {
 
 /// Applies check `r` (any [`Op`]) on `limit`, in memory or in its store;
 /// no metrics, no shadow mode. Check, reserve, settle and release need a
-/// backend that settles (`local`, `redis`) and are refused otherwise
+/// backend that settles (`local`, `redis`, `orbit`) and are refused otherwise
 /// ([`CheckError::Unsupported`], nothing decided); a store applies them as
 /// [`crate::reservations::apply_store`] says.
 pub async fn apply_raw(

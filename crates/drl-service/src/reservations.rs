@@ -1,7 +1,7 @@
 //! [`Reservations`]: a limit's open reservations, by id, for the HTTP and
 //! native APIs (a `reserve` answers an id; a later `settle` or `release`
 //! names it). One bounded [`Ledger`] per limit, made on first use;
-//! docs/server.md, "Costs known afterwards". A `redis` limit's
+//! docs/server.md, "Costs known afterwards". A `redis` or `orbit` limit's
 //! reservations are held here too (the store keeps the state, the ledger
 //! the estimate, the expiry and the marks the store returned).
 //!
@@ -94,7 +94,7 @@ impl Reservations {
 }
 
 /// Applies check, reserve, settle or release `r` on the limit of `spec`,
-/// whose state is in `store` (Redis) and whose open reservations are
+/// whose state is in `store` (Redis, Orbit) and whose open reservations are
 /// `open`, as [`crate::engine::apply_local`] does in memory: a reserve
 /// takes the estimate in the store and keeps its marks in the limit's
 /// ledger; a settle charges the excess in the store, or refunds the

@@ -354,52 +354,13 @@ fn an_expired_reservation_refunds_nothing() {
     assert_eq!(remaining(&drl, "tokens", "f"), 5);
 }
 
-/// A free UDP port on loopback (for the one-node Orbit ring below).
+/// A free UDP port on loopback (for the one-node gossip cluster below).
 fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port()
-}
-
-#[test]
-fn a_scope_that_cannot_charge_says_so() {
-    // An Orbit limit (a one-node ring): its store does not charge, and
-    // reservations need a `local` limit. Both are refused with a clear
-    // error, never decided as a take.
-    let bind = format!("127.0.0.1:{}", free_udp_port());
-    let drl = Drl::start(&format!(
-        "limits:
-  - name: ring
-    algorithm: fixed-window
-    quota: 5/s
-    scope: orbit
-orbit:
-  node_id: 1
-  bind: \"{bind}\"
-  key: {{inline: \"a-test-cluster-key-of-32-bytes!!\"}}
-  ring:
-    - {{id: 1, addr: \"{bind}\"}}
-"
-    ));
-    let (s, v) = check(
-        &drl,
-        json!([{"limit": "ring", "key": "k", "cost": 1, "mode": "charge"}]),
-    );
-    assert_eq!(s, 400, "{v}");
-    assert!(v.to_string().contains("cannot charge"), "{v}");
-    for mode in ["check", "reserve"] {
-        let (s, v) = check(
-            &drl,
-            json!([{"limit": "ring", "key": "k", "cost": 1, "mode": mode}]),
-        );
-        assert_eq!(s, 400, "{mode}: {v}");
-        assert!(
-            v.to_string().contains("needs a `local` limit"),
-            "{mode}: {v}"
-        );
-    }
 }
 
 /// A reload that keeps a limit keeps its open reservations (the settle
@@ -479,9 +440,15 @@ cluster:
     assert_eq!(r["allowed"], false, "in debt right after: {r}");
     let t = one(&drl, json!({"limit": "shared", "key": "t", "cost": 1}));
     assert_eq!(t["allowed"], false, "a take while in debt: {t}");
-    let (s, v) = check(
-        &drl,
-        json!([{"limit": "shared", "key": "t", "cost": 1, "mode": "reserve"}]),
-    );
-    assert_eq!(s, 400, "{v}");
+    for mode in ["check", "reserve"] {
+        let (s, v) = check(
+            &drl,
+            json!([{"limit": "shared", "key": "t", "cost": 1, "mode": mode}]),
+        );
+        assert_eq!(s, 400, "{mode}: {v}");
+        assert!(
+            v.to_string().contains("needs a `local` limit"),
+            "{mode}: {v}"
+        );
+    }
 }

@@ -19,4 +19,4 @@ pub mod wire;
 pub use config::{KeySource, LimitSettings, MAX_MESSAGE_BYTES, OrbitConfig, RingMember};
 pub use error::OrbitError;
 pub use ring_id::limit_id;
-pub use store::{KeyWindow, OrbitDecision, OrbitStore, RuntimeStats};
+pub use store::{KeyWindow, OrbitCharge, OrbitDecision, OrbitStore, RuntimeStats};

@@ -1,5 +1,7 @@
 //! [`OrbitStore`]: the runtime that drives one `OrbitNode` per Orbit limit.
 
+mod apply;
+mod costs;
 mod tasks;
 
 use std::collections::BTreeMap;
@@ -9,10 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use drl_cluster::orbit::{
-    Admit, DenyReason as OrbitDeny, NodeId, OrbitNode, OrbitStats, Outgoing, codec,
-};
-use drl_core::{Clock, Decision, DenyReason, Nanos, SystemClock};
+use drl_cluster::orbit::{DenyReason as OrbitDeny, NodeId, OrbitNode, OrbitStats, Outgoing, codec};
+use drl_core::{Clock, Decision, Mark, Nanos, SystemClock};
 use drl_store::{Check, LimitSpec, Store, StoreError};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -37,6 +37,18 @@ pub struct OrbitDecision {
     pub window: u64,
     /// The protocol's reason for a denial.
     pub reason: Option<OrbitDeny>,
+}
+
+/// What a charge did at this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OrbitCharge {
+    /// A query right after (denied while the key is in debt here), and the
+    /// window the charge was counted in.
+    pub decision: OrbitDecision,
+    /// Taken from what this node held for the key.
+    pub consumed: u64,
+    /// Recorded as the key's debt at this node.
+    pub debt: u64,
 }
 
 /// One key's window at this node ([`OrbitStore::key_window`]).
@@ -310,78 +322,8 @@ impl OrbitStore {
         key: &str,
         cost: u64,
     ) -> Result<(OrbitDecision, Arc<Notify>, Nanos), StoreError> {
-        let inner = &self.inner;
-        let now = inner.now();
-        let mut st = inner.state.lock();
-        let id = limit_id(spec);
-        if st.names.get(&spec.name) != Some(&id) {
-            inner
-                .register_locked(&mut st, spec, now)
-                .map_err(|e| StoreError::Invalid(e.to_string()))?;
-            inner.wake.notify_one();
-        }
-        let Some(l) = st.limits.get_mut(&id) else {
-            return Err(StoreError::Invalid(format!(
-                "orbit: limit {:?} not registered",
-                spec.name
-            )));
-        };
-        let a = l.node.admit(now, key.as_bytes(), cost);
-        let window = l.node.current_window();
-        let reset_after = (window + 1)
-            .saturating_mul(l.window_len)
-            .saturating_sub(now);
-        let (decision, reason) = match a {
-            Admit::Allowed { remaining } => (
-                Decision {
-                    allowed: true,
-                    remaining,
-                    limit: l.cap,
-                    retry_after: Some(0),
-                    reset_after,
-                    delay: 0,
-                    reason: None,
-                },
-                None,
-            ),
-            Admit::Denied {
-                reason: OrbitDeny::KeyTooLong,
-                ..
-            } => {
-                return Err(StoreError::Invalid(format!(
-                    "orbit: key longer than {} bytes",
-                    drl_cluster::orbit::MAX_KEY_LEN
-                )));
-            }
-            Admit::Denied {
-                reason,
-                retry_after,
-            } => (
-                Decision {
-                    allowed: false,
-                    remaining: 0,
-                    limit: l.cap,
-                    retry_after,
-                    reset_after,
-                    delay: 0,
-                    reason: Some(if reason == OrbitDeny::CostExceedsCap {
-                        DenyReason::CostExceedsCapacity
-                    } else {
-                        DenyReason::OverLimit
-                    }),
-                },
-                Some(reason),
-            ),
-        };
-        Ok((
-            OrbitDecision {
-                decision,
-                window,
-                reason,
-            },
-            l.notify.clone(),
-            l.max_wait,
-        ))
+        self.apply(spec, key, |n, now| (n.admit(now, key.as_bytes(), cost), ()))
+            .map(|(d, (), notify, wait)| (d, notify, wait))
     }
 
     /// Decides like [`Store::decide`], also reporting the window charged.
@@ -394,20 +336,9 @@ impl OrbitStore {
         key: &str,
         cost: u64,
     ) -> Result<OrbitDecision, StoreError> {
-        let started = Instant::now();
-        loop {
-            let (d, notify, max_wait) = self.admit_inner(spec, key, cost)?;
-            let waitable = d.reason == Some(OrbitDeny::Exhausted) && max_wait > 0;
-            let left = Duration::from_nanos(max_wait).saturating_sub(started.elapsed());
-            if !waitable || left.is_zero() {
-                return Ok(d);
-            }
-            let retry = Duration::from_nanos(d.decision.retry_after.unwrap_or(max_wait).max(1));
-            let notified = notify.notified();
-            // Either a table arrives / the window changes (notified), or
-            // the retry hint or the bound passes.
-            let _ = tokio::time::timeout(left.min(retry), notified).await;
-        }
+        self.waiting(spec, key, |n, now| (n.admit(now, key.as_bytes(), cost), ()))
+            .await
+            .map(|(d, ())| d)
     }
 
     /// This node's view of `key` of limit `name` in the current window (for
@@ -488,6 +419,41 @@ impl Store for OrbitStore {
         self.decide_charged(check.spec, check.key, check.cost)
             .await
             .map(|d| d.decision)
+    }
+
+    async fn charge(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        self.charge_at(check.spec, check.key, check.cost)
+            .map(|c| c.decision.decision)
+    }
+
+    fn settles(&self) -> bool {
+        true
+    }
+
+    async fn check(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        self.check_at(check.spec, check.key, check.cost)
+            .await
+            .map(|d| d.decision)
+    }
+
+    async fn reserve(
+        &self,
+        check: Check<'_>,
+    ) -> Result<(Decision, Option<Box<[Mark]>>), StoreError> {
+        let (d, mark) = self.reserve_at(check.spec, check.key, check.cost).await?;
+        Ok((d.decision, mark.map(|w| vec![Mark(w)].into_boxed_slice())))
+    }
+
+    async fn refund(&self, check: Check<'_>, marks: &[Mark]) -> Result<Decision, StoreError> {
+        let [Mark(w)] = marks else {
+            return Err(StoreError::Invalid(format!(
+                "orbit: {} marks for the one quota of limit {:?}",
+                marks.len(),
+                check.spec.name
+            )));
+        };
+        self.refund_at(check.spec, check.key, check.cost, *w)
+            .map(|(d, _)| d.decision)
     }
 
     fn retain(&self, specs: &[LimitSpec]) {

@@ -17,5 +17,5 @@ pub use config::{
     ConfigError, MAX_KEY_LEN, MAX_LANES, MAX_RING, MAX_TABLE_KEYS, NodeId, OrbitConfig, PPM,
 };
 pub use node::OrbitNode;
-pub use outcome::{Admit, DenyReason, OrbitStats, Outgoing};
+pub use outcome::{Admit, Charged, DenyReason, OrbitStats, Outgoing, Refunded};
 pub use table::TableMsg;

@@ -1,5 +1,6 @@
 //! The sans-IO Orbit node: admission decisions, table handling, timers.
 
+mod costs;
 mod rule;
 
 use std::cmp::Ordering;
@@ -8,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use drl_core::Nanos;
 
 use super::config::{ConfigError, MAX_KEY_LEN, NodeId, OrbitConfig};
-use super::outcome::{Admit, DenyReason, OrbitStats, Outgoing};
+use super::outcome::{Admit, OrbitStats, Outgoing};
 use super::table::{Entry, Table, TableMsg};
 use rule::Rule;
 
@@ -18,6 +19,12 @@ struct KeyState {
     admitted: u64,
     demand: u64,
     prev_demand: u64,
+    /// What charges consumed beyond what the node held (`holding` is 0
+    /// while it is not); repaid first from anything the node obtains.
+    debt: u64,
+    /// Reservations admitted in this window not yet refunded: the most a
+    /// refund may give back.
+    reserved: u64,
 }
 
 #[derive(Debug)]
@@ -227,32 +234,8 @@ impl OrbitNode {
     }
 
     fn decide(&mut self, now: Nanos, key: &[u8], cost: u64) -> Admit {
-        if cost > self.cfg.cap {
-            return Admit::Denied {
-                reason: DenyReason::CostExceedsCap,
-                retry_after: None,
-            };
-        }
-        let to_next_window = (self.window + 1)
-            .saturating_mul(self.cfg.window)
-            .saturating_sub(now);
-        if !self.is_eligible(self.window) {
-            return Admit::Denied {
-                reason: DenyReason::Recovering,
-                retry_after: Some(to_next_window),
-            };
-        }
-        if key.len() > MAX_KEY_LEN {
-            return Admit::Denied {
-                reason: DenyReason::KeyTooLong,
-                retry_after: None,
-            };
-        }
-        if !self.keys.contains_key(key) && self.keys.len() >= self.cfg.max_keys {
-            return Admit::Denied {
-                reason: DenyReason::TooManyKeys,
-                retry_after: Some(to_next_window),
-            };
+        if let Some(d) = self.refuse(now, key, cost) {
+            return d;
         }
         let local = self.local;
         let ks = self.keys.entry(key.to_vec()).or_insert(KeyState {
@@ -260,25 +243,19 @@ impl OrbitNode {
             ..KeyState::default()
         });
         ks.demand = ks.demand.saturating_add(cost);
-        for lane in 0..self.lanes.len() {
-            let short = self.keys.get(key).is_some_and(|ks| cost > ks.holding);
-            if short && self.lanes[lane].held.is_some() {
-                self.rebalance_key(now, lane, key, cost);
-            }
-        }
-        let lap = self.lap();
+        self.obtain(now, key, cost);
         match self.keys.get_mut(key) {
-            Some(ks) if cost <= ks.holding => {
+            Some(ks) if ks.debt == 0 && cost <= ks.holding => {
                 ks.holding -= cost;
                 ks.admitted += cost;
                 Admit::Allowed {
                     remaining: ks.holding,
                 }
             }
-            _ => Admit::Denied {
-                reason: DenyReason::Exhausted,
-                retry_after: Some(lap.min(to_next_window).max(1)),
-            },
+            ks => {
+                let in_debt = ks.is_some_and(|ks| ks.debt > 0);
+                self.short(now, in_debt)
+            }
         }
     }
 
@@ -676,6 +653,7 @@ impl OrbitNode {
                     let (keep, free) = rule.split(ks.holding, pool, reserve, rule.want(ks));
                     if keep != ks.holding && table_len + new_entries.len() < max_keys {
                         ks.holding = keep;
+                        ks.repay();
                         new_entries.push((
                             k.clone(),
                             Entry {
@@ -698,6 +676,7 @@ impl OrbitNode {
                     let (keep, free) = rule.split(ks.holding, e.free, e.reserve, rule.want(ks));
                     if keep != ks.holding {
                         ks.holding = keep;
+                        ks.repay();
                         e.free = free;
                         e.modified = hop1;
                     }
@@ -709,51 +688,42 @@ impl OrbitNode {
     }
 
     /// The rebalance rule for one key the node has state for, with `want`
-    /// raised to at least `min_want` (a request's cost).
+    /// raised to at least `min_want` (a request's cost) plus the key's debt.
     fn rebalance_key(&mut self, now: Nanos, lane: usize, key: &[u8], min_want: u64) {
         let rule = self.rule(now);
-        let max_keys = self.cfg.max_keys;
-        let Some(l) = self.lanes.get_mut(lane) else {
+        let Some(ks) = self.keys.get(key) else {
             return;
         };
-        let pool = l.pool;
-        let (Some(held), Some(ks)) = (l.held.as_mut(), self.keys.get_mut(key)) else {
+        let Some(p) = self.plan_key(&rule, lane, key, ks, min_want) else {
+            return;
+        };
+        let (Some(held), Some(ks)) = (
+            self.lanes.get_mut(lane).and_then(|l| l.held.as_mut()),
+            self.keys.get_mut(key),
+        ) else {
             return;
         };
         let visit = held.visit;
         let hop1 = held.table.hop.saturating_add(1);
         let table = &mut held.table.entries;
-        let want = rule.want(ks).max(min_want);
-        match table.get_mut(key) {
-            Some(e) => {
-                if e.visit != visit {
-                    e.visit = visit;
-                    e.reserve = rule.reserve(e.free);
-                }
-                let (keep, free) = rule.split(ks.holding, e.free, e.reserve, want);
-                if keep != ks.holding {
-                    ks.holding = keep;
-                    e.free = free;
-                    e.modified = hop1;
-                }
-            }
-            None => {
-                let reserve = rule.reserve(pool);
-                let (keep, free) = rule.split(ks.holding, pool, reserve, want);
-                if keep != ks.holding && table.len() < max_keys {
-                    ks.holding = keep;
-                    table.insert(
-                        key.to_vec(),
-                        Entry {
-                            free,
-                            modified: hop1,
-                            reserve,
-                            visit,
-                        },
-                    );
-                }
-            }
+        if let Some(e) = table.get_mut(key) {
+            // The visit's reserve is fixed at its first touch of the key.
+            e.visit = visit;
+            e.reserve = p.reserve;
         }
+        if p.keep == ks.holding {
+            return;
+        }
+        let e = table.entry(key.to_vec()).or_insert(Entry {
+            free: p.free,
+            modified: hop1,
+            reserve: p.reserve,
+            visit,
+        });
+        e.free = p.free;
+        e.modified = hop1;
+        ks.holding = p.keep;
+        ks.repay();
     }
 }
 

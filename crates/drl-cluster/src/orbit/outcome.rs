@@ -28,6 +28,10 @@ pub enum DenyReason {
     TooManyKeys,
     /// The key is longer than [`super::MAX_KEY_LEN`] bytes.
     KeyTooLong,
+    /// A charge left the key in debt at this node: every request (queries
+    /// included) is denied until what the node obtains repays it, or the
+    /// window ends.
+    InDebt,
 }
 
 /// The decision for one admission request.
@@ -52,6 +56,30 @@ impl Admit {
     pub fn is_allowed(&self) -> bool {
         matches!(self, Admit::Allowed { .. })
     }
+}
+
+/// What a charge did ([`super::OrbitNode::charge`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Charged {
+    /// Taken from what the node held for the key (capacity of the window).
+    pub consumed: u64,
+    /// Recorded as the key's debt at this node (the charge's shortfall).
+    /// `consumed + debt <= cost`; the rest (a node that sits out the window,
+    /// a key the node has no room for, a key too long) is recorded nowhere.
+    pub debt: u64,
+    /// A query (`cost = 0`) right after.
+    pub answer: Admit,
+}
+
+/// What a refund did ([`super::OrbitNode::refund`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refunded {
+    /// Given back to the node's holding for the key (debt repaid first):
+    /// at most what was asked and what its reservations still hold in the
+    /// reservation's window; 0 once that window is over.
+    pub credited: u64,
+    /// A query (`cost = 0`) right after.
+    pub answer: Admit,
 }
 
 /// Counters of what the node did (for metrics and tests).

@@ -15,12 +15,13 @@ pub(super) struct Rule {
 
 impl Rule {
     /// Demand forecast until the table is back: `max(rate this window, rate
-    /// last window) * lap * headroom`, at most the cap.
+    /// last window) * lap * headroom`, at most the cap; plus the key's debt
+    /// (what the node must obtain before it admits anything).
     pub(super) fn want(&self, ks: &KeyState) -> u64 {
         let cur = ks.demand as u128 * self.lap / self.elapsed;
         let prev = ks.prev_demand as u128 * self.lap / self.window;
         let want = cur.max(prev) * self.headroom_pct / 100;
-        want.min(self.cap as u128) as u64
+        (want.min(self.cap as u128) as u64).saturating_add(ks.debt)
     }
 
     /// What a visit must leave in the table: `floor(r * free)`.

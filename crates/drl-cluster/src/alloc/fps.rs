@@ -172,11 +172,6 @@ pub struct Fps {
     resample: u64,
     flows: BTreeMap<FlowId, FlowSample>,
     regime: Regime,
-    /// Idle in the last interval (or new), or rising since: a waking
-    /// limiter, whose weight the others count an interval late.
-    woke: bool,
-    /// The weight of the last interval (what the others count it at now).
-    last_weight: f64,
     /// Local random drop (`fps-lrd`) instead of the token bucket.
     random_drop: bool,
     /// The smoothed local demand of the last interval (units/s).
@@ -221,8 +216,6 @@ impl Fps {
             resample: to_threshold(cfg.resample_probability),
             flows: BTreeMap::new(),
             regime: Regime::Unbottlenecked,
-            woke: true,
-            last_weight: initial_weight.max(0.0),
             random_drop: false,
             demand: 0.0,
             drop_p: 0.0,
@@ -429,17 +422,6 @@ impl Allocator for Fps {
             Some(h) if h.is_finite() => w.min(h.max(0.0)),
             _ => w,
         };
-        // Rising from idle, the others count this limiter at the weight it
-        // had an interval ago: claim no more than that until the weight
-        // stops rising.
-        let rising = self.woke && regime != Regime::Idle && (ideal > w || remote <= 0.0);
-        let claim = if rising {
-            claim.min(self.last_weight)
-        } else {
-            claim
-        };
-        self.woke = regime == Regime::Idle || rising;
-        self.last_weight = w;
         let total = remote + claim;
         self.local_limit = if total > 0.0 {
             claim * self.limit / total

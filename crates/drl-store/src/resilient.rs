@@ -82,6 +82,10 @@ pub enum OnStoreError {
     /// Decide it locally at quota/N (the default).
     #[default]
     Local,
+    /// Answer the caller an error (gRPC `UNAVAILABLE`, HTTP 503): the
+    /// caller's own failure mode decides, as envoyproxy/ratelimit leaves it
+    /// to Envoy's `failure_mode_deny`.
+    Error,
 }
 
 impl OnStoreError {
@@ -90,6 +94,7 @@ impl OnStoreError {
             OnStoreError::Deny => "deny",
             OnStoreError::Allow => "allow",
             OnStoreError::Local => "local",
+            OnStoreError::Error => "error",
         }
     }
 }
@@ -359,7 +364,12 @@ impl<S: Store> Resilient<S> {
             .clone()
     }
 
-    fn fail_over(&self, check: Check<'_>, policy: FailurePolicy, cause: &'static str) -> Decision {
+    fn fail_over(
+        &self,
+        check: Check<'_>,
+        policy: FailurePolicy,
+        cause: &'static str,
+    ) -> Result<Decision, StoreError> {
         self.count(FAIL_OVERS);
         metrics::counter!(
             "drl_store_fallbacks_total",
@@ -368,7 +378,8 @@ impl<S: Store> Resilient<S> {
         )
         .increment(1);
         let limit = check.spec.quotas.first().map_or(0, Quota::limit);
-        match policy.on_store_error {
+        Ok(match policy.on_store_error {
+            OnStoreError::Error => return Err(failure(cause, policy)),
             OnStoreError::Deny => Decision {
                 allowed: false,
                 remaining: 0,
@@ -394,7 +405,18 @@ impl<S: Store> Resilient<S> {
                     ..check
                 })
             }
-        }
+        })
+    }
+}
+
+/// The error `on_store_error: error` answers for a call that failed with
+/// `cause` (see [`Resilient::run`]).
+fn failure(cause: &'static str, policy: FailurePolicy) -> StoreError {
+    match cause {
+        "timeout" => StoreError::Timeout(policy.timeout_ms),
+        "breaker_open" => StoreError::Unavailable,
+        "overloaded" => StoreError::Backend("too many calls in flight".into()),
+        _ => StoreError::Backend("the store answered an error".into()),
     }
 }
 
@@ -407,7 +429,7 @@ impl<S: Store> Resilient<S> {
         check: Check<'_>,
         policy: FailurePolicy,
         cause: &'static str,
-    ) -> Decision {
+    ) -> Result<Decision, StoreError> {
         if policy.on_store_error == OnStoreError::Local {
             self.count(FAIL_OVERS);
             metrics::counter!(
@@ -423,9 +445,9 @@ impl<S: Store> Resilient<S> {
             };
             // `charge` of the memory store is synchronous in effect.
             if let Some(Ok(d)) = futures::FutureExt::now_or_never(self.local.charge(local)) {
-                return d;
+                return Ok(d);
             }
-            return self.local.decide_now(Check { cost: 0, ..local });
+            return Ok(self.local.decide_now(Check { cost: 0, ..local }));
         }
         self.fail_over(Check { cost: 0, ..check }, policy, cause)
     }
@@ -445,13 +467,13 @@ impl<S: Store> Resilient<S> {
             .await;
         match answer {
             Ok(a) => a,
-            Err(cause) => Ok(match call {
+            Err(cause) => match call {
                 Call::Decide => self.fail_over(check, policy, cause),
                 Call::Charge => {
                     self.defer(check.spec, check.key, check.cost, check.now);
                     self.charge_fail_over(check, policy, cause)
                 }
-            }),
+            },
         }
     }
 
@@ -515,7 +537,7 @@ impl<S: Store> Resilient<S> {
         check: Check<'_>,
         policy: FailurePolicy,
         cause: &'static str,
-    ) -> Decision {
+    ) -> Result<Decision, StoreError> {
         if policy.on_store_error != OnStoreError::Local {
             return self.fail_over(check, policy, cause);
         }
@@ -527,10 +549,10 @@ impl<S: Store> Resilient<S> {
         )
         .increment(1);
         let spec = self.local_for(check.spec, policy.local_divisor);
-        self.local.check_now(Check {
+        Ok(self.local.check_now(Check {
             spec: &spec,
             ..check
-        })
+        }))
     }
 }
 
@@ -562,7 +584,7 @@ impl<S: Store> Store for Resilient<S> {
         let policy = self.policy(&check.spec.name);
         match self.run(&policy, || self.inner.check(check)).await {
             Ok(a) => a,
-            Err(cause) => Ok(self.check_fail_over(check, policy, cause)),
+            Err(cause) => self.check_fail_over(check, policy, cause),
         }
     }
 
@@ -577,7 +599,7 @@ impl<S: Store> Store for Resilient<S> {
         let policy = self.policy(&check.spec.name);
         match self.run(&policy, || self.inner.reserve(check)).await {
             Ok(a) => a,
-            Err(cause) => Ok((self.fail_over(check, policy, cause), None)),
+            Err(cause) => self.fail_over(check, policy, cause).map(|d| (d, None)),
         }
     }
 
@@ -592,7 +614,7 @@ impl<S: Store> Store for Resilient<S> {
             Ok(a) => a,
             Err(cause) => {
                 metrics::counter!("drl_store_refunds_dropped_total").increment(1);
-                Ok(self.check_fail_over(Check { cost: 0, ..check }, policy, cause))
+                self.check_fail_over(Check { cost: 0, ..check }, policy, cause)
             }
         }
     }

@@ -8,10 +8,9 @@
 //! 10-per-minute rule because the request carries 11 hits, so no verdict
 //! depends on the clock. Each test names the Go test it comes from.
 //!
-//! Not ported: TestCacheError (a store failure is answered by drl's
-//! failure policy, `redis_resilience` `on_store_error`: deny, allow or
-//! decide locally, rather than with the error status the reference
-//! answers), TestInitialLoadError (`drl serve` refuses to start on
+//! TestCacheError needs `on_store_error: error` (drl's default failure
+//! policy decides locally at quota/N instead of answering an error).
+//! Not ported: TestInitialLoadError (`drl serve` refuses to start on
 //! a config it cannot load, rather than answering "no rate limit
 //! configuration loaded"), TestServiceHealthStatusAtLeastOneConfigLoaded
 //! (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: drl always has a loaded
@@ -261,4 +260,52 @@ async fn test_unlimited() {
             ]
         )
     );
+}
+
+/// TestCacheError: with `redis_resilience` `on_store_error: error`, a
+/// descriptor Redis cannot count answers the call an error status (the
+/// reference's "cache error"; Envoy's `failure_mode_deny` then decides),
+/// counted as a `redis_error`. The same call under the default policy is
+/// decided locally (drl's documented difference, one setting away).
+#[tokio::test]
+async fn test_cache_error() {
+    for policy in ["error", "local"] {
+        let mut redis = common::Redis::start();
+        let drl = Drl::start(&format!(
+            "server:
+  envoy_scope: redis
+redis:
+  url: {}
+  connect_timeout_ms: 30000
+  response_timeout_ms: 30000
+redis_resilience:
+  default_policy: {{timeout_ms: 30000, on_store_error: {policy}}}
+envoy:
+  - domain: different-domain
+    descriptors:
+      - key: foo
+        value: bar
+        rate_limit: {{name: key, unit: minute, requests_per_unit: 10}}
+",
+            redis.url()
+        ));
+        let a = ask(&drl, "different-domain", &[FOO], 1).await.unwrap();
+        assert_eq!(a.overall_code, OK, "{policy}: Redis up");
+        redis.kill();
+        let series = r#"ratelimit_service_should_rate_limit_error{err_type="redis_error"}"#;
+        let answer = ask(&drl, "different-domain", &[FOO], 1).await;
+        if policy == "error" {
+            let e = answer.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+            assert_eq!(stat(&drl, series), 1.0);
+        } else {
+            let a = answer.unwrap();
+            assert_eq!(
+                (a.overall_code, statuses(&a)),
+                (OK, vec![(OK, limit("key", 10, MINUTE), 9)]),
+                "local: decided by the local limiter at quota/1 (one hit was counted in Redis, not here)"
+            );
+            assert_eq!(stat(&drl, series), 0.0);
+        }
+    }
 }

@@ -362,3 +362,55 @@ async fn reservations_fail_over_strictly() {
         Err(StoreError::Invalid(_))
     ));
 }
+
+/// `on_store_error: error`: every kind of call the store fails answers
+/// the caller an error (a deadline as `Timeout`, an open breaker as
+/// `Unavailable`), never a decision; a failed charge is still kept to
+/// retry.
+#[tokio::test(start_paused = true)]
+async fn the_error_policy_answers_errors() {
+    let s = store(OnStoreError::Error, 1);
+    let spec = spec();
+    let c = |cost, now| Check {
+        spec: &spec,
+        key: "k",
+        cost,
+        now,
+    };
+    let (_, marks) = s.reserve(c(2, 1)).await.unwrap();
+    let marks = marks.expect("admitted: marks");
+    s.inner.mode.store(2, Ordering::SeqCst);
+    assert!(matches!(
+        s.decide(c(1, 2)).await,
+        Err(StoreError::Timeout(20))
+    ));
+    s.inner.mode.store(1, Ordering::SeqCst);
+    assert!(matches!(
+        s.check(c(1, 3)).await,
+        Err(StoreError::Backend(_))
+    ));
+    // Two failures opened the breaker: now refused at once.
+    assert_eq!(s.breaker_state(), BreakerState::Open);
+    assert!(matches!(
+        s.decide(c(1, 4)).await,
+        Err(StoreError::Unavailable)
+    ));
+    assert!(s.reserve(c(1, 5)).await.is_err());
+    assert!(s.refund(c(1, 6), &marks).await.is_err());
+    assert!(s.charge(c(3, 7)).await.is_err());
+    s.inner.mode.store(0, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.breaker_state() != BreakerState::Closed {
+        assert!(Instant::now() < deadline, "breaker never closed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let _ = s.decide(c(0, 8)).await;
+    }
+    assert!(
+        s.inner
+            .charged
+            .lock()
+            .iter()
+            .any(|(k, cost, _)| k == "k" && *cost == 3),
+        "the failed charge was retried"
+    );
+}

@@ -13,11 +13,12 @@
 //! And a charge past the bucket puts a node in debt: its takes are denied
 //! until the refill has repaid it.
 
-use drl_cluster::alloc::AlgorithmKind;
-use drl_cluster::cloud_control::{Aggregation, KeyLimit, KeyRef, Node, Settings};
-use drl_core::Nanos;
+mod common;
 
-const MS: Nanos = 1_000_000;
+use common::{MS, cluster, deliver};
+use drl_cluster::alloc::AlgorithmKind;
+use drl_cluster::cloud_control::{Aggregation, KeyLimit, KeyRef, Node};
+
 const KEY: KeyRef<'static> = KeyRef {
     limit: "tokens",
     aggregate: "tenant-1",
@@ -26,37 +27,6 @@ const LIMIT: KeyLimit = KeyLimit {
     rate: 1_000,
     depth: 100,
 };
-
-fn cluster(algorithm: AlgorithmKind, n: u32) -> Vec<Node> {
-    let s = Settings {
-        aggregation: Aggregation::PeerTable,
-        ..Settings::new(algorithm, n)
-    };
-    let mut nodes: Vec<Node> = (0..n)
-        .map(|i| Node::new(i, s.clone(), i as u64 + 1, 0).unwrap())
-        .collect();
-    for a in 0..n {
-        for b in 0..n {
-            nodes[a as usize].peer_up(0, b);
-        }
-    }
-    nodes
-}
-
-fn deliver(nodes: &mut [Node], now: Nanos) {
-    let mut mail = Vec::new();
-    let mut buf = Vec::new();
-    for n in nodes.iter_mut() {
-        while let Some(to) = n.poll_transmit(now, &mut buf) {
-            mail.push((n.id(), to, buf.clone()));
-        }
-    }
-    for (from, to, bytes) in mail {
-        nodes[to as usize]
-            .handle_datagram(now, from, &bytes)
-            .unwrap();
-    }
-}
 
 /// `ms` milliseconds with `takes` requests per second per node (cost 1)
 /// and `charges` units per second per node charged in lumps of 10; the
@@ -92,7 +62,7 @@ fn the_token_bucket_family_holds_takes_and_charges_to_the_limit() {
     // GTB is not run: it admits nothing at 1.5x even without charges (its
     // refill subtracts the others' arrivals, dropped ones included).
     for alg in [AlgorithmKind::Fps, AlgorithmKind::FpsMean] {
-        let mut nodes = cluster(alg, 3);
+        let mut nodes = cluster(alg, Aggregation::PeerTable, 3);
         let s = run(&mut nodes, 20_000, 500, 100);
         for (i, (takes, charges)) in s.iter().enumerate().skip(10) {
             let total = takes + charges;
@@ -108,9 +78,9 @@ fn the_token_bucket_family_holds_takes_and_charges_to_the_limit() {
 #[test]
 fn grd_stays_within_the_limit_plus_the_charged_rate() {
     for alg in [AlgorithmKind::Grd, AlgorithmKind::GrdSmooth] {
-        let mut without = cluster(alg, 3);
+        let mut without = cluster(alg, Aggregation::PeerTable, 3);
         let alone = run(&mut without, 20_000, 500, 0);
-        let mut nodes = cluster(alg, 3);
+        let mut nodes = cluster(alg, Aggregation::PeerTable, 3);
         let s = run(&mut nodes, 20_000, 500, 100);
         for (i, (takes, charges)) in s.iter().enumerate().skip(10) {
             let total = takes + charges;
@@ -140,7 +110,7 @@ fn grd_stays_within_the_limit_plus_the_charged_rate() {
 
 #[test]
 fn a_charge_past_the_bucket_is_a_debt_that_denies_takes_until_repaid() {
-    let mut n = cluster(AlgorithmKind::Fps, 1).remove(0);
+    let mut n = cluster(AlgorithmKind::Fps, Aggregation::PeerTable, 1).remove(0);
     // Start: some takes, then a charge of 2 s of the limit.
     for t in 0..100u64 {
         n.admit(t * MS, KEY, LIMIT, 1, 1).unwrap();

@@ -3,11 +3,13 @@
 //! second's admissions must stay within +10% of the limit, and every later
 //! second within 10% of it.
 
+mod common;
+
+use common::{MS, cluster, deliver};
 use drl_cluster::alloc::AlgorithmKind;
-use drl_cluster::cloud_control::{Aggregation, KeyLimit, KeyRef, Node, Settings};
+use drl_cluster::cloud_control::{Aggregation, KeyLimit, KeyRef, Node};
 use drl_core::Nanos;
 
-const MS: Nanos = 1_000_000;
 const KEY: KeyRef<'static> = KeyRef {
     limit: "api",
     aggregate: "tenant-1",
@@ -16,37 +18,6 @@ const LIMIT: KeyLimit = KeyLimit {
     rate: 1_000,
     depth: 100,
 };
-
-fn cluster(algorithm: AlgorithmKind, aggregation: Aggregation, n: u32) -> Vec<Node> {
-    let s = Settings {
-        aggregation,
-        ..Settings::new(algorithm, n)
-    };
-    let mut nodes: Vec<Node> = (0..n)
-        .map(|i| Node::new(i, s.clone(), i as u64 + 1, 0).unwrap())
-        .collect();
-    for a in 0..n {
-        for b in 0..n {
-            nodes[a as usize].peer_up(0, b);
-        }
-    }
-    nodes
-}
-
-fn deliver(nodes: &mut [Node], now: Nanos) {
-    let mut mail = Vec::new();
-    let mut buf = Vec::new();
-    for n in nodes.iter_mut() {
-        while let Some(to) = n.poll_transmit(now, &mut buf) {
-            mail.push((n.id(), to, buf.clone()));
-        }
-    }
-    for (from, to, bytes) in mail {
-        nodes[to as usize]
-            .handle_datagram(now, from, &bytes)
-            .unwrap();
-    }
-}
 
 /// Runs from `start` for `ms` milliseconds with `per_s[i]` requests per
 /// second offered at node `i` (evenly spaced, cost 1); returns the units

@@ -27,9 +27,8 @@ pub fn reference_key<'a>(
     let mut by_value = String::from(domain);
     let mut shared: Vec<Option<String>> = Vec::new();
     for (k, v) in entries.clone() {
-        by_value.push('.');
         let Some((node, how)) = level.find_how(k, v) else {
-            by_value.push_str(k);
+            push_entry(&mut by_value, k, None);
             shared.push(None);
             break;
         };
@@ -47,11 +46,7 @@ pub fn reference_key<'a>(
             Matched::Key if node.value_to_metric => v,
             Matched::Key => "",
         };
-        by_value.push_str(k);
-        if !value.is_empty() {
-            by_value.push('_');
-            by_value.push_str(value);
-        }
+        push_entry(&mut by_value, k, (!value.is_empty()).then_some(value));
         shared.push(share);
         if node.children.is_empty() {
             break;
@@ -62,20 +57,14 @@ pub fn reference_key<'a>(
         return by_value;
     }
     let mut key = String::from(domain);
+    let any_shared = shared.iter().any(Option::is_some);
     for (i, (k, v)) in entries.into_iter().enumerate() {
-        key.push('.');
-        key.push_str(k);
-        match shared.get(i).and_then(Option::as_deref) {
-            Some(p) => {
-                key.push('_');
-                key.push_str(p);
-            }
-            None if shared.iter().any(Option::is_some) && v.is_empty() => {}
-            None => {
-                key.push('_');
-                key.push_str(v);
-            }
-        }
+        let value = match shared.get(i).and_then(Option::as_deref) {
+            Some(p) => Some(p),
+            None if any_shared && v.is_empty() => None,
+            None => Some(v),
+        };
+        push_entry(&mut key, k, value);
     }
     key
 }
@@ -88,12 +77,17 @@ pub fn override_key<'a>(
 ) -> String {
     let mut key = String::from(domain);
     for (k, v) in entries {
-        key.push('.');
-        key.push_str(k);
-        if !v.is_empty() {
-            key.push('_');
-            key.push_str(v);
-        }
+        push_entry(&mut key, k, (!v.is_empty()).then_some(v));
     }
     key
+}
+
+/// Appends one entry: `.key`, then `_value` if there is one.
+fn push_entry(key: &mut String, k: &str, value: Option<&str>) {
+    key.push('.');
+    key.push_str(k);
+    if let Some(v) = value {
+        key.push('_');
+        key.push_str(v);
+    }
 }

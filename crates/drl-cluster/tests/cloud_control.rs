@@ -2,6 +2,8 @@
 //! manual clock (the simulator's fault harness covers loss, delay and
 //! partitions over thousands of seeds).
 
+mod common;
+
 use drl_cluster::alloc::AlgorithmKind;
 use drl_cluster::cloud_control::{
     AdmitError, Aggregation, DatagramError, KeyLimit, KeyRef, Node, PeerId, Settings,
@@ -19,42 +21,14 @@ const LIMIT: KeyLimit = KeyLimit {
 };
 
 fn cluster(algorithm: AlgorithmKind, aggregation: Aggregation, n: u32) -> Vec<Node> {
-    let s = Settings {
-        aggregation,
-        ewma: 0.0,
-        ..Settings::new(algorithm, n)
-    };
-    let mut nodes: Vec<Node> = (0..n)
-        .map(|i| Node::new(i, s.clone(), i as u64 + 1, 0).unwrap())
-        .collect();
-    for a in 0..n {
-        for b in 0..n {
-            nodes[a as usize].peer_up(0, b);
-        }
-    }
-    nodes
-}
-
-/// Moves every queued payload to its peer at `now` (unless `cut` says
-/// the link is down); returns how many were delivered.
-fn deliver(nodes: &mut [Node], now: Nanos, cut: &dyn Fn(PeerId, PeerId) -> bool) -> usize {
-    let mut mail = Vec::new();
-    let mut buf = Vec::new();
-    for n in nodes.iter_mut() {
-        while let Some(to) = n.poll_transmit(now, &mut buf) {
-            mail.push((n.id(), to, buf.clone()));
-        }
-    }
-    let mut delivered = 0;
-    for (from, to, bytes) in mail {
-        if !cut(from, to) {
-            nodes[to as usize]
-                .handle_datagram(now, from, &bytes)
-                .unwrap();
-            delivered += 1;
-        }
-    }
-    delivered
+    common::cluster_with(
+        Settings {
+            aggregation,
+            ewma: 0.0,
+            ..Settings::new(algorithm, n)
+        },
+        n,
+    )
 }
 
 /// Runs `ms` milliseconds: node i offers `per_ms[i]` requests of cost 1
@@ -77,7 +51,7 @@ fn run(
             }
             n.handle_timeout(now);
         }
-        deliver(nodes, now, cut);
+        common::deliver_unless(nodes, now, cut);
     }
     admitted
 }

@@ -160,6 +160,36 @@ fn trace_with_charges(seed: u64, rows: usize) -> String {
     out
 }
 
+/// Where `input` replayed through Redis at `url` with each engine
+/// differs from `memory`, its in-memory replay under `base`: the first
+/// differing row per engine.
+fn store_differences(
+    url: &str,
+    alg: &str,
+    base: &[&str],
+    input: &str,
+    memory: &str,
+) -> Vec<String> {
+    let mut diffs = vec![];
+    for engine in ["lua", "module"] {
+        let mut with_store = base.to_vec();
+        with_store.extend_from_slice(&["--store", url, "--redis-engine", engine]);
+        let redis = replay(&with_store, input);
+        if memory != redis {
+            let (n, (m, r)) = memory
+                .lines()
+                .zip(redis.lines())
+                .enumerate()
+                .find(|(_, (m, r))| m != r)
+                .expect("same length");
+            diffs.push(format!(
+                "{alg} {engine}: first difference at row {n}:\n memory {m}\n redis  {r}"
+            ));
+        }
+    }
+    diffs
+}
+
 #[test]
 fn redis_replay_of_takes_and_charges_equals_memory_for_every_algorithm() {
     let redis = common::Redis::start_module();
@@ -186,22 +216,7 @@ fn redis_replay_of_takes_and_charges_equals_memory_for_every_algorithm() {
             memory.contains(",true,") && memory.contains(",false,"),
             "{alg}: trace exercises both"
         );
-        for engine in ["lua", "module"] {
-            let mut with_store = base.to_vec();
-            with_store.extend_from_slice(&["--store", &url, "--redis-engine", engine]);
-            let redis = replay(&with_store, &input);
-            if memory != redis {
-                let (n, (m, r)) = memory
-                    .lines()
-                    .zip(redis.lines())
-                    .enumerate()
-                    .find(|(_, (m, r))| m != r)
-                    .expect("same length");
-                diffs.push(format!(
-                    "{alg} {engine}: first difference at row {n}:\n memory {m}\n redis  {r}"
-                ));
-            }
-        }
+        diffs.extend(store_differences(&url, alg, &base, &input, &memory));
     }
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
 }
@@ -290,22 +305,7 @@ fn redis_replay_of_every_kind_of_row_equals_memory_for_every_algorithm() {
                 .any(|l| l.contains(",settle,") && !l.ends_with(",0,0")),
             "{alg}: some settle moves the balance"
         );
-        for engine in ["lua", "module"] {
-            let mut with_store = base.to_vec();
-            with_store.extend_from_slice(&["--store", &url, "--redis-engine", engine]);
-            let redis = replay(&with_store, &input);
-            if memory != redis {
-                let (n, (m, r)) = memory
-                    .lines()
-                    .zip(redis.lines())
-                    .enumerate()
-                    .find(|(_, (m, r))| m != r)
-                    .expect("same length");
-                diffs.push(format!(
-                    "{alg} {engine}: first difference at row {n}:\n memory {m}\n redis  {r}"
-                ));
-            }
-        }
+        diffs.extend(store_differences(&url, alg, &base, &input, &memory));
     }
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
 }

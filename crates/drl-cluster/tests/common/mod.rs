@@ -1,8 +1,10 @@
 //! A cluster of sans-IO `cloud_control::Node`s in one test: created fully
-//! connected, their datagrams delivered at once.
+//! connected, their datagrams delivered at once. (Each test binary uses
+//! a part of it.)
+#![allow(dead_code)]
 
 use drl_cluster::alloc::AlgorithmKind;
-use drl_cluster::cloud_control::{Aggregation, Node, Settings};
+use drl_cluster::cloud_control::{Aggregation, Node, PeerId, Settings};
 use drl_core::Nanos;
 
 /// One millisecond.
@@ -11,10 +13,17 @@ pub const MS: Nanos = 1_000_000;
 /// `n` nodes of `algorithm` on `aggregation`, every one up to every other
 /// at time 0.
 pub fn cluster(algorithm: AlgorithmKind, aggregation: Aggregation, n: u32) -> Vec<Node> {
-    let s = Settings {
-        aggregation,
-        ..Settings::new(algorithm, n)
-    };
+    cluster_with(
+        Settings {
+            aggregation,
+            ..Settings::new(algorithm, n)
+        },
+        n,
+    )
+}
+
+/// `n` nodes with settings `s`, every one up to every other at time 0.
+pub fn cluster_with(s: Settings, n: u32) -> Vec<Node> {
     let mut nodes: Vec<Node> = (0..n)
         .map(|i| Node::new(i, s.clone(), i as u64 + 1, 0).unwrap())
         .collect();
@@ -28,6 +37,16 @@ pub fn cluster(algorithm: AlgorithmKind, aggregation: Aggregation, n: u32) -> Ve
 
 /// Delivers every datagram the nodes have to send at `now`.
 pub fn deliver(nodes: &mut [Node], now: Nanos) {
+    deliver_unless(nodes, now, &|_, _| false);
+}
+
+/// Delivers every datagram the nodes have to send at `now` unless `cut`
+/// says its link (from, to) is down; returns how many were delivered.
+pub fn deliver_unless(
+    nodes: &mut [Node],
+    now: Nanos,
+    cut: &dyn Fn(PeerId, PeerId) -> bool,
+) -> usize {
     let mut mail = Vec::new();
     let mut buf = Vec::new();
     for n in nodes.iter_mut() {
@@ -35,9 +54,14 @@ pub fn deliver(nodes: &mut [Node], now: Nanos) {
             mail.push((n.id(), to, buf.clone()));
         }
     }
+    let mut delivered = 0;
     for (from, to, bytes) in mail {
-        nodes[to as usize]
-            .handle_datagram(now, from, &bytes)
-            .unwrap();
+        if !cut(from, to) {
+            nodes[to as usize]
+                .handle_datagram(now, from, &bytes)
+                .unwrap();
+            delivered += 1;
+        }
     }
+    delivered
 }

@@ -364,12 +364,8 @@ impl<S: Store> Resilient<S> {
             .clone()
     }
 
-    fn fail_over(
-        &self,
-        check: Check<'_>,
-        policy: FailurePolicy,
-        cause: &'static str,
-    ) -> Result<Decision, StoreError> {
+    /// Counts a call the failure policy answers.
+    fn failed_over(&self, policy: FailurePolicy, cause: &'static str) {
         self.count(FAIL_OVERS);
         metrics::counter!(
             "drl_store_fallbacks_total",
@@ -377,6 +373,15 @@ impl<S: Store> Resilient<S> {
             "cause" => cause
         )
         .increment(1);
+    }
+
+    fn fail_over(
+        &self,
+        check: Check<'_>,
+        policy: FailurePolicy,
+        cause: &'static str,
+    ) -> Result<Decision, StoreError> {
+        self.failed_over(policy, cause);
         let limit = check.spec.quotas.first().map_or(0, Quota::limit);
         Ok(match policy.on_store_error {
             OnStoreError::Error => return Err(failure(cause, policy)),
@@ -431,13 +436,7 @@ impl<S: Store> Resilient<S> {
         cause: &'static str,
     ) -> Result<Decision, StoreError> {
         if policy.on_store_error == OnStoreError::Local {
-            self.count(FAIL_OVERS);
-            metrics::counter!(
-                "drl_store_fallbacks_total",
-                "policy" => policy.on_store_error.as_str(),
-                "cause" => cause
-            )
-            .increment(1);
+            self.failed_over(policy, cause);
             let spec = self.local_for(check.spec, policy.local_divisor);
             let local = Check {
                 spec: &spec,
@@ -541,13 +540,7 @@ impl<S: Store> Resilient<S> {
         if policy.on_store_error != OnStoreError::Local {
             return self.fail_over(check, policy, cause);
         }
-        self.count(FAIL_OVERS);
-        metrics::counter!(
-            "drl_store_fallbacks_total",
-            "policy" => policy.on_store_error.as_str(),
-            "cause" => cause
-        )
-        .increment(1);
+        self.failed_over(policy, cause);
         let spec = self.local_for(check.spec, policy.local_divisor);
         Ok(self.local.check_now(Check {
             spec: &spec,

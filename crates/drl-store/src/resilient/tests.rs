@@ -135,42 +135,6 @@ async fn probe_until_closed(s: &Resilient<Fake>, spec: &LimitSpec) {
     }
 }
 
-/// A store going down is logged once (a warning when the breaker
-/// opens) and its recovery once (when it closes), not per request.
-#[tokio::test(start_paused = true)]
-async fn store_down_and_back_are_logged_once_each() {
-    use std::sync::Arc;
-    #[derive(Clone, Default)]
-    struct Buf(Arc<parking_lot::Mutex<Vec<u8>>>);
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buf = Buf::default();
-    let sink = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || sink.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-    let s = store(OnStoreError::Deny, 1);
-    let spec = spec();
-    s.inner.mode.store(1, Ordering::SeqCst);
-    assert_eq!(admitted(&s, &spec, "k", 200).await, 0);
-    s.inner.mode.store(0, Ordering::SeqCst);
-    probe_until_closed(&s, &spec).await;
-    let log = String::from_utf8(buf.0.lock().clone()).unwrap();
-    assert_eq!(log.matches("store unreachable").count(), 1, "{log}");
-    assert_eq!(log.matches("store reachable again").count(), 1, "{log}");
-    assert!(log.contains("WARN"), "{log}");
-}
-
 /// On the paused clock: the 100 checks while open take no virtual
 /// time, so none is a probe however slow the machine (on the wall
 /// clock, a pause over `open_ms` (50 ms) let one through).

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Drl, post_json};
+use common::{Drl, check_one, post_json, remaining_of};
 use drl_api::pb::rate_limiter_client::RateLimiterClient;
 use drl_api::pb::{CheckItem, CheckRequest, CheckResult, Mode};
 use serde_json::{Value, json};
@@ -33,28 +33,14 @@ fn check(drl: &Drl, items: Value) -> (u16, Value) {
     (s, v)
 }
 
-fn one(drl: &Drl, item: Value) -> Value {
-    let (s, v) = check(drl, json!([item]));
-    assert_eq!(s, 200, "{v}");
-    v["results"][0].clone()
-}
-
-fn remaining(drl: &Drl, limit: &str, key: &str) -> u64 {
-    let r = one(
-        drl,
-        json!({"limit": limit, "key": key, "mode": "check", "cost": 0}),
-    );
-    r["remaining"].as_u64().unwrap()
-}
-
 #[test]
 fn http_charge_goes_past_the_limit() {
     let drl = Drl::start(CONFIG);
-    let r = one(&drl, json!({"limit": "tokens", "key": "a", "cost": 8}));
+    let r = check_one(&drl, json!({"limit": "tokens", "key": "a", "cost": 8}));
     assert_eq!(r["allowed"], true);
     // A charge of 5 with 2 left: consumed anyway; the answer is a query
     // right after, denied (the key is in debt).
-    let r = one(
+    let r = check_one(
         &drl,
         json!({"limit": "tokens", "key": "a", "cost": 5, "mode": "charge"}),
     );
@@ -63,16 +49,16 @@ fn http_charge_goes_past_the_limit() {
         (json!(false), json!(0))
     );
     // A check changes nothing and is denied, as is a take of 1.
-    let r = one(
+    let r = check_one(
         &drl,
         json!({"limit": "tokens", "key": "a", "cost": 0, "mode": "check"}),
     );
     assert_eq!(r["allowed"], false);
-    let r = one(&drl, json!({"limit": "tokens", "key": "a", "cost": 1}));
+    let r = check_one(&drl, json!({"limit": "tokens", "key": "a", "cost": 1}));
     assert_eq!(r["allowed"], false);
     // A check of 2 on a fresh key admits and consumes nothing.
     for _ in 0..3 {
-        let r = one(
+        let r = check_one(
             &drl,
             json!({"limit": "tokens", "key": "b", "cost": 10, "mode": "check"}),
         );
@@ -81,13 +67,13 @@ fn http_charge_goes_past_the_limit() {
             (json!(true), json!(0))
         );
     }
-    assert_eq!(remaining(&drl, "tokens", "b"), 10);
+    assert_eq!(remaining_of(&drl, "tokens", "b"), 10);
 }
 
 #[test]
 fn http_reserve_then_settle_or_release() {
     let drl = Drl::start(CONFIG);
-    let r = one(
+    let r = check_one(
         &drl,
         json!({"limit": "tokens", "key": "k", "cost": 8, "mode": "reserve"}),
     );
@@ -100,11 +86,11 @@ fn http_reserve_then_settle_or_release() {
         .expect("a reservation id")
         .to_string();
     assert_eq!(
-        one(&drl, json!({"limit": "tokens", "key": "k", "cost": 5}))["allowed"],
+        check_one(&drl, json!({"limit": "tokens", "key": "k", "cost": 5}))["allowed"],
         false
     );
     // The actual cost was 3: 5 come back.
-    let s = one(
+    let s = check_one(
         &drl,
         json!({"limit": "tokens", "key": "k", "cost": 3, "mode": "settle", "reservation": id}),
     );
@@ -117,10 +103,10 @@ fn http_reserve_then_settle_or_release() {
         (json!(0), json!(5), json!(false)),
         "{s}"
     );
-    assert_eq!(remaining(&drl, "tokens", "k"), 7);
+    assert_eq!(remaining_of(&drl, "tokens", "k"), 7);
     // Settled once only: a retried settle answers the settlement again
     // and applies nothing.
-    let again = one(
+    let again = check_one(
         &drl,
         json!({"limit": "tokens", "key": "k", "cost": 3, "mode": "settle", "reservation": id}),
     );
@@ -133,10 +119,10 @@ fn http_reserve_then_settle_or_release() {
         (json!(false), json!(0), json!(5)),
         "{again}"
     );
-    assert_eq!(remaining(&drl, "tokens", "k"), 7);
+    assert_eq!(remaining_of(&drl, "tokens", "k"), 7);
     // An id never opened: expired, its whole actual cost charged
     // (stricter than any settlement).
-    let unknown = one(
+    let unknown = check_one(
         &drl,
         json!({"limit": "tokens", "key": "k", "cost": 3, "mode": "settle", "reservation": "12345"}),
     );
@@ -144,34 +130,34 @@ fn http_reserve_then_settle_or_release() {
         (unknown["expired"].clone(), unknown["charged"].clone()),
         (json!(true), json!(3))
     );
-    assert_eq!(remaining(&drl, "tokens", "k"), 4);
+    assert_eq!(remaining_of(&drl, "tokens", "k"), 4);
 
     // Release gives the whole estimate back; another key's id does nothing.
-    let r = one(
+    let r = check_one(
         &drl,
         json!({"limit": "tokens", "key": "x", "cost": 6, "mode": "reserve"}),
     );
     let id = r["reservation"].as_str().unwrap().to_string();
-    let wrong = one(
+    let wrong = check_one(
         &drl,
         json!({"limit": "tokens", "key": "y", "mode": "release", "reservation": id}),
     );
     assert_eq!(wrong["expired"], true);
-    assert_eq!(remaining(&drl, "tokens", "x"), 4);
-    let s = one(
+    assert_eq!(remaining_of(&drl, "tokens", "x"), 4);
+    let s = check_one(
         &drl,
         json!({"limit": "tokens", "key": "x", "mode": "release", "reservation": id}),
     );
     assert_eq!(s["refunded"], 6);
-    assert_eq!(remaining(&drl, "tokens", "x"), 10);
+    assert_eq!(remaining_of(&drl, "tokens", "x"), 10);
 
     // A settlement above the estimate charges the difference, into debt.
-    let r = one(
+    let r = check_one(
         &drl,
         json!({"limit": "bucket", "key": "z", "cost": 2, "mode": "reserve"}),
     );
     let id = r["reservation"].as_str().unwrap().to_string();
-    let s = one(
+    let s = check_one(
         &drl,
         json!({"limit": "bucket", "key": "z", "cost": 15, "mode": "settle", "reservation": id}),
     );
@@ -216,14 +202,14 @@ fn racing_settlements_sum_as_if_sequential() {
     // Reserve N estimates on one key.
     let ids: Vec<String> = (0..N)
         .map(|_| {
-            let r = one(
+            let r = check_one(
                 &drl,
                 json!({"limit": "big", "key": "hot", "cost": ESTIMATE, "mode": "reserve"}),
             );
             r["reservation"].as_str().unwrap().to_string()
         })
         .collect();
-    assert_eq!(remaining(&drl, "big", "hot"), 1_000_000 - N * ESTIMATE);
+    assert_eq!(remaining_of(&drl, "big", "hot"), 1_000_000 - N * ESTIMATE);
     // Settle them from 8 threads at once, actuals below and above the
     // estimate, with takes and charges on the same key in between.
     let actual = |i: u64| (i * 37) % 211; // 0..=210
@@ -249,7 +235,7 @@ fn racing_settlements_sum_as_if_sequential() {
     });
     let settled: u64 = (0..N).map(actual).sum();
     assert_eq!(
-        remaining(&drl, "big", "hot"),
+        remaining_of(&drl, "big", "hot"),
         1_000_000 - settled - N * (1 + 2),
         "the sequential sum"
     );
@@ -323,12 +309,12 @@ fn an_expired_reservation_refunds_nothing() {
     // settlement refunds nothing (its estimate stays consumed); what goes
     // over the estimate is still charged.
     let drl = Drl::start(&format!("server:\n  reservation_ttl_ms: 0\n{CONFIG}"));
-    let r = one(
+    let r = check_one(
         &drl,
         json!({"limit": "tokens", "key": "e", "cost": 8, "mode": "reserve"}),
     );
     let id = r["reservation"].as_str().unwrap().to_string();
-    let s = one(
+    let s = check_one(
         &drl,
         json!({"limit": "tokens", "key": "e", "cost": 3, "mode": "settle", "reservation": id}),
     );
@@ -337,13 +323,13 @@ fn an_expired_reservation_refunds_nothing() {
         (json!(true), json!(0)),
         "{s}"
     );
-    assert_eq!(remaining(&drl, "tokens", "e"), 2);
-    let r = one(
+    assert_eq!(remaining_of(&drl, "tokens", "e"), 2);
+    let r = check_one(
         &drl,
         json!({"limit": "tokens", "key": "f", "cost": 2, "mode": "reserve"}),
     );
     let id = r["reservation"].as_str().unwrap().to_string();
-    let s = one(
+    let s = check_one(
         &drl,
         json!({"limit": "tokens", "key": "f", "cost": 5, "mode": "settle", "reservation": id}),
     );
@@ -351,7 +337,7 @@ fn an_expired_reservation_refunds_nothing() {
         (s["expired"].clone(), s["charged"].clone()),
         (json!(true), json!(3))
     );
-    assert_eq!(remaining(&drl, "tokens", "f"), 5);
+    assert_eq!(remaining_of(&drl, "tokens", "f"), 5);
 }
 
 /// A free UDP port on loopback (for the one-node gossip cluster below).
@@ -370,7 +356,7 @@ fn free_udp_port() -> u16 {
 fn a_reload_keeps_the_reservations_of_a_limit_it_keeps() {
     let drl = Drl::start_with(CONFIG, &["--no-watch"]);
     let reserve = |limit: &str| {
-        let r = one(
+        let r = check_one(
             &drl,
             json!({"limit": limit, "key": "r", "cost": 8, "mode": "reserve"}),
         );
@@ -389,7 +375,7 @@ fn a_reload_keeps_the_reservations_of_a_limit_it_keeps() {
     drl.signal("HUP");
     drl.wait_log("config reloaded (SIGHUP)");
     let settle = |limit: &str, id: &str| {
-        one(
+        check_one(
             &drl,
             json!({"limit": limit, "key": "r", "cost": 3, "mode": "settle", "reservation": id}),
         )
@@ -400,7 +386,7 @@ fn a_reload_keeps_the_reservations_of_a_limit_it_keeps() {
         (json!(false), json!(5)),
         "{s}"
     );
-    assert_eq!(remaining(&drl, "tokens", "r"), 7);
+    assert_eq!(remaining_of(&drl, "tokens", "r"), 7);
     let s = settle("bucket", &changed);
     assert_eq!(
         (s["expired"].clone(), s["charged"].clone()),
@@ -433,12 +419,12 @@ cluster:
 ",
         key.display()
     ));
-    let r = one(
+    let r = check_one(
         &drl,
         json!({"limit": "shared", "key": "t", "cost": 50, "mode": "charge"}),
     );
     assert_eq!(r["allowed"], false, "in debt right after: {r}");
-    let t = one(&drl, json!({"limit": "shared", "key": "t", "cost": 1}));
+    let t = check_one(&drl, json!({"limit": "shared", "key": "t", "cost": 1}));
     assert_eq!(t["allowed"], false, "a take while in debt: {t}");
     for mode in ["check", "reserve"] {
         let (s, v) = check(

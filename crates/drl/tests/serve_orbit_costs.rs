@@ -19,8 +19,8 @@ mod common;
 use std::net::UdpSocket;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Drl, post_json};
-use serde_json::{Value, json};
+use common::{Drl, check_one};
+use serde_json::json;
 
 const WINDOW_MS: u64 = 20_000;
 const WINDOW: u64 = WINDOW_MS * 1_000_000;
@@ -67,15 +67,6 @@ orbit:
     )
 }
 
-fn one(drl: &Drl, item: Value) -> Value {
-    let (s, _, v) = post_json(
-        &drl.url("/v1/check"),
-        &json!({ "requests": [item] }).to_string(),
-    );
-    assert_eq!(s, 200, "{v}");
-    v["results"][0].clone()
-}
-
 /// Runs `scenario` inside one window (from 300 ms after its start), again
 /// in the next window if a slow run straddled its end; `scenario` gets a
 /// key of its own per try.
@@ -115,13 +106,13 @@ fn orbit_token_quota_charges_into_debt_and_settles_reservations() {
     let checks = in_one_window("tokens", |key| {
         let mut allowed = Vec::new();
         for i in 1..=4 {
-            let c = one(
+            let c = check_one(
                 a,
                 json!({"limit": "tokens", "key": key, "cost": 0, "mode": "check"}),
             );
             allowed.push(c["allowed"].as_bool().expect("allowed"));
             if i < 4 {
-                let r = one(
+                let r = check_one(
                     a,
                     json!({"limit": "tokens", "key": key, "cost": 1, "mode": "charge"}),
                 );
@@ -139,7 +130,7 @@ fn orbit_token_quota_charges_into_debt_and_settles_reservations() {
     // A reservation of 2 (the whole cap), settled at 1: 1 comes back, and
     // the node holds it again.
     let (settled, after) = in_one_window("reserve", |key| {
-        let r = one(
+        let r = check_one(
             a,
             json!({"limit": "tokens", "key": key, "cost": 2, "mode": "reserve"}),
         );
@@ -148,11 +139,11 @@ fn orbit_token_quota_charges_into_debt_and_settles_reservations() {
             .as_str()
             .expect("a reservation id")
             .to_string();
-        let s = one(
+        let s = check_one(
             a,
             json!({"limit": "tokens", "key": key, "cost": 1, "mode": "settle", "reservation": id}),
         );
-        let c = one(
+        let c = check_one(
             a,
             json!({"limit": "tokens", "key": key, "cost": 0, "mode": "check"}),
         );

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Drl, post_json};
+use common::{Drl, check_one, remaining_of};
 use serde_json::{Value, json};
 
 /// The `redis:` section for `url` and `engine`, a failure policy that
@@ -32,23 +32,6 @@ fn config(url: &str, engine: &str) -> String {
     )
 }
 
-fn one(drl: &Drl, item: Value) -> Value {
-    let (s, _, v) = post_json(
-        &drl.url("/v1/check"),
-        &json!({ "requests": [item] }).to_string(),
-    );
-    assert_eq!(s, 200, "{v}");
-    v["results"][0].clone()
-}
-
-fn remaining(drl: &Drl, limit: &str, key: &str) -> u64 {
-    let r = one(
-        drl,
-        json!({"limit": limit, "key": key, "mode": "check", "cost": 0}),
-    );
-    r["remaining"].as_u64().unwrap()
-}
-
 fn settled(s: &Value) -> (Value, Value, Value) {
     (
         s["charged"].clone(),
@@ -62,7 +45,7 @@ fn reserve_settle_release(redis: &common::Redis, engine: &str) {
     let drl = Drl::start(&cfg);
     // A check of the whole limit admits and consumes nothing.
     for _ in 0..3 {
-        let r = one(
+        let r = check_one(
             &drl,
             json!({"limit": "tokens", "key": "c", "cost": 10, "mode": "check"}),
         );
@@ -71,10 +54,10 @@ fn reserve_settle_release(redis: &common::Redis, engine: &str) {
             (json!(true), json!(0))
         );
     }
-    assert_eq!(remaining(&drl, "tokens", "c"), 10);
+    assert_eq!(remaining_of(&drl, "tokens", "c"), 10);
 
     // Reserve 8: 2 left, a take of 5 is denied.
-    let r = one(
+    let r = check_one(
         &drl,
         json!({"limit": "tokens", "key": "k", "cost": 8, "mode": "reserve"}),
     );
@@ -88,11 +71,11 @@ fn reserve_settle_release(redis: &common::Redis, engine: &str) {
         .expect("a reservation id")
         .to_string();
     assert_eq!(
-        one(&drl, json!({"limit": "tokens", "key": "k", "cost": 5}))["allowed"],
+        check_one(&drl, json!({"limit": "tokens", "key": "k", "cost": 5}))["allowed"],
         false
     );
     // Settled at 3, below the estimate: 5 come back, in Redis.
-    let s = one(
+    let s = check_one(
         &drl,
         json!({"limit": "tokens", "key": "k", "cost": 3, "mode": "settle", "reservation": id}),
     );
@@ -102,14 +85,14 @@ fn reserve_settle_release(redis: &common::Redis, engine: &str) {
         "{engine}: {s}"
     );
     assert_eq!(s["remaining"], 7);
-    assert_eq!(remaining(&drl, "tokens", "k"), 7);
+    assert_eq!(remaining_of(&drl, "tokens", "k"), 7);
     // Another node on the same Redis sees the count.
     let other = Drl::start(&cfg);
-    assert_eq!(remaining(&other, "tokens", "k"), 7);
+    assert_eq!(remaining_of(&other, "tokens", "k"), 7);
     // Settled once only: a retry answers the settlement again and applies
     // nothing; on the other node the id is unknown, so its whole actual
     // cost is charged.
-    let again = one(
+    let again = check_one(
         &drl,
         json!({"limit": "tokens", "key": "k", "cost": 3, "mode": "settle", "reservation": id}),
     );
@@ -118,8 +101,8 @@ fn reserve_settle_release(redis: &common::Redis, engine: &str) {
         (json!(0), json!(5), json!(false)),
         "{engine}"
     );
-    assert_eq!(remaining(&other, "tokens", "k"), 7);
-    let elsewhere = one(
+    assert_eq!(remaining_of(&other, "tokens", "k"), 7);
+    let elsewhere = check_one(
         &other,
         json!({"limit": "tokens", "key": "k", "cost": 3, "mode": "settle", "reservation": id}),
     );
@@ -128,41 +111,41 @@ fn reserve_settle_release(redis: &common::Redis, engine: &str) {
         (json!(3), json!(0), json!(true)),
         "{engine}"
     );
-    assert_eq!(remaining(&drl, "tokens", "k"), 4);
+    assert_eq!(remaining_of(&drl, "tokens", "k"), 4);
 
     // Release gives the whole estimate back; another key's id does nothing.
-    let r = one(
+    let r = check_one(
         &drl,
         json!({"limit": "tokens", "key": "x", "cost": 6, "mode": "reserve"}),
     );
     let id = r["reservation"].as_str().unwrap().to_string();
-    let wrong = one(
+    let wrong = check_one(
         &drl,
         json!({"limit": "tokens", "key": "y", "mode": "release", "reservation": id}),
     );
     assert_eq!(wrong["expired"], true);
-    assert_eq!(remaining(&drl, "tokens", "x"), 4);
-    let s = one(
+    assert_eq!(remaining_of(&drl, "tokens", "x"), 4);
+    let s = check_one(
         &drl,
         json!({"limit": "tokens", "key": "x", "mode": "release", "reservation": id}),
     );
     assert_eq!(settled(&s), (json!(0), json!(6), json!(false)), "{engine}");
-    assert_eq!(remaining(&drl, "tokens", "x"), 10);
+    assert_eq!(remaining_of(&drl, "tokens", "x"), 10);
 
     // Settled above the estimate: the difference is charged, into debt;
     // then even a check of 0 is denied.
-    let r = one(
+    let r = check_one(
         &drl,
         json!({"limit": "bucket", "key": "z", "cost": 2, "mode": "reserve"}),
     );
     let id = r["reservation"].as_str().unwrap().to_string();
-    let s = one(
+    let s = check_one(
         &drl,
         json!({"limit": "bucket", "key": "z", "cost": 15, "mode": "settle", "reservation": id}),
     );
     assert_eq!(settled(&s), (json!(13), json!(0), json!(false)), "{engine}");
     assert_eq!(s["allowed"], false);
-    let q = one(
+    let q = check_one(
         &other,
         json!({"limit": "bucket", "key": "z", "cost": 0, "mode": "check"}),
     );

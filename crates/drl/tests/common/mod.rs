@@ -82,6 +82,26 @@ pub fn post_json(url: &str, body: &str) -> (u16, Vec<(String, String)>, serde_js
     (s, h, v)
 }
 
+/// One request through `POST /v1/check` (which must answer 200): its
+/// result.
+pub fn check_one(drl: &Drl, item: serde_json::Value) -> serde_json::Value {
+    let (s, _, v) = post_json(
+        &drl.url("/v1/check"),
+        &serde_json::json!({ "requests": [item] }).to_string(),
+    );
+    assert_eq!(s, 200, "{v}");
+    v["results"][0].clone()
+}
+
+/// What remains of `key` under `limit`: a check of cost 0.
+pub fn remaining_of(drl: &Drl, limit: &str, key: &str) -> u64 {
+    let r = check_one(
+        drl,
+        serde_json::json!({"limit": limit, "key": key, "mode": "check", "cost": 0}),
+    );
+    r["remaining"].as_u64().expect("a remaining count")
+}
+
 /// The value of header `name` (lowercase).
 pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
     headers

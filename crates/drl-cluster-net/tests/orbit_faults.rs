@@ -147,6 +147,28 @@ async fn orbit_tables_spanning_many_datagrams_circulate() {
     assert!(s2.tables_received > 0, "node 2 never received a table");
 }
 
+/// Five started Orbit runtimes on `members`, each losing 20% of its
+/// datagrams and delaying them 1-31 ms (reordering), fault seeds
+/// `id * seed`, with `spec` registered.
+async fn lossy_ring(members: &[RingMember], spec: &LimitSpec, seed: u64) -> Vec<Arc<OrbitStore>> {
+    let mut stores = Vec::new();
+    for id in 1..=5u32 {
+        let fault = FaultConfig {
+            drop_rate: 0.2,
+            delay_ms: 1,
+            jitter_ms: 30,
+            seed: u64::from(id) * seed,
+            ..FaultConfig::default()
+        };
+        let s = OrbitStore::start(config(id, members, 40, fault))
+            .await
+            .expect("start");
+        s.register(spec).expect("register");
+        stores.push(Arc::new(s));
+    }
+    stores
+}
+
 /// 20% of datagrams lost and 0-30 ms jitter (reordering) on every node:
 /// the cap holds exactly in every window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -154,21 +176,7 @@ async fn orbit_lossy_reordering_network_keeps_cap() {
     let window = 2 * SEC;
     let members = ring(5);
     let spec = spec(3000, window);
-    let mut stores = Vec::new();
-    for id in 1..=5u32 {
-        let fault = FaultConfig {
-            drop_rate: 0.2,
-            delay_ms: 1,
-            jitter_ms: 30,
-            seed: u64::from(id) * 7919,
-            ..FaultConfig::default()
-        };
-        let s = OrbitStore::start(config(id, &members, 40, fault))
-            .await
-            .expect("start");
-        s.register(&spec).expect("register");
-        stores.push(Arc::new(s));
-    }
+    let stores = lossy_ring(&members, &spec, 7919).await;
     let ledger: Arc<Mutex<BTreeMap<u64, u64>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let tasks: Vec<_> = stores
@@ -245,21 +253,7 @@ async fn orbit_lossy_network_keeps_the_bound_with_charges() {
     let cap = 1500;
     let members = ring(5);
     let spec = spec(cap, window);
-    let mut stores = Vec::new();
-    for id in 1..=5u32 {
-        let fault = FaultConfig {
-            drop_rate: 0.2,
-            delay_ms: 1,
-            jitter_ms: 30,
-            seed: u64::from(id) * 104_729,
-            ..FaultConfig::default()
-        };
-        let s = OrbitStore::start(config(id, &members, 40, fault))
-            .await
-            .expect("start");
-        s.register(&spec).expect("register");
-        stores.push(Arc::new(s));
-    }
+    let stores = lossy_ring(&members, &spec, 104_729).await;
     let ledger: Arc<Mutex<BTreeMap<u64, CostTally>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let tasks: Vec<_> = stores

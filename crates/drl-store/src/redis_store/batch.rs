@@ -70,6 +70,8 @@ pub(crate) struct Shared {
     /// SHA1s of [`script::SCRIPTS`].
     pub shas: [String; 3],
     pub grace_ms: u64,
+    /// Extra grace drawn per call (`expiry_jitter_ms`).
+    pub jitter: Jitter,
     pub response_timeout_ms: u64,
     /// What decides: scripts or the module.
     pub engine: Engine,
@@ -111,7 +113,7 @@ pub(crate) fn build_call<'a>(
             push_arg(&mut cmd, a);
         }
     }
-    cmd.arg(shared.grace_ms);
+    cmd.arg(shared.grace());
     for p in parts {
         for a in p.args.args_iter().skip(p.nkeys) {
             push_arg(&mut cmd, a);
@@ -120,7 +122,43 @@ pub(crate) fn build_call<'a>(
     cmd
 }
 
+/// Draws up to `max_ms` of extra expiry grace per call: splitmix64 over a
+/// counter (spread, not secrecy, is the point).
+pub(crate) struct Jitter {
+    max_ms: u64,
+    state: std::sync::atomic::AtomicU64,
+}
+
+impl Jitter {
+    /// Draws in `[0, max_ms)`; 0 draws nothing.
+    pub fn new(max_ms: u64) -> Self {
+        Self {
+            max_ms,
+            state: std::sync::atomic::AtomicU64::new(0x9E37_79B9_7F4A_7C15),
+        }
+    }
+
+    /// The next extra grace, in ms.
+    pub fn draw(&self) -> u64 {
+        if self.max_ms == 0 {
+            return 0;
+        }
+        let mut z = self
+            .state
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+            .wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % self.max_ms
+    }
+}
+
 impl Shared {
+    /// The grace of one call: `expiry_grace_ms` plus its jitter.
+    pub fn grace(&self) -> u64 {
+        self.grace_ms.saturating_add(self.jitter.draw())
+    }
+
     fn with_timeout(&self, e: StoreError) -> StoreError {
         match e {
             StoreError::Timeout(0) => StoreError::Timeout(self.response_timeout_ms),
@@ -160,7 +198,7 @@ impl Shared {
         parts: impl Iterator<Item = &'a Part> + Clone,
     ) -> Result<Value, StoreError> {
         self.ensure_module().await?;
-        let cmd = module::build_call(self.grace_ms, parts.map(|p| (p.nkeys, &p.args)));
+        let cmd = module::build_call(self.grace(), parts.map(|p| (p.nkeys, &p.args)));
         match self.conn.query(&cmd).await {
             Ok(v) => Ok(v),
             // The module went away (a restarted server, a new cluster node).

@@ -80,6 +80,11 @@ pub struct RedisConfig {
     /// missing one. The grace covers clock differences between callers and
     /// Redis in `time: caller` mode.
     pub expiry_grace_ms: u64,
+    /// Up to this much more grace, in ms, drawn for each call (default 0):
+    /// keys written together do not all expire together (envoyproxy/
+    /// ratelimit's `EXPIRATION_JITTER_MAX_SECONDS`). A key only ever lives
+    /// longer, after its state is fresh again: it never admits more.
+    pub expiry_jitter_ms: u64,
     /// Use the double-precision fast script for bucket algorithms whose
     /// capacity is below 2^53 ns (default true). Both scripts decide alike;
     /// turning this off is for tests and comparisons.
@@ -112,6 +117,7 @@ impl Default for RedisConfig {
             connect_timeout_ms: 1000,
             response_timeout_ms: 1000,
             expiry_grace_ms: 1000,
+            expiry_jitter_ms: 0,
             fast_path: true,
             batch_max: 64,
             batch_in_flight: None,
@@ -280,6 +286,7 @@ impl std::fmt::Debug for RedisConfig {
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("response_timeout_ms", &self.response_timeout_ms)
             .field("expiry_grace_ms", &self.expiry_grace_ms)
+            .field("expiry_jitter_ms", &self.expiry_jitter_ms)
             .field("fast_path", &self.fast_path)
             .field("batch_max", &self.batch_max)
             .field("batch_in_flight", &self.batch_in_flight)

@@ -173,6 +173,7 @@ impl RedisStore {
             conn,
             shas,
             grace_ms: config.expiry_grace_ms,
+            jitter: batch::Jitter::new(config.expiry_jitter_ms),
             response_timeout_ms: config.response_timeout_ms,
             engine: config.engine,
             server,

@@ -34,6 +34,11 @@ pub struct Config {
     /// The Redis server or cluster of `scope: redis` limits.
     #[serde(default)]
     pub redis: Option<drl_store::RedisConfig>,
+    /// A second Redis for `scope: redis` limits whose every window is at
+    /// most one second (envoyproxy/ratelimit's `REDIS_PERSECOND`); the
+    /// others stay in `redis`. Same failure policy.
+    #[serde(default)]
+    pub redis_per_second: Option<drl_store::RedisConfig>,
     /// Failure policy of `scope: redis` limits (timeouts, circuit breaker,
     /// fail open/closed/local).
     #[serde(default)]
@@ -62,6 +67,7 @@ impl Config {
             envoy: Vec::new(),
             limitador: Vec::new(),
             redis: None,
+            redis_per_second: None,
             redis_resilience: drl_store::ResilienceConfig::default(),
             orbit: None,
             cluster: None,
@@ -88,6 +94,13 @@ impl Config {
                 )
                 .locate(text, &["envoy_stats_tags:"]));
             }
+        }
+        if self.redis_per_second.is_some() && self.redis.is_none() {
+            return Err(ConfigError::new(
+                source,
+                "redis_per_second: a second Redis for per-second limits needs the `redis:` section too (the other limits and the overrides stay there)",
+            )
+            .locate(text, &["redis_per_second:"]));
         }
         match self.server.envoy_scope {
             Scope::Local => {}

@@ -55,6 +55,12 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
+    if let Some(r) = &cfg.redis_per_second {
+        stores
+            .connect_redis_per_second(&(r.clone(), cfg.redis_resilience.clone()))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     if let Some(o) = &cfg.orbit {
         stores
             .start_orbit(o)

@@ -252,6 +252,18 @@ impl Engine {
                 "the `redis` / `redis_resilience` sections changed (or were added); restart drl to apply that",
             ));
         }
+        let per_second_same = match &cfg.redis_per_second {
+            Some(r) => self
+                .stores
+                .redis_per_second_matches(&(r.clone(), cfg.redis_resilience.clone())),
+            None => !self.stores.has_redis_per_second(),
+        };
+        if !per_second_same {
+            return Err(ConfigError::new(
+                &name,
+                "the `redis_per_second` section changed (or was added or removed); restart drl to apply that",
+            ));
+        }
         if let Some(o) = &cfg.orbit
             && !self.stores.orbit_matches(o)
         {

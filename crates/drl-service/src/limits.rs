@@ -315,11 +315,12 @@ impl Limits {
         let envoy_store = match config.server.envoy_scope {
             Scope::Local => None,
             scope => {
-                // The store itself, for overrides (a probe spec: no state).
+                // The store itself, for overrides (a probe spec: no state;
+                // an hour, so the main Redis, never `redis_per_second`).
                 let probe = LimitSpec::new(
                     String::new(),
                     drl_core::Algorithm::FixedWindow,
-                    vec![drl_core::Quota::new(1, drl_core::time::SECOND).expect("a valid quota")],
+                    vec![drl_core::Quota::new(1, drl_core::time::HOUR).expect("a valid quota")],
                 );
                 match stores.backend(scope, &probe, envoy_bounds()) {
                     Ok(b @ Backend::Store(_)) => Some(b),

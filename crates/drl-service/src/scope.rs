@@ -164,6 +164,9 @@ pub struct Stores {
     /// The Redis store (with its failure policy), once connected, and the
     /// config it was connected with.
     redis: Mutex<Option<(RedisSettings, Arc<dyn Store>)>>,
+    /// The second Redis of limits whose windows are all at most a second
+    /// (`redis_per_second:`), once connected.
+    redis_per_second: Mutex<Option<(RedisSettings, Arc<dyn Store>)>>,
     /// The Orbit runtime, once started, and the `orbit:` section it was
     /// started with.
     orbit: Mutex<Option<(OrbitConfig, Arc<OrbitStore>)>>,
@@ -206,6 +209,7 @@ impl std::fmt::Debug for Stores {
         f.debug_struct("Stores")
             .field("memory", &self.memory.lock().len())
             .field("redis", &self.redis.lock().is_some())
+            .field("redis_per_second", &self.redis_per_second.lock().is_some())
             .field("orbit", &self.orbit.lock().is_some())
             .field("gossip", &self.gossip.lock().is_some())
             .finish()
@@ -232,32 +236,40 @@ impl Stores {
                 )
             };
         }
-        let store = RedisStore::connect(&settings.0)
-            .await
-            .map_err(|e| format!("cannot connect to Redis: {e}"))?;
-        if settings.0.engine == drl_store::Engine::Module {
-            // A single server is connected lazily: check its module now, so
-            // a missing one is logged at startup rather than at the first
-            // request (decisions then fail over by the failure policy).
-            let probe = store.clone();
-            tokio::spawn(async move {
-                let _ = probe.load_script().await;
-            });
-        }
-        // A Redis that may evict drl's keys can reset limits: say so at
-        // start (not a refusal: `maxmemory` can change at run time, and
-        // managed services may hide their settings).
-        let probe = store.clone();
-        tokio::spawn(async move {
-            if let Ok(Some(warning)) = probe.eviction_risk().await {
-                tracing::warn!("{warning}");
-            }
-        });
-        let resilient = Arc::new(Resilient::new(store, settings.1.clone()));
+        let resilient = connect(settings, "Redis").await?;
         *self.redis_status.lock() = Some((settings.0.engine, resilient.clone()));
         let store: Arc<dyn Store> = resilient;
         *self.redis.lock() = Some((settings.clone(), store));
         Ok(())
+    }
+
+    /// Connects the per-second Redis (`redis_per_second:`), as
+    /// [`Stores::connect_redis`] does the main one.
+    pub async fn connect_redis_per_second(&self, settings: &RedisSettings) -> Result<(), String> {
+        if let Some((current, _)) = &*self.redis_per_second.lock() {
+            return if current == settings {
+                Ok(())
+            } else {
+                Err("the `redis_per_second` section changed; restart drl to apply that".into())
+            };
+        }
+        let store: Arc<dyn Store> = connect(settings, "the per-second Redis").await?;
+        *self.redis_per_second.lock() = Some((settings.clone(), store));
+        Ok(())
+    }
+
+    /// True if a per-second Redis is connected.
+    pub fn has_redis_per_second(&self) -> bool {
+        self.redis_per_second.lock().is_some()
+    }
+
+    /// True if a per-second Redis connection exists for exactly
+    /// `settings`.
+    pub fn redis_per_second_matches(&self, settings: &RedisSettings) -> bool {
+        self.redis_per_second
+            .lock()
+            .as_ref()
+            .is_some_and(|(s, _)| s == settings)
     }
 
     /// True if a Redis connection exists for exactly `settings`.
@@ -444,7 +456,13 @@ impl Stores {
                 Ok(Backend::Local(store.limiter(spec)))
             }
             Scope::Redis => match &*self.redis.lock() {
-                Some((_, store)) => Ok(Backend::Store(store.clone())),
+                Some((_, store)) => {
+                    let fast = self.redis_per_second.lock();
+                    Ok(Backend::Store(match &*fast {
+                        Some((_, s)) if per_second(spec) => s.clone(),
+                        _ => store.clone(),
+                    }))
+                }
                 None => Err(
                     "scope `redis` needs a Redis connection (a `redis:` section, applied at start)"
                         .into(),
@@ -508,4 +526,42 @@ impl Stores {
             !specs.is_empty()
         });
     }
+}
+
+/// Connects to the Redis of `settings` (`what` names it in errors) behind
+/// its failure policy; warns at start of a missing module or of eviction.
+async fn connect(
+    settings: &RedisSettings,
+    what: &str,
+) -> Result<Arc<Resilient<RedisStore>>, String> {
+    let store = RedisStore::connect(&settings.0)
+        .await
+        .map_err(|e| format!("cannot connect to {what}: {e}"))?;
+    if settings.0.engine == drl_store::Engine::Module {
+        // A single server is connected lazily: check its module now, so
+        // a missing one is logged at startup rather than at the first
+        // request (decisions then fail over by the failure policy).
+        let probe = store.clone();
+        tokio::spawn(async move {
+            let _ = probe.load_script().await;
+        });
+    }
+    // A Redis that may evict drl's keys can reset limits: say so at
+    // start (not a refusal: `maxmemory` can change at run time, and
+    // managed services may hide their settings).
+    let probe = store.clone();
+    tokio::spawn(async move {
+        if let Ok(Some(warning)) = probe.eviction_risk().await {
+            tracing::warn!("{warning}");
+        }
+    });
+    Ok(Arc::new(Resilient::new(store, settings.1.clone())))
+}
+
+/// True if every window of `spec` is at most one second: the limits
+/// `redis_per_second:` holds.
+fn per_second(spec: &LimitSpec) -> bool {
+    spec.quotas
+        .iter()
+        .all(|q| q.window() <= drl_core::time::SECOND)
 }

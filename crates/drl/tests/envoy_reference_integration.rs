@@ -351,6 +351,51 @@ async fn test_basic_tls_config_with_client_cert() {
     run_until_one_window(false, On::Tls).await;
 }
 
+/// TestBasicConfig, `WithPerSecondRedis`: per-second rules count in a
+/// second Redis (`REDIS_PERSECOND`, drl's `redis_per_second:`), the others
+/// in the first; the answers are the same.
+#[tokio::test]
+async fn test_basic_config_with_per_second_redis() {
+    for _ in 0..3 {
+        let (main, fast) = (common::Redis::start(), common::Redis::start());
+        let scope = format!(
+            "  envoy_scope: redis
+  request_timeout_ms: 60000
+redis:
+  url: {}
+  connect_timeout_ms: 30000
+  response_timeout_ms: 30000
+redis_per_second:
+  url: {}
+  connect_timeout_ms: 30000
+  response_timeout_ms: 30000
+redis_resilience:
+  default_policy: {{timeout_ms: 30000, on_store_error: deny}}",
+            main.url(),
+            fast.url()
+        );
+        if run(false, &scope).await.is_err() {
+            continue;
+        }
+        let keys = |r: &common::Redis| drl_test_kit::redis::raw_command(r.port, "KEYS *").unwrap();
+        let (in_main, in_fast) = (keys(&main), keys(&fast));
+        // `basic` key1 is 50 per second; `another` key2 and key3 are per
+        // minute and per hour.
+        assert!(in_fast.contains("key1"), "{in_fast}");
+        assert!(
+            !in_fast.contains("key2") && !in_fast.contains("key3"),
+            "{in_fast}"
+        );
+        assert!(
+            in_main.contains("key2") && in_main.contains("key3"),
+            "{in_main}"
+        );
+        assert!(!in_main.contains("key1"), "{in_main}");
+        return;
+    }
+    panic!("a window turned in each of 3 runs (per-second Redis)");
+}
+
 #[tokio::test]
 async fn test_basic_config_with_redis_cluster() {
     run_until_one_window(false, On::Cluster).await;

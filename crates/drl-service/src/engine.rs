@@ -242,44 +242,9 @@ impl Engine {
                 ));
             }
         }
-        if let Some(r) = &cfg.redis
-            && !self
-                .stores
-                .redis_matches(&(r.clone(), cfg.redis_resilience.clone()))
-        {
-            return Err(ConfigError::new(
-                &name,
-                "the `redis` / `redis_resilience` sections changed (or were added); restart drl to apply that",
-            ));
-        }
-        let per_second_same = match &cfg.redis_per_second {
-            Some(r) => self
-                .stores
-                .redis_per_second_matches(&(r.clone(), cfg.redis_resilience.clone())),
-            None => !self.stores.has_redis_per_second(),
-        };
-        if !per_second_same {
-            return Err(ConfigError::new(
-                &name,
-                "the `redis_per_second` section changed (or was added or removed); restart drl to apply that",
-            ));
-        }
-        if let Some(o) = &cfg.orbit
-            && !self.stores.orbit_matches(o)
-        {
-            return Err(ConfigError::new(
-                &name,
-                "the `orbit` section changed (or was added); restart drl to apply that (only `orbit.key` reloads)",
-            ));
-        }
-        if let Some(c) = &cfg.cluster
-            && !self.stores.gossip_matches(c)
-        {
-            return Err(ConfigError::new(
-                &name,
-                "the `cluster` section changed (or was added); restart drl to apply that (only `cluster.faults` and the keys reload)",
-            ));
-        }
+        self.stores
+            .started_with(cfg)
+            .map_err(|e| ConfigError::new(&name, e))?;
         let keys = self
             .stores
             .load_keys(cfg.orbit.as_ref(), cfg.cluster.as_ref())

@@ -258,6 +258,43 @@ impl Stores {
         Ok(())
     }
 
+    /// Checks that `cfg` names the stores these were started with (a
+    /// change to the `redis`, `redis_per_second`, `orbit` or `cluster`
+    /// sections needs a restart; their keys and `cluster.faults` reload).
+    pub fn started_with(&self, cfg: &drl_config::Config) -> Result<(), &'static str> {
+        if let Some(r) = &cfg.redis
+            && !self.redis_matches(&(r.clone(), cfg.redis_resilience.clone()))
+        {
+            return Err(
+                "the `redis` / `redis_resilience` sections changed (or were added); restart drl to apply that",
+            );
+        }
+        let per_second_same = match &cfg.redis_per_second {
+            Some(r) => self.redis_per_second_matches(&(r.clone(), cfg.redis_resilience.clone())),
+            None => !self.has_redis_per_second(),
+        };
+        if !per_second_same {
+            return Err(
+                "the `redis_per_second` section changed (or was added or removed); restart drl to apply that",
+            );
+        }
+        if let Some(o) = &cfg.orbit
+            && !self.orbit_matches(o)
+        {
+            return Err(
+                "the `orbit` section changed (or was added); restart drl to apply that (only `orbit.key` reloads)",
+            );
+        }
+        if let Some(c) = &cfg.cluster
+            && !self.gossip_matches(c)
+        {
+            return Err(
+                "the `cluster` section changed (or was added); restart drl to apply that (only `cluster.faults` and the keys reload)",
+            );
+        }
+        Ok(())
+    }
+
     /// True if a per-second Redis is connected.
     pub fn has_redis_per_second(&self) -> bool {
         self.redis_per_second.lock().is_some()

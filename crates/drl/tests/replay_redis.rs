@@ -10,6 +10,17 @@ use std::process::{Command, Stdio};
 
 use common::free_port;
 
+/// Every algorithm, by its command-line name.
+const ALGORITHMS: [&str; 7] = [
+    "token-bucket",
+    "leaky-bucket",
+    "gcra",
+    "leaky-queue",
+    "fixed-window",
+    "sliding-log",
+    "sliding-window",
+];
+
 fn replay(args: &[&str], input: &str) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_drl"))
         .arg("replay")
@@ -60,18 +71,7 @@ fn trace(seed: u64, rows: usize) -> String {
 fn redis_replay_equals_memory_replay_for_every_algorithm() {
     let redis = common::Redis::start_module();
     let url = redis.url();
-    for (i, alg) in [
-        "token-bucket",
-        "leaky-bucket",
-        "gcra",
-        "leaky-queue",
-        "fixed-window",
-        "sliding-log",
-        "sliding-window",
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (i, alg) in ALGORITHMS.into_iter().enumerate() {
         let input = trace(0xD1 + i as u64, 1500);
         for quota in [&["-q", "3/50ms"][..], &["-q", "3/50ms", "-q", "20/s"][..]] {
             let mut base = vec!["-a", alg];
@@ -195,18 +195,7 @@ fn redis_replay_of_takes_and_charges_equals_memory_for_every_algorithm() {
     let redis = common::Redis::start_module();
     let url = redis.url();
     let mut diffs = vec![];
-    for (i, alg) in [
-        "token-bucket",
-        "leaky-bucket",
-        "gcra",
-        "leaky-queue",
-        "fixed-window",
-        "sliding-log",
-        "sliding-window",
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (i, alg) in ALGORITHMS.into_iter().enumerate() {
         let input = trace_with_charges(0xC4 + i as u64, 600);
         let base = ["-a", alg, "-q", "3/50ms", "-q", "20/s"];
         let memory = replay(&base, &input);
@@ -270,18 +259,7 @@ fn redis_replay_of_every_kind_of_row_equals_memory_for_every_algorithm() {
     let redis = common::Redis::start_module();
     let url = redis.url();
     let mut diffs = vec![];
-    for (i, alg) in [
-        "token-bucket",
-        "leaky-bucket",
-        "gcra",
-        "leaky-queue",
-        "fixed-window",
-        "sliding-log",
-        "sliding-window",
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (i, alg) in ALGORITHMS.into_iter().enumerate() {
         let input = trace_with_reservations(0x5E77 + i as u64, 500);
         let base = [
             "-a",

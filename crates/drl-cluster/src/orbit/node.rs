@@ -237,13 +237,7 @@ impl OrbitNode {
         if let Some(d) = self.refuse(now, key, cost) {
             return d;
         }
-        let local = self.local;
-        let ks = self.keys.entry(key.to_vec()).or_insert(KeyState {
-            holding: local,
-            ..KeyState::default()
-        });
-        ks.demand = ks.demand.saturating_add(cost);
-        self.obtain(now, key, cost);
+        self.want(now, key, cost);
         match self.keys.get_mut(key) {
             Some(ks) if ks.debt == 0 && cost <= ks.holding => {
                 ks.holding -= cost;

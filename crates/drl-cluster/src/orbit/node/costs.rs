@@ -58,13 +58,7 @@ impl OrbitNode {
                 answer: self.peek(now, key, 0),
             };
         }
-        let local = self.local;
-        let ks = self.keys.entry(key.to_vec()).or_insert(KeyState {
-            holding: local,
-            ..KeyState::default()
-        });
-        ks.demand = ks.demand.saturating_add(cost);
-        self.obtain(now, key, cost);
+        self.want(now, key, cost);
         let (mut consumed, mut debt) = (0, 0);
         if let Some(ks) = self.keys.get_mut(key) {
             consumed = cost.min(ks.holding);
@@ -168,6 +162,19 @@ impl OrbitNode {
 
     /// Rebalances `key` with each table the node holds while the key is in
     /// debt or holds less than `cost`.
+    /// Counts `cost` as demand for `key` (a new key starts holding its
+    /// local allowance), then takes what it may from a table this node
+    /// holds ([`OrbitNode::obtain`]).
+    pub(super) fn want(&mut self, now: Nanos, key: &[u8], cost: u64) {
+        let local = self.local;
+        let ks = self.keys.entry(key.to_vec()).or_insert(KeyState {
+            holding: local,
+            ..KeyState::default()
+        });
+        ks.demand = ks.demand.saturating_add(cost);
+        self.obtain(now, key, cost);
+    }
+
     pub(super) fn obtain(&mut self, now: Nanos, key: &[u8], cost: u64) {
         for lane in 0..self.lanes.len() {
             let short = self

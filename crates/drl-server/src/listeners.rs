@@ -481,12 +481,25 @@ impl Listeners {
     }
 }
 
+/// The listen backlog asked of the kernel (which caps it at
+/// `net.core.somaxconn`). std's 128 overflows when a fleet of clients
+/// (re)connects at once: the kernel then drops SYNs and each dropped
+/// client waits a whole SYN retransmission (1 s, then 3 s) to connect.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
 fn bind(kind: Kind, addr: SocketAddr) -> anyhow::Result<TcpListener> {
-    let l = std::net::TcpListener::bind(addr)
-        .with_context(|| format!("cannot listen for {} on {addr}", kind.label()))?;
-    l.set_nonblocking(true)?;
-    TcpListener::from_std(l)
-        .with_context(|| format!("cannot listen for {} on {addr}", kind.label()))
+    let what = || format!("cannot listen for {} on {addr}", kind.label());
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .with_context(what)?;
+    // As std's bind does on Unix: a restart may bind while the previous
+    // process's connections are in TIME_WAIT.
+    socket.set_reuseaddr(true).with_context(what)?;
+    socket.bind(addr).with_context(what)?;
+    socket.listen(LISTEN_BACKLOG).with_context(what)
 }
 
 async fn stopped(mut rx: watch::Receiver<bool>) {

@@ -261,3 +261,58 @@ fn events(drl: &Drl) -> (f64, f64) {
     };
     (count("header_timeout"), count("idle_timeout"))
 }
+
+/// The accept queue of the listener on `port` as the kernel reports it
+/// (`ss`): (connections queued, backlog).
+fn accept_queue(port: u16) -> (u64, u64) {
+    let out = std::process::Command::new("ss")
+        .args(["-ltnH", &format!("sport = :{port}")])
+        .output()
+        .expect("ss (iproute2) runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let cols: Vec<&str> = text.split_whitespace().collect();
+    assert!(cols.len() >= 3, "ss: {text:?}");
+    (cols[1].parse().unwrap(), cols[2].parse().unwrap())
+}
+
+/// A burst of clients connecting while the server cannot accept (here:
+/// stopped) is queued by the kernel, not dropped: each listener asks for a
+/// deep accept queue. With std's backlog of 128 the 130th SYN is dropped
+/// and that client waits for a retransmission, again and again while the
+/// queue stays full (here: its connect times out).
+#[test]
+fn a_burst_of_connections_is_queued_not_dropped() {
+    const BURST: usize = 1_000;
+    let have = raise_nofile(BURST as u64 + 1_000);
+    assert!(have >= BURST as u64 + 200, "needs {BURST} descriptors");
+    let somaxconn: u64 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        somaxconn > BURST as u64,
+        "net.core.somaxconn is {somaxconn}: the kernel caps every backlog there"
+    );
+    let drl = Drl::start("limits:\n  - name: api\n    algorithm: fixed-window\n    quota: 100/h\n");
+    for addr in [drl.http, drl.grpc] {
+        let (_, backlog) = accept_queue(addr.port());
+        assert!(backlog >= BURST as u64, "backlog of {addr}: {backlog}");
+    }
+    drl.signal("STOP");
+    let burst: Vec<TcpStream> = (0..BURST)
+        .map(|i| {
+            TcpStream::connect_timeout(&drl.http, DEADLINE)
+                .unwrap_or_else(|e| panic!("connection {i} of the burst: {e}"))
+        })
+        .collect();
+    assert_eq!(accept_queue(drl.http.port()).0, BURST as u64);
+    drl.signal("CONT");
+    // Once running, the server accepts the whole queue.
+    wait_for("the burst to be accepted", || {
+        accept_queue(drl.http.port()).0 == 0
+    });
+    let (s, _, body) = post(&drl, "/v1/check", None);
+    assert_eq!(s, 200, "{body}");
+    drop(burst);
+}

@@ -15,6 +15,9 @@ use crate::alloc::static_share::StaticShare;
 use crate::alloc::{AlgorithmKind, Allocator, FlowId, IntervalInput, Verdict};
 use crate::estimator::{RateEstimator, history_weight};
 
+mod costs;
+pub use costs::Hold;
+
 /// A key's global limit: its rate and local bucket depth.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyLimit {
@@ -64,6 +67,9 @@ pub struct KeySnapshot {
     pub admitted: u64,
     /// Units denied here since the key was created.
     pub denied: u64,
+    /// Units given back by refunds of reservations here since the key was
+    /// created (demand already counted stays counted).
+    pub refunded: u64,
 }
 
 /// The paper's rule (§5.6): with `live` of `nodes` nodes reachable, the
@@ -161,12 +167,61 @@ struct Fast {
     last_arrival: Nanos,
     admitted: u64,
     denied: u64,
+    refunded: u64,
+    /// Allocators replaced so far (a reservation's mark names the one it
+    /// was taken from).
+    generation: u64,
     /// The limit requested by the latest admission (a reload may change
     /// it; the interval step applies it).
     requested: KeyLimit,
     /// As of the last interval, for the headroom.
     effective: u64,
     demand: f64,
+}
+
+impl Fast {
+    /// A take of `cost` units from `flow` at `now` (a query for 0).
+    fn take(&mut self, now: Nanos, limit: KeyLimit, cost: u64, flow: FlowId) -> Admission {
+        if cost == 0 {
+            return self.query(now);
+        }
+        self.requested = limit;
+        self.last_arrival = now;
+        self.pending_in = self.pending_in.saturating_add(cost);
+        if self.alloc.on_arrival(now, flow, cost, &mut self.rng) == Verdict::Forward {
+            self.pending_fwd = self.pending_fwd.saturating_add(cost);
+            self.admitted = self.admitted.saturating_add(cost);
+            Admission {
+                allowed: true,
+                headroom: headroom(self.effective, self.demand),
+            }
+        } else {
+            self.denied = self.denied.saturating_add(cost);
+            Admission {
+                allowed: false,
+                headroom: 0,
+            }
+        }
+    }
+
+    /// What a take of `cost` would surely get at `now`, changing nothing
+    /// (`Allocator::admits`); for 0, whether no debt is owed.
+    fn query_cost(&self, now: Nanos, cost: u64) -> Admission {
+        let allowed = self.alloc.admits(now, cost);
+        Admission {
+            allowed,
+            headroom: if allowed {
+                headroom(self.effective, self.demand)
+            } else {
+                0
+            },
+        }
+    }
+
+    /// A query (cost 0) at `now`.
+    fn query(&self, now: Nanos) -> Admission {
+        self.query_cost(now, 0)
+    }
 }
 
 /// What only the interval step (and reports) use, behind its own lock.
@@ -251,6 +306,9 @@ impl Slow {
 pub struct KeyState {
     fast: Mutex<Fast>,
     slow: Mutex<Slow>,
+    /// Which of the key's lives this is (a key forgotten and made again
+    /// is another): a reservation's mark names it.
+    incarnation: u64,
 }
 
 impl KeyState {
@@ -266,6 +324,8 @@ impl KeyState {
                 last_arrival: now,
                 admitted: 0,
                 denied: 0,
+                refunded: 0,
+                generation: 0,
                 requested: limit,
                 effective,
                 demand: 0.0,
@@ -288,37 +348,21 @@ impl KeyState {
                 cap: None,
                 settling: false,
             }),
+            incarnation: 0,
         }
     }
 
+    /// This state as the key's `incarnation`-th life.
+    pub(crate) fn with_incarnation(mut self, incarnation: u64) -> Self {
+        self.incarnation = incarnation;
+        self
+    }
+
     /// Decides `cost` units from `flow` at `now` (the decision lock only).
-    /// `cost` 0 is a query: nothing is recorded.
+    /// `cost` 0 is a query: nothing is recorded; it is denied while a
+    /// charge's debt is not repaid.
     pub(crate) fn admit(&self, now: Nanos, limit: KeyLimit, cost: u64, flow: FlowId) -> Admission {
-        let mut f = self.fast.lock();
-        if cost == 0 {
-            return Admission {
-                allowed: true,
-                headroom: headroom(f.effective, f.demand),
-            };
-        }
-        let f = &mut *f;
-        f.requested = limit;
-        f.last_arrival = now;
-        f.pending_in = f.pending_in.saturating_add(cost);
-        if f.alloc.on_arrival(now, flow, cost, &mut f.rng) == Verdict::Forward {
-            f.pending_fwd = f.pending_fwd.saturating_add(cost);
-            f.admitted = f.admitted.saturating_add(cost);
-            Admission {
-                allowed: true,
-                headroom: headroom(f.effective, f.demand),
-            }
-        } else {
-            f.denied = f.denied.saturating_add(cost);
-            Admission {
-                allowed: false,
-                headroom: 0,
-            }
-        }
+        self.fast.lock().take(now, limit, cost, flow)
     }
 
     /// Consumes `cost` at `now` whatever the state: a cost known
@@ -484,6 +528,9 @@ impl KeyState {
         let (published, old) = {
             let mut f = self.fast.lock();
             let old = fresh.map(|a| std::mem::replace(&mut f.alloc, a));
+            if old.is_some() {
+                f.generation = f.generation.wrapping_add(1);
+            }
             if moved && old.is_none() {
                 f.alloc.set_limit(now, effective);
             }
@@ -541,6 +588,7 @@ impl KeyState {
             drop_probability: f.alloc.drop_probability(),
             admitted: f.admitted,
             denied: f.denied,
+            refunded: f.refunded,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! [`Reservations`]: a limit's open reservations, by id, for the HTTP and
 //! native APIs (a `reserve` answers an id; a later `settle` or `release`
 //! names it). One bounded [`Ledger`] per limit, made on first use;
-//! docs/server.md, "Costs known afterwards". A `redis` or `orbit` limit's
+//! docs/server.md, "Costs known afterwards". A `redis`, `orbit` or `gossip` limit's
 //! reservations are held here too (the store keeps the state, the ledger
 //! the estimate, the expiry and the marks the store returned).
 //!

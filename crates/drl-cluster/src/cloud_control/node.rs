@@ -8,7 +8,7 @@ use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::key::{Admission, Hold, KeyLimit, Settle};
+use super::key::{Admission, KeyLimit, Settle};
 use super::members::{Heard, Members, NOT_UP, Roster};
 use super::settings::{Aggregation, Settings, SettingsError};
 use super::table::{AdmitError, KeyRef, Keys};
@@ -36,6 +36,7 @@ pub const CALM: u64 = 10;
 /// Relative disagreement of neighbouring estimates taken as agreement.
 pub const CALM_SPREAD: f64 = 0.1;
 
+mod costs;
 mod links;
 pub use links::{DatagramError, FlowState, NodeStats};
 use links::{Flows, Mass, neighbours};
@@ -232,38 +233,6 @@ impl Node {
         flow: FlowId,
     ) -> Result<Admission, AdmitError> {
         self.keys.charge(now, key, limit, cost, flow)
-    }
-
-    /// What a take of `cost` would surely get at `now`, changing nothing
-    /// ([`Keys::check`]).
-    pub fn check(&self, now: Nanos, key: KeyRef<'_>, limit: KeyLimit, cost: u64) -> Admission {
-        self.keys.check(now, key, limit, cost)
-    }
-
-    /// A take of the estimate `cost` that also returns what bounds its
-    /// refund ([`Keys::reserve`]).
-    pub fn reserve(
-        &self,
-        now: Nanos,
-        key: KeyRef<'_>,
-        limit: KeyLimit,
-        cost: u64,
-        flow: FlowId,
-    ) -> Result<(Admission, Option<Hold>), AdmitError> {
-        self.keys.reserve(now, key, limit, cost, flow)
-    }
-
-    /// Gives back up to `units` of a reservation ([`Keys::refund`]); the
-    /// units given back.
-    pub fn refund(
-        &self,
-        now: Nanos,
-        key: KeyRef<'_>,
-        limit: KeyLimit,
-        hold: &Hold,
-        units: u64,
-    ) -> (Admission, u64) {
-        self.keys.refund(now, key, limit, hold, units)
     }
 
     /// Membership: `peer` is up (joined, or back).

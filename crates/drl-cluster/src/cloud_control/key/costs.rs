@@ -142,3 +142,48 @@ impl KeyState {
         (f.query(now), back)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::AlgorithmKind;
+    use crate::cloud_control::settings::Settings;
+
+    const LIM: KeyLimit = KeyLimit {
+        rate: 1_000,
+        depth: 100,
+    };
+
+    #[test]
+    fn a_hold_round_trips_through_words_and_nothing_else_reads_as_one() {
+        let k =
+            KeyState::new(&Settings::new(AlgorithmKind::Fps, 1), LIM, 1, 1, 0).with_incarnation(7);
+        let (a, hold) = k.reserve(0, LIM, 40, 1);
+        assert!(a.allowed);
+        let hold = hold.expect("admitted: a hold");
+        assert!(hold.bucket.is_some(), "FPS admits from its bucket");
+        assert_eq!(Hold::from_words(&hold.to_words()), Some(hold));
+        assert_eq!(Hold::from_words(&hold.to_words()[1..]), None);
+        let mut w = hold.to_words();
+        w[3] = 2;
+        assert_eq!(Hold::from_words(&w), None);
+    }
+
+    #[test]
+    fn a_hold_of_another_life_of_the_key_refunds_nothing() {
+        let s = Settings::new(AlgorithmKind::Fps, 1);
+        let k = KeyState::new(&s, LIM, 1, 1, 0).with_incarnation(1);
+        let (_, hold) = k.reserve(0, LIM, 40, 1);
+        let hold = hold.unwrap();
+        let other = KeyState::new(&s, LIM, 1, 1, 0).with_incarnation(2);
+        other.reserve(0, LIM, 40, 1);
+        assert_eq!(other.refund(0, &hold, 40).1, 0, "another life of the key");
+        let (_, back) = k.refund(0, &hold, 100);
+        assert_eq!(back, 40, "at most the reserved cost, all of it at once");
+        assert_eq!(k.snapshot().refunded, 40);
+        // A check after it reads the bucket, changing nothing.
+        let before = k.snapshot();
+        assert!(k.check(0, 1).allowed);
+        assert_eq!(k.snapshot(), before);
+    }
+}

@@ -186,4 +186,33 @@ mod tests {
         assert!(k.check(0, 1).allowed);
         assert_eq!(k.snapshot(), before);
     }
+
+    /// A reservation's estimate counts as demand and stays counted when
+    /// it is settled lower: GRD then drops more, never less.
+    #[test]
+    fn demand_counted_at_the_estimate_only_makes_grd_stricter() {
+        const MS: Nanos = 1_000_000;
+        let s = Settings {
+            ewma: 0.0,
+            ..Settings::new(AlgorithmKind::Grd, 1)
+        };
+        let run = |estimate: u64| {
+            let k = KeyState::new(&s, LIM, 1, 1, 0);
+            for t in 0..4u64 {
+                for i in 0..50 {
+                    let now = t * 50 * MS + i * MS;
+                    // Reserve the estimate, settle at 1; and a take of 1.
+                    if let (_, Some(h)) = k.reserve(now, LIM, estimate, 0) {
+                        assert_eq!(k.refund(now, &h, estimate - 1).1, 0);
+                    }
+                    k.admit(now, LIM, 1, 1);
+                }
+                k.tick(&s, (t + 1) * 50 * MS, 0.0, 1);
+            }
+            k.snapshot().drop_probability.unwrap()
+        };
+        let (exact, over) = (run(1), run(3));
+        assert!((exact - 0.5).abs() < 1e-9, "2,000/s against 1,000: {exact}");
+        assert!((over - 0.75).abs() < 1e-9, "4,000/s counted: {over}");
+    }
 }

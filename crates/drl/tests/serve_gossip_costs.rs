@@ -2,7 +2,7 @@
 //! serve` processes form a Cloud Control cluster on 127.0.0.1-3, and one
 //! of them serves check, reserve, settle (below and above the estimate)
 //! and release over `POST /v1/check` (docs/gossip.md, "Costs known
-//! afterwards").
+//! afterwards"), and native gRPC `Check` answers the same.
 //!
 //! FPS: the node's token bucket (depth `burst / 3` = 100,000, refilled at
 //! no more than the limit, 100/s) gives a refund back while the
@@ -20,6 +20,8 @@ mod common;
 use std::net::UdpSocket;
 
 use common::{Drl, check_one};
+use drl_api::pb::rate_limiter_client::RateLimiterClient;
+use drl_api::pb::{CheckItem, CheckRequest, CheckResult, Mode};
 use serde_json::{Value, json};
 
 /// A free UDP port on `ip` (bound then released).
@@ -163,4 +165,59 @@ fn gossip_grd_reports_no_refund_and_charges_the_excess() {
     let id = reserve(a, key, 10);
     let r = call(a, "release", key, 0, Some(&id));
     assert_eq!(closed(&r), (0, 0, false), "{r}");
+}
+
+async fn grpc_one(
+    c: &mut RateLimiterClient<tonic::transport::Channel>,
+    key: &str,
+    cost: u64,
+    mode: Mode,
+    reservation_id: u64,
+) -> CheckResult {
+    let item = CheckItem {
+        limit: "tokens".into(),
+        key: key.into(),
+        cost: Some(cost),
+        mode: mode as i32,
+        reservation_id,
+    };
+    c.check(CheckRequest {
+        requests: vec![item],
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .results
+    .remove(0)
+}
+
+#[tokio::test]
+async fn gossip_native_grpc_reserve_settle_release() {
+    let (nodes, _dir) = cluster("fps");
+    let mut c = RateLimiterClient::connect(nodes[1].grpc_url())
+        .await
+        .unwrap();
+    let key = "tenant-grpc";
+    let q = grpc_one(&mut c, key, 100, Mode::Check, 0).await;
+    assert!(q.allowed, "{q:?}");
+    let r = grpc_one(&mut c, key, 9_000, Mode::Reserve, 0).await;
+    assert!(r.allowed, "{r:?}");
+    assert_ne!(r.reservation_id, 0, "a reservation id");
+    let s = grpc_one(&mut c, key, 4_000, Mode::Settle, r.reservation_id).await;
+    assert_eq!(
+        (s.charged, s.refunded, s.expired),
+        (0, 5_000, false),
+        "{s:?}"
+    );
+    let r = grpc_one(&mut c, key, 3_000, Mode::Reserve, 0).await;
+    let s = grpc_one(&mut c, key, 0, Mode::Release, r.reservation_id).await;
+    assert_eq!(
+        (s.charged, s.refunded, s.expired),
+        (0, 3_000, false),
+        "{s:?}"
+    );
+    let q = grpc_one(&mut c, key, 1_000_000, Mode::Charge, 0).await;
+    assert!(!q.allowed, "in debt after the charge: {q:?}");
+    let q = grpc_one(&mut c, key, 0, Mode::Check, 0).await;
+    assert!(!q.allowed, "a query in debt: {q:?}");
 }

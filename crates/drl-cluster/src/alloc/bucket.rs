@@ -124,17 +124,20 @@ impl VarBucket {
         self.rate
     }
 
-    /// Fills the bucket to its depth (the FPS slow-start burst).
+    /// Fills the bucket to its depth (the FPS slow-start burst); a
+    /// charge's debt stays (only the refill repays it).
     pub fn fill(&mut self, now: Nanos) {
-        self.advance(now);
-        self.level = self.depth;
-        self.epoch = self.epoch.wrapping_add(1);
+        self.fill_to(now, u64::MAX);
     }
 
-    /// Sets the level to `units` (at most the depth).
+    /// Sets the level to `units` (at most the depth); a charge's debt
+    /// stays (only the refill repays it: a burst handed to an idle FPS
+    /// share wiped the debt of the charges made there).
     pub fn fill_to(&mut self, now: Nanos, units: u64) {
         self.advance(now);
-        self.level = (units as i128 * NANO).min(self.depth);
+        if self.level >= 0 {
+            self.level = (units as i128 * NANO).min(self.depth);
+        }
         self.epoch = self.epoch.wrapping_add(1);
     }
 
@@ -262,6 +265,19 @@ mod tests {
         assert_eq!(b.available(10 * MS), 0);
         b.fill(10 * MS);
         assert_eq!(b.available(10 * MS), 10);
+    }
+
+    #[test]
+    fn a_fill_keeps_a_debt() {
+        let mut b = VarBucket::new(10, 0, 0);
+        b.charge(0, 25);
+        b.fill_to(MS, 10);
+        b.fill(MS);
+        assert!(b.in_debt(MS), "only the refill repays a debt");
+        b.set_rate(MS, 1_000);
+        assert!(!b.in_debt(16 * MS));
+        b.fill_to(16 * MS, 4);
+        assert_eq!(b.available(16 * MS), 4);
     }
 
     #[test]

@@ -16,7 +16,9 @@
 //!   ([`Driver::drain`]) and sends them.
 //!
 //! `decide` never waits on the network or on the loop: it calls
-//! [`Keys::admit`] on the node's key table, shared through an `Arc`.
+//! [`Keys::admit`] on the node's key table, shared through an `Arc`;
+//! `charge`, `check`, `reserve` and `refund` likewise call the table's
+//! (docs/gossip.md, "Costs known afterwards").
 
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -26,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use drl_cluster::alloc::FlowId;
-use drl_cluster::cloud_control::{KeyLimit, KeyRef, Keys, Node, fnv1a};
-use drl_core::{Decision, DenyReason, Nanos};
+use drl_cluster::cloud_control::{Admission, Hold, KeyLimit, KeyRef, Keys, Node, fnv1a};
+use drl_core::{Decision, DenyReason, Mark, Nanos};
 use drl_store::{Check, LimitSpec, Store, StoreError};
 use foca::Timer;
 use parking_lot::Mutex;
@@ -88,6 +90,9 @@ impl Shared {
         self.live.load(Ordering::Relaxed)
     }
 }
+
+/// A reserve's answer: the take's decision and, when admitted, the marks.
+pub type Reserved = (Decision, Option<Box<[Mark]>>);
 
 /// A quota's rate, units/s (no division for the common 1-second window).
 fn quota_rate(limit: u64, window: Nanos) -> u128 {
@@ -362,9 +367,79 @@ impl GossipStore {
             sh.keys.admit(sh.now(), key, limit_of_key, check.cost, flow)
         }
         .map_err(|e| StoreError::Backend(format!("gossip: {e}")))?;
-        let limit = check.spec.quotas.first().map_or(0, |q| q.limit());
-        let interval = sh.interval;
-        Ok(if a.allowed {
+        Ok(self.answer(check.spec, a))
+    }
+
+    /// Checks synchronously (what `check` does): what a take of the cost
+    /// would surely get now, changing nothing (under random drop, admitted
+    /// only while the drop probability is 0).
+    pub fn check_now(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        let (aggregate, _) = self.split(check.key);
+        let sh = &*self.shared;
+        let key = KeyRef {
+            limit: check.spec.name.as_str(),
+            aggregate,
+        };
+        let a = sh
+            .keys
+            .check(sh.now(), key, key_limit(check.spec, &sh.nodes), check.cost);
+        Ok(self.answer(check.spec, a))
+    }
+
+    /// Reserves synchronously (what `reserve` does): a take whose units
+    /// count as demand; when admitted, the [`Hold`] that bounds its
+    /// refund, as [`Hold::WORDS`] marks.
+    pub fn reserve_now(&self, check: Check<'_>) -> Result<Reserved, StoreError> {
+        let (aggregate, flow) = self.split(check.key);
+        let sh = &*self.shared;
+        let key = KeyRef {
+            limit: check.spec.name.as_str(),
+            aggregate,
+        };
+        let limit_of_key = key_limit(check.spec, &sh.nodes);
+        let (a, hold) = sh
+            .keys
+            .reserve(sh.now(), key, limit_of_key, check.cost, flow)
+            .map_err(|e| StoreError::Backend(format!("gossip: {e}")))?;
+        let marks = hold.map(|h| h.to_words().map(Mark).into());
+        Ok((self.answer(check.spec, a), marks))
+    }
+
+    /// Refunds synchronously (what `refund` does): gives back up to the
+    /// cost into the token bucket that admitted the reservation, no more
+    /// than it still holds back; nothing under random drop. A query right
+    /// after, and the units given back.
+    pub fn refund_now(
+        &self,
+        check: Check<'_>,
+        marks: &[Mark],
+    ) -> Result<(Decision, u64), StoreError> {
+        let words: Vec<u64> = marks.iter().map(|m| m.0).collect();
+        let hold = Hold::from_words(&words).ok_or_else(|| {
+            StoreError::Invalid(format!(
+                "gossip: {} marks are not a reservation of limit {:?}",
+                marks.len(),
+                check.spec.name
+            ))
+        })?;
+        let (aggregate, _) = self.split(check.key);
+        let sh = &*self.shared;
+        let key = KeyRef {
+            limit: check.spec.name.as_str(),
+            aggregate,
+        };
+        let limit_of_key = key_limit(check.spec, &sh.nodes);
+        let (a, back) = sh
+            .keys
+            .refund(sh.now(), key, limit_of_key, &hold, check.cost);
+        Ok((self.answer(check.spec, a), back))
+    }
+
+    /// The answer of an admission under `spec`.
+    fn answer(&self, spec: &LimitSpec, a: Admission) -> Decision {
+        let limit = spec.quotas.first().map_or(0, |q| q.limit());
+        let interval = self.shared.interval;
+        if a.allowed {
             Decision {
                 allowed: true,
                 remaining: a.headroom,
@@ -384,7 +459,7 @@ impl GossipStore {
                 delay: 0,
                 reason: Some(DenyReason::OverLimit),
             }
-        })
+        }
     }
 }
 
@@ -408,6 +483,31 @@ impl Store for GossipStore {
     /// states the bound.
     async fn charge(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         self.charge_now(check)
+    }
+
+    fn settles(&self) -> bool {
+        true
+    }
+
+    /// What a take would surely get now, changing nothing.
+    async fn check(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        self.check_now(check)
+    }
+
+    async fn reserve(
+        &self,
+        check: Check<'_>,
+    ) -> Result<(Decision, Option<Box<[Mark]>>), StoreError> {
+        self.reserve_now(check)
+    }
+
+    /// Reports the units actually given back (0 under random drop).
+    async fn refund(
+        &self,
+        check: Check<'_>,
+        marks: &[Mark],
+    ) -> Result<(Decision, u64), StoreError> {
+        self.refund_now(check, marks)
     }
 
     fn retain(&self, specs: &[LimitSpec]) {

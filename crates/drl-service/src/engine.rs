@@ -616,7 +616,7 @@ pub fn apply_local(
 
 /// True when `backend` serves check, reserve, settle and release: in
 /// memory, or a store that implements them ([`drl_store::Store::settles`]:
-/// Redis, Orbit).
+/// Redis, Orbit, gossip).
 fn settles(backend: &Backend) -> bool {
     match backend {
         Backend::Local(_) => true,
@@ -626,7 +626,7 @@ fn settles(backend: &Backend) -> bool {
 
 /// Applies check `r` (any [`Op`]) on `limit`, in memory or in its store;
 /// no metrics, no shadow mode. Check, reserve, settle and release need a
-/// backend that settles (`local`, `redis`, `orbit`) and are refused otherwise
+/// backend that settles (every scope's does) and are refused otherwise
 /// ([`CheckError::Unsupported`], nothing decided); a store applies them as
 /// [`crate::reservations::apply_store`] says.
 pub async fn apply_raw(

@@ -1,7 +1,7 @@
 //! [`Reservations`]: a limit's open reservations, by id, for the HTTP and
 //! native APIs (a `reserve` answers an id; a later `settle` or `release`
 //! names it). One bounded [`Ledger`] per limit, made on first use;
-//! docs/server.md, "Costs known afterwards". A `redis` or `orbit` limit's
+//! docs/server.md, "Costs known afterwards". A `redis`, `orbit` or `gossip` limit's
 //! reservations are held here too (the store keeps the state, the ledger
 //! the estimate, the expiry and the marks the store returned).
 //!
@@ -30,7 +30,7 @@ pub struct Reservations {
 pub struct Closed {
     /// Units charged beyond the estimate.
     pub charged: u64,
-    /// Units refunded.
+    /// Units refunded: what the store reports it gave back.
     pub refunded: u64,
     /// Whether it had expired.
     pub expired: bool,
@@ -94,11 +94,12 @@ impl Reservations {
 }
 
 /// Applies check, reserve, settle or release `r` on the limit of `spec`,
-/// whose state is in `store` (Redis, Orbit) and whose open reservations are
+/// whose state is in `store` (Redis, Orbit, gossip) and whose open reservations are
 /// `open`, as [`crate::engine::apply_local`] does in memory: a reserve
 /// takes the estimate in the store and keeps its marks in the limit's
 /// ledger; a settle charges the excess in the store, or refunds the
-/// shortfall before the expiry (one atomic call each, every quota). The
+/// shortfall before the expiry (one atomic call each, every quota) and
+/// answers the units the store reports it gave back. The
 /// expiry is judged on this node's clock at `now`; the store decides on
 /// its own clock (Redis `TIME` by default), on which the marks were taken.
 /// An unknown reservation answers as in [`crate::engine::apply_local`]:
@@ -175,8 +176,9 @@ pub async fn apply_store(
                 let d = store.charge(at(extra)).await?;
                 settlement(d, extra, 0, expired)
             } else if actual < estimate && !expired {
-                let back = estimate - actual;
-                let d = store.refund(at(back), held.marks()).await?;
+                // The units the store gave back, not the ones asked for (a
+                // refund dropped or one the scope cannot make gives 0).
+                let (d, back) = store.refund(at(estimate - actual), held.marks()).await?;
                 settlement(d, 0, back, expired)
             } else {
                 let d = store.check(at(0)).await?;

@@ -103,7 +103,11 @@ impl Store for MemoryStore {
         Ok(self.reserve_now(check))
     }
 
-    async fn refund(&self, check: Check<'_>, marks: &[Mark]) -> Result<Decision, StoreError> {
+    async fn refund(
+        &self,
+        check: Check<'_>,
+        marks: &[Mark],
+    ) -> Result<(Decision, u64), StoreError> {
         if marks.len() != check.spec.quotas.len() {
             return Err(StoreError::Invalid(format!(
                 "{} marks for the {} quotas of limit {:?}",
@@ -112,7 +116,7 @@ impl Store for MemoryStore {
                 check.spec.name
             )));
         }
-        Ok(self.refund_now(check, marks))
+        Ok((self.refund_now(check, marks), check.cost))
     }
 
     fn retain(&self, specs: &[LimitSpec]) {

@@ -600,14 +600,19 @@ impl<S: Store> Store for Resilient<S> {
     /// take is **dropped** (counted in `drl_store_refunds_dropped_total`):
     /// the reservation stays consumed at its estimate, which can only deny
     /// more, never admit more. The answer is then the failure policy's
-    /// for a query.
-    async fn refund(&self, check: Check<'_>, marks: &[Mark]) -> Result<Decision, StoreError> {
+    /// for a query, with 0 units given back.
+    async fn refund(
+        &self,
+        check: Check<'_>,
+        marks: &[Mark],
+    ) -> Result<(Decision, u64), StoreError> {
         let policy = self.policy(&check.spec.name);
         match self.run(&policy, || self.inner.refund(check, marks)).await {
             Ok(a) => a,
             Err(cause) => {
                 metrics::counter!("drl_store_refunds_dropped_total").increment(1);
                 self.check_fail_over(Check { cost: 0, ..check }, policy, cause)
+                    .map(|d| (d, 0))
             }
         }
     }

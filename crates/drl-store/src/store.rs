@@ -98,10 +98,19 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Gives back up to `check.cost` units of a reservation admitted with
-    /// `marks` (one per quota), each quota on its own, as drl-core's
-    /// `MultiLimiter::refund` does; the answer is a query right after. A
-    /// store that cannot answers [`StoreError::Invalid`].
-    async fn refund(&self, check: Check<'_>, marks: &[Mark]) -> Result<Decision, StoreError> {
+    /// `marks` (as [`Store::reserve`] returned them), each quota on its
+    /// own, as drl-core's `MultiLimiter::refund` does. Answers a query
+    /// right after and the units given back: `check.cost` for drl-core's
+    /// refund (each quota gives back at most that, only what of the
+    /// reservation still holds it back), fewer where the store gives back
+    /// less, 0 where it gave back nothing (a refund dropped, or one the
+    /// scope cannot make); never more than it gave. A store that cannot
+    /// answers [`StoreError::Invalid`].
+    async fn refund(
+        &self,
+        check: Check<'_>,
+        marks: &[Mark],
+    ) -> Result<(Decision, u64), StoreError> {
         let _ = (check, marks);
         Err(StoreError::Invalid(
             "this store cannot refund reservations".into(),

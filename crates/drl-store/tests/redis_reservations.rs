@@ -100,9 +100,13 @@ async fn settle_on(
     if actual > o.cost {
         store.charge(check(spec, key, actual - o.cost, now)).await
     } else if actual < o.cost && now < o.expires_at {
-        store
-            .refund(check(spec, key, o.cost - actual, now), &o.marks)
-            .await
+        let back = o.cost - actual;
+        let (d, given) = store.refund(check(spec, key, back, now), &o.marks).await?;
+        assert_eq!(
+            given, back,
+            "Redis reports the units drl-core's refund gives back"
+        );
+        Ok(d)
     } else {
         store.check(check(spec, key, 0, now)).await
     }
@@ -441,6 +445,7 @@ fn cluster_reservations_are_exact() {
                         rt.block_on(store.charge(check(&spec, &key, actual - cost, later)))
                     } else {
                         rt.block_on(store.refund(check(&spec, &key, cost - actual, later), &marks))
+                            .map(|(d, _)| d)
                     }
                     .unwrap_or_else(|e| panic!("{at}: {e}"));
                     assert_eq!(got, want, "settle at {at}");
@@ -494,6 +499,7 @@ fn racing_settlements_add_up() {
                         store
                             .refund(check(spec, key, 10 - actual, now + 1), &marks)
                             .await
+                            .map(|(d, _)| d)
                     }
                     .unwrap()
                 },

@@ -444,7 +444,12 @@ impl Store for OrbitStore {
         Ok((d.decision, mark.map(|w| vec![Mark(w)].into_boxed_slice())))
     }
 
-    async fn refund(&self, check: Check<'_>, marks: &[Mark]) -> Result<Decision, StoreError> {
+    /// Gives back what the node credits (`refund_at`), and reports it.
+    async fn refund(
+        &self,
+        check: Check<'_>,
+        marks: &[Mark],
+    ) -> Result<(Decision, u64), StoreError> {
         let [Mark(w)] = marks else {
             return Err(StoreError::Invalid(format!(
                 "orbit: {} marks for the one quota of limit {:?}",
@@ -453,7 +458,7 @@ impl Store for OrbitStore {
             )));
         };
         self.refund_at(check.spec, check.key, check.cost, *w)
-            .map(|(d, _)| d.decision)
+            .map(|(d, credited)| (d.decision, credited))
     }
 
     fn retain(&self, specs: &[LimitSpec]) {

@@ -55,6 +55,14 @@ impl Allocator for Ctb {
         self.bucket.in_debt(now)
     }
 
+    fn admits(&self, now: Nanos, size: u64) -> bool {
+        self.bucket.admits(now, size)
+    }
+
+    fn bucket(&mut self) -> Option<&mut VarBucket> {
+        Some(&mut self.bucket)
+    }
+
     fn on_charge(&mut self, now: Nanos, _flow: FlowId, size: u64) {
         self.bucket.charge(now, size);
     }

@@ -477,6 +477,18 @@ impl Allocator for Fps {
         self.bucket.in_debt(now)
     }
 
+    fn admits(&self, now: Nanos, size: u64) -> bool {
+        if self.random_drop && self.local_limit > 0.0 {
+            !self.bucket.owes(now) && (size == 0 || self.drop_threshold == 0)
+        } else {
+            self.bucket.admits(now, size)
+        }
+    }
+
+    fn bucket(&mut self) -> Option<&mut VarBucket> {
+        (!(self.random_drop && self.local_limit > 0.0)).then_some(&mut self.bucket)
+    }
+
     fn on_charge(&mut self, now: Nanos, flow: FlowId, size: u64) {
         self.bucket.charge(now, size);
         // The charged units are the flow's demand, as if admitted.

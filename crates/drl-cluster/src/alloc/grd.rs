@@ -141,6 +141,10 @@ impl Allocator for Grd {
         Some(self.p)
     }
 
+    fn admits(&self, _now: Nanos, size: u64) -> bool {
+        size == 0 || self.threshold == 0
+    }
+
     fn set_limit(&mut self, _now: Nanos, limit: u64) {
         // The probability follows at the next interval, from the demand.
         self.limit = limit.max(1) as f64;
@@ -232,6 +236,10 @@ impl Allocator for GrdSmooth {
 
     fn drop_probability(&self) -> Option<f64> {
         Some(self.p)
+    }
+
+    fn admits(&self, _now: Nanos, size: u64) -> bool {
+        size == 0 || self.threshold == 0
     }
 }
 

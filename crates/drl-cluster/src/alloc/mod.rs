@@ -33,7 +33,7 @@ use std::str::FromStr;
 use drl_core::Nanos;
 use rand_chacha::ChaCha8Rng;
 
-pub use bucket::VarBucket;
+pub use bucket::{BucketMark, VarBucket};
 
 /// Identifies a flow (a TCP connection in the simulator, a client id in the
 /// service).
@@ -122,6 +122,20 @@ pub trait Allocator: fmt::Debug + Send {
     fn in_debt(&mut self, now: Nanos) -> bool {
         let _ = now;
         false
+    }
+    /// True when an arrival of `size` units at `now` would surely be
+    /// forwarded; changes nothing and draws nothing (a *check*). A token
+    /// bucket answers whether it holds `size`; random drop answers true
+    /// only while its drop probability is 0 (a draw could drop it
+    /// otherwise: conservative). For `size` 0 (a query): true unless a
+    /// charge's debt is owed.
+    fn admits(&self, now: Nanos, size: u64) -> bool;
+    /// The token bucket that decides arrivals now, if any: a reservation
+    /// it admitted can be marked and refunded into it
+    /// ([`VarBucket::refund`]). `None` for random drop (GRD, and `fps-lrd`
+    /// while its local limit is positive): nothing to give back into.
+    fn bucket(&mut self) -> Option<&mut VarBucket> {
+        None
     }
 }
 

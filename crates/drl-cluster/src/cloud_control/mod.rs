@@ -17,7 +17,7 @@ pub mod settings;
 pub mod table;
 pub mod wire;
 
-pub use key::{Admission, KeyLimit, KeySnapshot, effective_limit};
+pub use key::{Admission, Hold, KeyLimit, KeySnapshot, effective_limit};
 pub use members::Roster;
 pub use node::{DatagramError, MAX_PAYLOAD, Node, NodeStats, PeerId};
 pub use settings::{Aggregation, Settings, SettingsError, scale_warning};

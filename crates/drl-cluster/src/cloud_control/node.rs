@@ -36,6 +36,7 @@ pub const CALM: u64 = 10;
 /// Relative disagreement of neighbouring estimates taken as agreement.
 pub const CALM_SPREAD: f64 = 0.1;
 
+mod costs;
 mod links;
 pub use links::{DatagramError, FlowState, NodeStats};
 use links::{Flows, Mass, neighbours};

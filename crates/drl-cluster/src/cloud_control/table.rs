@@ -3,12 +3,12 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use drl_core::Nanos;
 use parking_lot::RwLock;
 
-use super::key::{Admission, KeyLimit, KeySnapshot, KeyState};
+use super::key::{Admission, Hold, KeyLimit, KeySnapshot, KeyState};
 use super::settings::Settings;
 use super::wire::MAX_KEY_LEN;
 use crate::alloc::FlowId;
@@ -94,6 +94,9 @@ pub struct Keys {
     seed: u64,
     table: RwLock<KeyTable>,
     live: AtomicU32,
+    /// Keys made so far (each key's life is numbered: a reservation's
+    /// hold names it).
+    made: AtomicU64,
 }
 
 impl Keys {
@@ -103,6 +106,7 @@ impl Keys {
             seed,
             table: RwLock::new(KeyTable::default()),
             live: AtomicU32::new(1),
+            made: AtomicU64::new(0),
         }
     }
 
@@ -147,6 +151,60 @@ impl Keys {
             .charge(now, limit, cost, flow))
     }
 
+    /// What a take of `cost` units of `key` (global `limit`) would surely
+    /// get at `now`, changing nothing: no demand counted, nothing
+    /// consumed, no random draw, no key made (a key not held answers as a
+    /// new one would). A token bucket answers whether it holds `cost`;
+    /// random drop admits only while its drop probability is 0. For 0:
+    /// whether no charge's debt is owed.
+    pub fn check(&self, now: Nanos, key: KeyRef<'_>, limit: KeyLimit, cost: u64) -> Admission {
+        if let Some(e) = self.table.read().get(key) {
+            return e.state.check(now, cost);
+        }
+        KeyState::new(&self.settings, limit, self.live(), self.seed, now).check(now, cost)
+    }
+
+    /// Reserves the estimate `cost` of `key` from `flow` at `now`: a take
+    /// (its units count as demand); when admitted, also the [`Hold`] that
+    /// bounds its refund.
+    pub fn reserve(
+        &self,
+        now: Nanos,
+        key: KeyRef<'_>,
+        limit: KeyLimit,
+        cost: u64,
+        flow: FlowId,
+    ) -> Result<(Admission, Option<Hold>), AdmitError> {
+        if let Some(e) = self.table.read().get(key) {
+            return Ok(e.state.reserve(now, limit, cost, flow));
+        }
+        Ok(self
+            .entry(now, key, limit)?
+            .state
+            .reserve(now, limit, cost, flow))
+    }
+
+    /// Gives back up to `units` of the reservation `hold` of `key` at
+    /// `now`: into the token bucket that admitted it, at most what it still
+    /// holds the bucket below the level it would have had with the
+    /// reservation `units` smaller; nothing under random drop, after the
+    /// allocator was replaced, or once the key was forgotten. Answers a
+    /// query right after and the units given back. Refund a hold at most
+    /// once.
+    pub fn refund(
+        &self,
+        now: Nanos,
+        key: KeyRef<'_>,
+        limit: KeyLimit,
+        hold: &Hold,
+        units: u64,
+    ) -> (Admission, u64) {
+        if let Some(e) = self.table.read().get(key) {
+            return e.state.refund(now, hold, units);
+        }
+        (self.check(now, key, limit, 0), 0)
+    }
+
     /// The entry of `key`, made (at most `max_keys`) when it is new.
     fn entry(
         &self,
@@ -161,7 +219,9 @@ impl Keys {
             }
             let wire = wire_key(key);
             let seed = fnv1a(&wire) ^ self.seed;
-            let state = KeyState::new(&self.settings, limit, self.live(), seed, now);
+            let life = self.made.fetch_add(1, Ordering::Relaxed);
+            let state =
+                KeyState::new(&self.settings, limit, self.live(), seed, now).with_incarnation(life);
             let m = t.by_limit.entry(key.limit.to_string()).or_default();
             m.insert(
                 key.aggregate.to_string(),

@@ -535,8 +535,13 @@ impl Store for RedisStore {
 
     /// One atomic call (the general script, or a `DRL.DECIDE` refund
     /// record) refunds every quota of the limit.
-    async fn refund(&self, check: Check<'_>, marks: &[Mark]) -> Result<Decision, StoreError> {
-        self.refund_with(check, marks, self.config.time).await
+    async fn refund(
+        &self,
+        check: Check<'_>,
+        marks: &[Mark],
+    ) -> Result<(Decision, u64), StoreError> {
+        let d = self.refund_with(check, marks, self.config.time).await?;
+        Ok((d, check.cost))
     }
 
     /// Sends the checks as script calls: one per script kind (and, on a

@@ -72,10 +72,14 @@ impl Store for Fake {
         }
     }
 
-    async fn refund(&self, check: Check<'_>, marks: &[Mark]) -> Result<Decision, StoreError> {
+    async fn refund(
+        &self,
+        check: Check<'_>,
+        marks: &[Mark],
+    ) -> Result<(Decision, u64), StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         match self.mode.load(Ordering::SeqCst) {
-            0 => Ok(self.mem.refund_now(check, marks)),
+            0 => Ok((self.mem.refund_now(check, marks), check.cost)),
             1 => Err(StoreError::Backend("down".into())),
             2 => std::future::pending().await,
             _ => Err(StoreError::Invalid("bad".into())),
@@ -301,9 +305,11 @@ async fn reservations_fail_over_strictly() {
     assert_eq!(d.remaining, 6);
     assert!(s.settles());
     s.inner.mode.store(1, Ordering::SeqCst);
-    // The refund is dropped; the answer is the local limiter's query.
-    let q = s.refund(c(3, 2), &marks).await.unwrap();
+    // The refund is dropped (0 given back); the answer is the local
+    // limiter's query.
+    let (q, back) = s.refund(c(3, 2), &marks).await.unwrap();
     assert!(q.allowed);
+    assert_eq!(back, 0, "a dropped refund gives back nothing");
     // Checks fail over to the local limiter without writing: ten
     // checks of 10, then it still admits 10.
     for now in 3..13 {

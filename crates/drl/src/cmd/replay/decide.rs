@@ -157,6 +157,7 @@ impl Limit for Redis {
     fn refund(&mut self, row: &Row, marks: &[Mark], back: u64) -> anyhow::Result<Decision> {
         self.rt
             .block_on(self.store.refund(self.at(row, back), marks))
+            .map(|(d, _)| d)
             .with_context(|| failed(row))
     }
 }

@@ -63,6 +63,10 @@ pub enum CodecError {
     /// An unknown tag.
     #[error("bad tag {0}")]
     Tag(u8),
+    /// The buffer has no room for the item (foca then sends fewer
+    /// members; the buffer is left as it was).
+    #[error("no room in the membership message")]
+    NoRoom,
 }
 
 /// foca's wire codec: fixed-width big-endian fields, one tag byte per enum.
@@ -72,6 +76,26 @@ pub struct IdentCodec;
 fn need(buf: &impl Buf, n: usize) -> Result<(), CodecError> {
     if buf.remaining() < n {
         Err(CodecError::Truncated)
+    } else {
+        Ok(())
+    }
+}
+
+/// The encoded length of `id` (what [`put_ident`] writes).
+fn ident_len(id: &NodeIdent) -> usize {
+    let ip = match id.addr.ip() {
+        IpAddr::V4(_) => 4,
+        IpAddr::V6(_) => 16,
+    };
+    4 + 2 + 1 + ip + 2
+}
+
+/// `Err(NoRoom)` unless `buf` can take `n` more bytes: foca fills a
+/// message with members until one does not fit, and `BufMut` panics on a
+/// write past its end.
+fn room(buf: &impl BufMut, n: usize) -> Result<(), CodecError> {
+    if buf.remaining_mut() < n {
+        Err(CodecError::NoRoom)
     } else {
         Ok(())
     }
@@ -129,6 +153,15 @@ impl Codec<NodeIdent> for IdentCodec {
         h: &Header<NodeIdent>,
         mut buf: impl BufMut,
     ) -> Result<(), CodecError> {
+        let message = match &h.message {
+            Message::PingReq { target: who, .. }
+            | Message::IndirectPing { origin: who, .. }
+            | Message::IndirectAck { target: who, .. }
+            | Message::ForwardedAck { origin: who, .. } => 1 + ident_len(who) + 1,
+            Message::Ping(_) | Message::Ack(_) => 2,
+            _ => 1,
+        };
+        room(&buf, ident_len(&h.src) + 2 + ident_len(&h.dst) + message)?;
         put_ident(&h.src, &mut buf);
         buf.put_u16(h.src_incarnation);
         put_ident(&h.dst, &mut buf);
@@ -240,6 +273,7 @@ impl Codec<NodeIdent> for IdentCodec {
         m: &Member<NodeIdent>,
         mut buf: impl BufMut,
     ) -> Result<(), CodecError> {
+        room(&buf, ident_len(m.id()) + 3)?;
         put_ident(m.id(), &mut buf);
         buf.put_u16(m.incarnation());
         buf.put_u8(match m.state() {
@@ -487,6 +521,61 @@ mod tests {
         let mut buf = Vec::new();
         IdentCodec.encode_member(&m, &mut buf).unwrap();
         assert_eq!(IdentCodec.decode_member(&buf[..]).unwrap(), m);
+    }
+
+    /// foca fills a message with members until one does not fit: a full
+    /// buffer must answer an error and stay as it was, never panic (it
+    /// did, at about 100 nodes, in `examples/scale_udp.rs`).
+    #[test]
+    fn a_full_buffer_refuses_an_item_and_stays_as_it_was() {
+        let a = ident(1, 1000);
+        let b = NodeIdent {
+            addr: "[::1]:9".parse().unwrap(),
+            ..ident(2, 9)
+        };
+        for m in [
+            Member::new(a, 3, State::Alive),
+            Member::new(b, 4, State::Down),
+        ] {
+            let mut whole = Vec::new();
+            IdentCodec.encode_member(&m, &mut whole).unwrap();
+            for room in 0..whole.len() {
+                let mut store = [0u8; 64];
+                let mut buf = &mut store[..room];
+                assert_eq!(
+                    IdentCodec.encode_member(&m, &mut buf),
+                    Err(CodecError::NoRoom)
+                );
+                assert_eq!(buf.len(), room, "nothing written");
+            }
+            let mut store = [0u8; 64];
+            let mut buf = &mut store[..whole.len()];
+            IdentCodec.encode_member(&m, &mut buf).unwrap();
+            assert_eq!(&store[..whole.len()], &whole[..]);
+        }
+        let h = Header {
+            src: a,
+            src_incarnation: 1,
+            dst: b,
+            message: Message::PingReq {
+                target: b,
+                probe_number: 2,
+            },
+        };
+        let mut whole = Vec::new();
+        IdentCodec.encode_header(&h, &mut whole).unwrap();
+        for room in 0..whole.len() {
+            let mut store = [0u8; 128];
+            let mut buf = &mut store[..room];
+            assert_eq!(
+                IdentCodec.encode_header(&h, &mut buf),
+                Err(CodecError::NoRoom)
+            );
+        }
+        let mut store = [0u8; 128];
+        IdentCodec
+            .encode_header(&h, &mut &mut store[..whole.len()])
+            .unwrap();
     }
 
     #[test]

@@ -187,6 +187,7 @@ impl Config {
         if let Some(c) = &self.cluster {
             c.validate()
                 .map_err(|e| ConfigError::new(source, e.to_string()).locate(text, &["cluster:"]))?;
+            self.validate_gossip_quotas(c.cluster_size(), text, source)?;
         }
         let mut domains = BTreeSet::new();
         for d in &self.envoy {
@@ -204,6 +205,43 @@ impl Config {
 }
 
 impl Config {
+    /// Cloud Control allocates whole units per second and splits a quota's
+    /// burst over the `nodes`: a gossip quota slower than 1 unit/s, or with
+    /// a burst smaller than the cluster, would be served above its limit
+    /// (each node rounds up to 1), so it is refused with the scopes that
+    /// serve it exactly.
+    fn validate_gossip_quotas(
+        &self,
+        nodes: u32,
+        text: &str,
+        source: &str,
+    ) -> Result<(), ConfigError> {
+        for l in self.limits.iter().filter(|l| l.scope == Scope::Gossip) {
+            for q in &l.quotas {
+                let per_s = q.limit() as u128 * 1_000_000_000 / q.window().max(1) as u128;
+                let why = if per_s == 0 {
+                    "is below 1 unit per second, the least Cloud Control allocates (it would admit 1 per second)".to_string()
+                } else if q.burst() < nodes as u64 {
+                    format!(
+                        "has a burst of {} for {nodes} nodes: each node holds at least 1, so the cluster would admit {nodes} at once",
+                        q.burst()
+                    )
+                } else {
+                    continue;
+                };
+                return Err(ConfigError::new(
+                    source,
+                    format!(
+                        "limit {:?}: quota {q} on scope gossip {why}; use scope: orbit or redis, which serve it exactly",
+                        l.name
+                    ),
+                )
+                .locate(text, &["name:", &l.name]));
+            }
+        }
+        Ok(())
+    }
+
     /// `scope: orbit` needs an `orbit:` section; the section must be valid
     /// and every orbit limit servable by the ring (fixed-window, one quota,
     /// a window of at least one lap, `max_keys` within `orbit.max_keys`).

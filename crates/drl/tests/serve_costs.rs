@@ -399,7 +399,8 @@ fn a_reload_keeps_the_reservations_of_a_limit_it_keeps() {
 /// FPS node draws the charge from its bucket into debt, so the answer (a
 /// query right after) is denied and so are takes until the refill repays
 /// it; a check and a reserve are denied while it lasts
-/// (serve_gossip_costs.rs has the rest).
+/// (serve_gossip_costs.rs has the rest). The debt, 49,990 at 10/s, lasts
+/// more than an hour: no refill during the test admits anything.
 #[test]
 fn a_gossip_limit_charges_into_debt() {
     let dir = tempfile::tempdir().unwrap();
@@ -409,7 +410,7 @@ fn a_gossip_limit_charges_into_debt() {
     let drl = Drl::start(&format!(
         "limits:
   - name: shared
-    quota: 10/h
+    quota: 10/s
     scope: gossip
 cluster:
   node_id: 1
@@ -422,7 +423,7 @@ cluster:
     ));
     let r = check_one(
         &drl,
-        json!({"limit": "shared", "key": "t", "cost": 50, "mode": "charge"}),
+        json!({"limit": "shared", "key": "t", "cost": 50_000, "mode": "charge"}),
     );
     assert_eq!(r["allowed"], false, "in debt right after: {r}");
     let t = check_one(&drl, json!({"limit": "shared", "key": "t", "cost": 1}));

@@ -101,12 +101,25 @@ fn orbit_token_quota_charges_into_debt_and_settles_reservations() {
         .collect();
     let a = &nodes[0];
 
-    // Both scenarios run in one window, each on a key of its own.
-    let (checks, (settled, after)) = in_one_window("costs", |key| {
-        (
-            token_quota(a, &format!("tokens-{key}")),
-            reserve_settle(a, &format!("reserve-{key}")),
-        )
+    // The token quota: request path check-only (cost 0), response path
+    // charges the count (1).
+    let checks = in_one_window("tokens", |key| {
+        let mut allowed = Vec::new();
+        for i in 1..=4 {
+            let c = check_one(
+                a,
+                json!({"limit": "tokens", "key": key, "cost": 0, "mode": "check"}),
+            );
+            allowed.push(c["allowed"].as_bool().expect("allowed"));
+            if i < 4 {
+                let r = check_one(
+                    a,
+                    json!({"limit": "tokens", "key": key, "cost": 1, "mode": "charge"}),
+                );
+                assert!(r.get("allowed").is_some(), "a charge answers a query: {r}");
+            }
+        }
+        allowed
     });
     assert_eq!(
         checks,
@@ -114,52 +127,30 @@ fn orbit_token_quota_charges_into_debt_and_settles_reservations() {
         "checks 1-3 pass, check 4 (in debt) is denied"
     );
 
-    assert_eq!(settled["refunded"], 1, "{settled}");
-    assert_eq!(settled["charged"], 0, "{settled}");
-    assert_eq!(after["allowed"], true, "{after}");
-    assert_eq!(after["remaining"], 1, "the refund is held again: {after}");
-}
-
-/// The token quota: request path check-only (cost 0), response path
-/// charges the count (1). The four checks' answers.
-fn token_quota(a: &Drl, key: &str) -> Vec<bool> {
-    let mut allowed = Vec::new();
-    for i in 1..=4 {
+    // A reservation of 2 (the whole cap), settled at 1: 1 comes back, and
+    // the node holds it again.
+    let (settled, after) = in_one_window("reserve", |key| {
+        let r = check_one(
+            a,
+            json!({"limit": "tokens", "key": key, "cost": 2, "mode": "reserve"}),
+        );
+        assert_eq!(r["allowed"], true, "the reserve gets the whole cap: {r}");
+        let id = r["reservation"]
+            .as_str()
+            .expect("a reservation id")
+            .to_string();
+        let s = check_one(
+            a,
+            json!({"limit": "tokens", "key": key, "cost": 1, "mode": "settle", "reservation": id}),
+        );
         let c = check_one(
             a,
             json!({"limit": "tokens", "key": key, "cost": 0, "mode": "check"}),
         );
-        allowed.push(c["allowed"].as_bool().expect("allowed"));
-        if i < 4 {
-            let r = check_one(
-                a,
-                json!({"limit": "tokens", "key": key, "cost": 1, "mode": "charge"}),
-            );
-            assert!(r.get("allowed").is_some(), "a charge answers a query: {r}");
-        }
-    }
-    allowed
-}
-
-/// A reservation of 2 (the whole cap), settled at 1: 1 comes back, and the
-/// node holds it again. The settle's answer and a check's right after.
-fn reserve_settle(a: &Drl, key: &str) -> (serde_json::Value, serde_json::Value) {
-    let r = check_one(
-        a,
-        json!({"limit": "tokens", "key": key, "cost": 2, "mode": "reserve"}),
-    );
-    assert_eq!(r["allowed"], true, "the reserve gets the whole cap: {r}");
-    let id = r["reservation"]
-        .as_str()
-        .expect("a reservation id")
-        .to_string();
-    let s = check_one(
-        a,
-        json!({"limit": "tokens", "key": key, "cost": 1, "mode": "settle", "reservation": id}),
-    );
-    let c = check_one(
-        a,
-        json!({"limit": "tokens", "key": key, "cost": 0, "mode": "check"}),
-    );
-    (s, c)
+        (s, c)
+    });
+    assert_eq!(settled["refunded"], 1, "{settled}");
+    assert_eq!(settled["charged"], 0, "{settled}");
+    assert_eq!(after["allowed"], true, "{after}");
+    assert_eq!(after["remaining"], 1, "the refund is held again: {after}");
 }

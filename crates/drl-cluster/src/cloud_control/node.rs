@@ -757,6 +757,7 @@ impl Node {
                     self.settings.algorithm,
                     AlgorithmKind::Fps | AlgorithmKind::FpsMean | AlgorithmKind::FpsLrd
                 );
+                let alone = self.nbrs.as_ref().is_none_or(|(_, n)| n.is_empty());
                 for e in &keys {
                     let Some(f) = self.flows.get_mut(&e.wire_key) else {
                         continue;
@@ -767,7 +768,13 @@ impl Node {
                     // for (all nodes may be rising at once).
                     // (FPS: GRD's demand is measured, not claimed, and
                     // held its limit without it.)
-                    let heard = fps.then(|| f.fu.heard());
+                    // A node with no neighbour up has nobody to be heard
+                    // by: its claim is its own (the 1/N rule bounds it).
+                    // Counted as unheard, FPS claimed nothing and its idle
+                    // burst, refilled every interval, admitted 2,000 a
+                    // second against 1,000 (`a_lone_node_holds_its_share_
+                    // with_every_aggregation`).
+                    let heard = (fps && !alone).then(|| f.fu.heard());
                     let (published, _) =
                         e.state
                             .tick_heard(&self.settings, now, remote, live, heard, settle);

@@ -342,6 +342,14 @@ pub struct ServerConfig {
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`; default false: every
     /// descriptor counts).
     pub envoy_stop_increment_when_over_limit: bool,
+    /// Bytes for remembering, until its window ends, each Envoy RLS
+    /// descriptor that a store (`envoy_scope: redis`) found over its limit,
+    /// so that later requests for it are answered OVER_LIMIT without a
+    /// store round trip (envoyproxy/ratelimit's `LOCAL_CACHE_SIZE_IN_BYTES`;
+    /// default 0: off). Only what the store already denied in the same
+    /// window is denied from it; when full, the entries closest to their
+    /// end are dropped first. Unused for rules counted in memory.
+    pub envoy_local_cache_bytes: u64,
     /// Return, in each Envoy RLS answer's `dynamic_metadata`, the request
     /// (domain, descriptors, hits) and the merged `metadata` of the
     /// descriptors that passed (envoyproxy/ratelimit's
@@ -505,6 +513,7 @@ impl Default for ServerConfig {
             envoy_shadow_mode: false,
             envoy_quota_mode: false,
             envoy_stop_increment_when_over_limit: false,
+            envoy_local_cache_bytes: 0,
             envoy_response_dynamic_metadata: false,
             envoy_scope: Scope::Local,
             envoy_stats_tags: Default::default(),
@@ -515,5 +524,17 @@ impl Default for ServerConfig {
             http_engine: HttpEngine::Hyper,
             grpc_engine: GrpcEngine::H2,
         }
+    }
+}
+
+#[cfg(all(test, feature = "serve"))]
+mod tests {
+    #[test]
+    fn the_local_cache_is_off_by_default_and_sized_in_bytes() {
+        let off = crate::parse("limits: []\n", "t").unwrap();
+        assert_eq!(off.server.envoy_local_cache_bytes, 0);
+        let on =
+            crate::parse("server: {envoy_local_cache_bytes: 1000}\nlimits: []\n", "t").unwrap();
+        assert_eq!(on.server.envoy_local_cache_bytes, 1000);
     }
 }

@@ -41,6 +41,7 @@ use drl_api::rls_request::{EntryView, INLINE_DESCRIPTORS, RequestView};
 use drl_config::{EnvoyHits, UnknownDomain};
 use drl_core::time::Nanos;
 use drl_service::engine::{self, Engine};
+use drl_service::envoy_local_cache as local_cache;
 use drl_service::envoy_metadata;
 use drl_service::envoy_override::{OverrideError, state_key};
 use drl_service::headers::ceil_secs;
@@ -476,7 +477,23 @@ pub async fn should_rate_limit_on<R>(
                     // The count before the hits, for the reference's stats.
                     let rpu = u64::from(rule.requests_per_unit);
                     let mut before = None;
-                    let decided = if cost > 0 && limits.server.envoy_hits == EnvoyHits::Charge {
+                    // The local over-limit cache, for rules in a store.
+                    let window = rule.unit.window();
+                    let cache = limits
+                        .envoy_local_cache
+                        .as_deref()
+                        .filter(|_| limit.backend.local().is_none())
+                        .map(|c| {
+                            let at = std::ptr::from_ref::<EnvoyRule>(rule) as usize;
+                            (
+                                c,
+                                local_cache::cache_key(req.domain, at, rpu, window, now, key),
+                            )
+                        });
+                    let cached = cache.as_ref().is_some_and(|(c, k)| c.is_over(k, now));
+                    let decided = if cached {
+                        Ok(local_cache::denial(rpu, window, now))
+                    } else if cost > 0 && limits.server.envoy_hits == EnvoyHits::Charge {
                         match limit.backend.local() {
                             Some(k) => {
                                 let (seen, after) = k.charge_seen(key, now, cost);
@@ -488,7 +505,18 @@ pub async fn should_rate_limit_on<R>(
                     } else {
                         engine::decide_raw(limit, key, cost, now).await
                     };
-                    if let (Some(st), Ok(d)) = (stats, &decided) {
+                    if let (Some((c, k)), Ok(d)) = (&cache, &decided)
+                        && !cached
+                        && !d.allowed
+                        && d.remaining == 0
+                    {
+                        c.remember(k, local_cache::window_end(window, now, d.reset_after), now);
+                    }
+                    if cached {
+                        if let Some(st) = stats {
+                            st.record_local_cache(hits_i, rule.shadow);
+                        }
+                    } else if let (Some(st), Ok(d)) = (stats, &decided) {
                         // A take consumed `cost` when admitted, nothing
                         // when denied. Hits checked without counting are
                         // counted as the reference counts them: as if the

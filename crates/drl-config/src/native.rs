@@ -526,15 +526,3 @@ impl Default for ServerConfig {
         }
     }
 }
-
-#[cfg(all(test, feature = "serve"))]
-mod tests {
-    #[test]
-    fn the_local_cache_is_off_by_default_and_sized_in_bytes() {
-        let off = crate::parse("limits: []\n", "t").unwrap();
-        assert_eq!(off.server.envoy_local_cache_bytes, 0);
-        let on =
-            crate::parse("server: {envoy_local_cache_bytes: 1000}\nlimits: []\n", "t").unwrap();
-        assert_eq!(on.server.envoy_local_cache_bytes, 1000);
-    }
-}

@@ -199,7 +199,7 @@ impl Drop for LocalCache {
 /// The cache's key for descriptor `key` of the rule at `rule` (its
 /// address: unique while its config is loaded, and a reload makes a new
 /// cache), `limit` per `window` in `domain`, in the window of `now`.
-pub fn cache_key(
+fn cache_key(
     domain: &str,
     rule: usize,
     limit: u64,
@@ -213,14 +213,14 @@ pub fn cache_key(
 
 /// The end of the window of `now` (at most `reset_after` away: the
 /// store's own figure, if sooner).
-pub fn window_end(window: Nanos, now: Nanos, reset_after: Nanos) -> Nanos {
+fn window_end(window: Nanos, now: Nanos, reset_after: Nanos) -> Nanos {
     let w = window.max(1);
     (now - now % w + w).min(now.saturating_add(reset_after))
 }
 
 /// The decision answered from the cache: denied, nothing left until the
 /// window's end.
-pub fn denial(limit: u64, window: Nanos, now: Nanos) -> Decision {
+fn denial(limit: u64, window: Nanos, now: Nanos) -> Decision {
     let wait = window.max(1) - now % window.max(1);
     Decision {
         allowed: false,
@@ -230,6 +230,56 @@ pub fn denial(limit: u64, window: Nanos, now: Nanos) -> Decision {
         reset_after: wait,
         delay: 0,
         reason: Some(DenyReason::OverLimit),
+    }
+}
+
+/// One descriptor's use of a cache in an Envoy RLS call.
+#[derive(Debug)]
+pub struct Lookup<'a> {
+    cache: &'a LocalCache,
+    key: String,
+    limit: u64,
+    window: Nanos,
+    now: Nanos,
+    /// The key is over its limit: answer [`Lookup::denial`], ask no store.
+    pub hit: bool,
+}
+
+impl<'a> Lookup<'a> {
+    /// Looks descriptor `key` of the rule at `rule` (`limit` per `window`,
+    /// in `domain`) up in `cache`, at `now`.
+    pub fn new(
+        cache: &'a LocalCache,
+        domain: &str,
+        rule: usize,
+        (limit, window): (u64, Nanos),
+        now: Nanos,
+        key: &str,
+    ) -> Self {
+        let key = cache_key(domain, rule, limit, window, now, key);
+        let hit = cache.is_over(&key, now);
+        Self {
+            cache,
+            key,
+            limit,
+            window,
+            now,
+            hit,
+        }
+    }
+
+    /// The decision answered on a hit.
+    pub fn denial(&self) -> Decision {
+        denial(self.limit, self.window, self.now)
+    }
+
+    /// After the store's decision `d` (on a miss): remembers the key when
+    /// the store denied it with nothing left.
+    pub fn after(&self, d: &Decision) {
+        if !self.hit && !d.allowed && d.remaining == 0 {
+            let end = window_end(self.window, self.now, d.reset_after);
+            self.cache.remember(&self.key, end, self.now);
+        }
     }
 }
 

@@ -478,21 +478,16 @@ pub async fn should_rate_limit_on<R>(
                     let rpu = u64::from(rule.requests_per_unit);
                     let mut before = None;
                     // The local over-limit cache, for rules in a store.
-                    let window = rule.unit.window();
-                    let cache = limits
-                        .envoy_local_cache
-                        .as_deref()
+                    let at = (
+                        std::ptr::from_ref::<EnvoyRule>(rule) as usize,
+                        (rpu, rule.unit.window()),
+                    );
+                    let lookup = (limits.envoy_local_cache.as_deref())
                         .filter(|_| limit.backend.local().is_none())
-                        .map(|c| {
-                            let at = std::ptr::from_ref::<EnvoyRule>(rule) as usize;
-                            (
-                                c,
-                                local_cache::cache_key(req.domain, at, rpu, window, now, key),
-                            )
-                        });
-                    let cached = cache.as_ref().is_some_and(|(c, k)| c.is_over(k, now));
-                    let decided = if cached {
-                        Ok(local_cache::denial(rpu, window, now))
+                        .map(|c| local_cache::Lookup::new(c, req.domain, at.0, at.1, now, key));
+                    let cached = lookup.as_ref().filter(|l| l.hit);
+                    let decided = if let Some(l) = cached {
+                        Ok(l.denial())
                     } else if cost > 0 && limits.server.envoy_hits == EnvoyHits::Charge {
                         match limit.backend.local() {
                             Some(k) => {
@@ -505,17 +500,11 @@ pub async fn should_rate_limit_on<R>(
                     } else {
                         engine::decide_raw(limit, key, cost, now).await
                     };
-                    if let (Some((c, k)), Ok(d)) = (&cache, &decided)
-                        && !cached
-                        && !d.allowed
-                        && d.remaining == 0
-                    {
-                        c.remember(k, local_cache::window_end(window, now, d.reset_after), now);
+                    if let (Some(l), Ok(d)) = (&lookup, &decided) {
+                        l.after(d);
                     }
-                    if cached {
-                        if let Some(st) = stats {
-                            st.record_local_cache(hits_i, rule.shadow);
-                        }
+                    if let (Some(st), Some(_)) = (stats, cached) {
+                        st.record_local_cache(hits_i, rule.shadow);
                     } else if let (Some(st), Ok(d)) = (stats, &decided) {
                         // A take consumed `cost` when admitted, nothing
                         // when denied. Hits checked without counting are

@@ -328,6 +328,27 @@ mod tests {
         assert_eq!(c.len(), 1);
     }
 
+    #[test]
+    fn a_denial_is_remembered_only_when_nothing_is_left_and_only_in_its_window() {
+        let c = LocalCache::new(1000);
+        let (limit, window) = (15, 100);
+        let miss = Lookup::new(&c, "d", 1, (limit, window), 150, "k");
+        assert!(!miss.hit);
+        // Denied with room left (a big take): not remembered.
+        let mut d = denial(limit, window, 150);
+        d.remaining = 3;
+        miss.after(&d);
+        assert!(c.is_empty());
+        miss.after(&denial(limit, window, 150));
+        let hit = Lookup::new(&c, "d", 1, (limit, window), 199, "k");
+        assert!(hit.hit);
+        assert_eq!(hit.denial().reset_after, 1);
+        // Another rule, another domain, the next window: not this entry.
+        assert!(!Lookup::new(&c, "d", 2, (limit, window), 160, "k").hit);
+        assert!(!Lookup::new(&c, "e", 1, (limit, window), 160, "k").hit);
+        assert!(!Lookup::new(&c, "d", 1, (limit, window), 200, "k").hit);
+    }
+
     proptest! {
         // Bounded, and every hit was remembered with an end past `now`.
         #[test]

@@ -380,6 +380,14 @@ pub struct ServerConfig {
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`; default false: every
     /// descriptor counts).
     pub envoy_stop_increment_when_over_limit: bool,
+    /// Bytes for remembering, until its window ends, each Envoy RLS
+    /// descriptor that a store (`envoy_scope: redis`) found over its limit,
+    /// so that later requests for it are answered OVER_LIMIT without a
+    /// store round trip (envoyproxy/ratelimit's `LOCAL_CACHE_SIZE_IN_BYTES`;
+    /// default 0: off). Only what the store already denied in the same
+    /// window is denied from it; when full, the entries closest to their
+    /// end are dropped first. Unused for rules counted in memory.
+    pub envoy_local_cache_bytes: u64,
     /// Return, in each Envoy RLS answer's `dynamic_metadata`, the request
     /// (domain, descriptors, hits) and the merged `metadata` of the
     /// descriptors that passed (envoyproxy/ratelimit's
@@ -543,6 +551,7 @@ impl Default for ServerConfig {
             envoy_shadow_mode: false,
             envoy_quota_mode: false,
             envoy_stop_increment_when_over_limit: false,
+            envoy_local_cache_bytes: 0,
             envoy_response_dynamic_metadata: false,
             envoy_scope: Scope::Local,
             envoy_stats_tags: Default::default(),

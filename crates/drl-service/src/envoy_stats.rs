@@ -39,9 +39,10 @@ const OVER: usize = 1;
 const NEAR: usize = 2;
 const WITHIN: usize = 3;
 const SHADOW: usize = 4;
+const LOCAL_CACHE: usize = 5;
 
 /// The series names, in counter order.
-const NAMES: [(&str, &str); 5] = [
+const NAMES: [(&str, &str); 6] = [
     (
         "ratelimit_service_rate_limit_total_hits",
         "Hits of Envoy RLS descriptors per rule (envoyproxy/ratelimit's total_hits).",
@@ -62,19 +63,23 @@ const NAMES: [(&str, &str); 5] = [
         "ratelimit_service_rate_limit_shadow_mode",
         "Hits past the limit of a shadow-mode rule (envoyproxy/ratelimit's shadow_mode).",
     ),
+    (
+        "ratelimit_service_rate_limit_over_limit_with_local_cache",
+        "Hits answered over the limit from the local over-limit cache (envoyproxy/ratelimit's over_limit_with_local_cache).",
+    ),
 ];
 
 /// Every rule path's counters; a path registered again (a reload) gets the
 /// same counters, so they never go back to zero while the process runs.
-fn registry() -> &'static Mutex<BTreeMap<String, Arc<Counters<5>>>> {
-    static R: OnceLock<Mutex<BTreeMap<String, Arc<Counters<5>>>>> = OnceLock::new();
+fn registry() -> &'static Mutex<BTreeMap<String, Arc<Counters<6>>>> {
+    static R: OnceLock<Mutex<BTreeMap<String, Arc<Counters<6>>>>> = OnceLock::new();
     R.get_or_init(Default::default)
 }
 
 /// One rule's stats.
 #[derive(Debug, Clone)]
 pub struct EnvoyStats {
-    counts: Arc<Counters<5>>,
+    counts: Arc<Counters<6>>,
 }
 
 /// The hits of one call split as the reference splits them:
@@ -126,6 +131,20 @@ impl EnvoyStats {
         self.counts
             .add_each([(TOTAL, t), (OVER, o), (NEAR, n), (WITHIN, w), (SHADOW, s)]);
     }
+
+    /// Counts `hits` answered over the limit from the local over-limit
+    /// cache ([`crate::envoy_local_cache`]): as the reference counts them,
+    /// in `total_hits`, `over_limit`, `over_limit_with_local_cache` and,
+    /// for a shadow-mode rule, `shadow_mode`.
+    pub fn record_local_cache(&self, hits: u64, shadow: bool) {
+        let s = if shadow { hits } else { 0 };
+        self.counts.add_each([
+            (TOTAL, hits),
+            (OVER, hits),
+            (LOCAL_CACHE, hits),
+            (SHADOW, s),
+        ]);
+    }
 }
 
 /// `(domain, key1, key2)` of a stats key, as the reference's mapping reads
@@ -159,7 +178,7 @@ pub fn for_key(key: &str) -> Option<EnvoyStats> {
         return None;
     }
     VALUE_KEYS.fetch_add(1, Ordering::Relaxed);
-    let c: Arc<Counters<5>> = Arc::default();
+    let c: Arc<Counters<6>> = Arc::default();
     r.insert(key.to_string(), Arc::clone(&c));
     Some(EnvoyStats { counts: c })
 }
@@ -211,6 +230,7 @@ pub fn call_failed(store: bool) {
 /// `ratelimit_service_total_requests` and `_response_time_seconds` of
 /// `ShouldRateLimit` (when it was called).
 pub fn render(out: &mut Exposition) {
+    crate::envoy_local_cache::render(out);
     let tags = tags().read().unwrap_or_else(|e| e.into_inner()).clone();
     let with = |own: &[(&'static str, &'static str)]| -> Vec<(String, String)> {
         own.iter()
@@ -289,7 +309,7 @@ pub fn render(out: &mut Exposition) {
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
     crate::metrics::histogram(out, time, &m, &latency);
-    let mut series: BTreeMap<(String, String, Option<String>), [u64; 5]> = BTreeMap::new();
+    let mut series: BTreeMap<(String, String, Option<String>), [u64; 6]> = BTreeMap::new();
     {
         let r = registry().lock().unwrap_or_else(|e| e.into_inner());
         for (path, c) in r.iter() {

@@ -21,6 +21,7 @@
 pub mod check_body;
 mod config_files;
 pub mod engine;
+pub mod envoy_local_cache;
 pub mod envoy_metadata;
 pub mod envoy_override;
 pub mod envoy_stats;

@@ -255,6 +255,9 @@ pub struct Limits {
     /// The store of Envoy rules and overrides under `server.envoy_scope:
     /// redis` (a [`Backend::Store`]; `None`: in memory).
     pub envoy_store: Option<Backend>,
+    /// The local over-limit cache of `envoy_store`'s rules
+    /// (`server.envoy_local_cache_bytes` > 0).
+    pub envoy_local_cache: Option<Arc<crate::envoy_local_cache::LocalCache>>,
     /// Request bounds.
     pub server: ServerConfig,
     /// Listener addresses (read at start only).
@@ -343,6 +346,12 @@ impl Limits {
             domains,
             envoy_limits,
             rls_in_memory,
+            envoy_local_cache: (envoy_store.is_some() && config.server.envoy_local_cache_bytes > 0)
+                .then(|| {
+                    Arc::new(crate::envoy_local_cache::LocalCache::new(
+                        config.server.envoy_local_cache_bytes,
+                    ))
+                }),
             envoy_store,
             limitador,
             server: config.server.clone(),

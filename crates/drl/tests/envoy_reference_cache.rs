@@ -9,12 +9,12 @@
 //! reference's Prometheus names; they include the hits that made the
 //! earlier count.
 //!
-//! Not ported from that file: TestOverLimitWithLocalCache,
-//! TestOverLimitWithLocalCacheShadowRule and its local-cache stats (drl
-//! has no local cache of over-limit keys), TestRedisWithJitter (no expiry
-//! jitter), TestRedisTracer (no tracing); TestNearLimit is in
-//! drl-service's `envoy_stats` unit tests and
-//! `envoy_reference_service.rs`.
+//! Elsewhere: TestOverLimitWithLocalCache and
+//! TestOverLimitWithLocalCacheShadowRule in
+//! `envoy_reference_local_cache.rs`; TestRedisWithJitter in drl-store's
+//! `tests/redis_jitter.rs`; TestNearLimit in drl-service's `envoy_stats`
+//! unit tests and `envoy_reference_service.rs`. Not ported:
+//! TestRedisTracer (drl emits no tracing spans).
 
 mod common;
 

@@ -7,8 +7,8 @@
 //! its `ratelimit.service.rate_limit.DOMAIN.KEY1.total_hits`). Run as the
 //! reference runs it, and again with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
 //! (`server.envoy_stop_increment_when_over_limit`). Its local-cache
-//! variant (`*_local` keys, `over_limit_with_local_cache`) has no drl
-//! counterpart and is not ported.
+//! variant (`*_local` keys, `over_limit_with_local_cache`) is in
+//! `envoy_reference_local_cache.rs`.
 //!
 //! The reference's minute window could turn during a run; here a run
 //! whose answers show a window turning (a `duration_until_reset` that

@@ -14,7 +14,12 @@
 //! a config it cannot load, rather than answering "no rate limit
 //! configuration loaded"), TestServiceHealthStatusAtLeastOneConfigLoaded
 //! (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: drl always has a loaded
-//! config), TestServiceTracer (no tracing). TestServiceHealthStatus is in
+//! config). The reference, by default, reports itself healthy while it
+//! answers every call with that error, and Envoy's default
+//! (`failure_mode_deny: false`) lets a request through on an RLS error:
+//! a server up without its limits admits everything. drl's refusal makes
+//! the orchestrator see the fault instead; a bad reload keeps the last
+//! good config. TestServiceTracer: drl emits no tracing spans. TestServiceHealthStatus is in
 //! `serve_grpc.rs`.
 
 mod common;

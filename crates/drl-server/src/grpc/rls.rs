@@ -41,6 +41,7 @@ use drl_api::rls_request::{EntryView, INLINE_DESCRIPTORS, RequestView};
 use drl_config::{EnvoyHits, UnknownDomain};
 use drl_core::time::Nanos;
 use drl_service::engine::{self, Engine};
+use drl_service::envoy_local_cache as local_cache;
 use drl_service::envoy_metadata;
 use drl_service::envoy_override::{OverrideError, state_key};
 use drl_service::headers::ceil_secs;
@@ -476,7 +477,18 @@ pub async fn should_rate_limit_on<R>(
                     // The count before the hits, for the reference's stats.
                     let rpu = u64::from(rule.requests_per_unit);
                     let mut before = None;
-                    let decided = if cost > 0 && limits.server.envoy_hits == EnvoyHits::Charge {
+                    // The local over-limit cache, for rules in a store.
+                    let at = (
+                        std::ptr::from_ref::<EnvoyRule>(rule) as usize,
+                        (rpu, rule.unit.window()),
+                    );
+                    let lookup = (limits.envoy_local_cache.as_deref())
+                        .filter(|_| limit.backend.local().is_none())
+                        .map(|c| local_cache::Lookup::new(c, req.domain, at.0, at.1, now, key));
+                    let cached = lookup.as_ref().filter(|l| l.hit);
+                    let decided = if let Some(l) = cached {
+                        Ok(l.denial())
+                    } else if cost > 0 && limits.server.envoy_hits == EnvoyHits::Charge {
                         match limit.backend.local() {
                             Some(k) => {
                                 let (seen, after) = k.charge_seen(key, now, cost);
@@ -488,7 +500,12 @@ pub async fn should_rate_limit_on<R>(
                     } else {
                         engine::decide_raw(limit, key, cost, now).await
                     };
-                    if let (Some(st), Ok(d)) = (stats, &decided) {
+                    if let (Some(l), Ok(d)) = (&lookup, &decided) {
+                        l.after(d);
+                    }
+                    if let (Some(st), Some(_)) = (stats, cached) {
+                        st.record_local_cache(hits_i, rule.shadow);
+                    } else if let (Some(st), Ok(d)) = (stats, &decided) {
                         // A take consumed `cost` when admitted, nothing
                         // when denied. Hits checked without counting are
                         // counted as the reference counts them: as if the

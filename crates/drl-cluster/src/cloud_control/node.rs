@@ -763,17 +763,9 @@ impl Node {
                         continue;
                     };
                     let remote = f.fu.remote_estimate(live);
-                    // Claim no more than the others count of this node: a
-                    // rise not yet averaged is not theirs to leave room
-                    // for (all nodes may be rising at once).
-                    // (FPS: GRD's demand is measured, not claimed, and
-                    // held its limit without it.)
-                    // A node with no neighbour up has nobody to be heard
-                    // by: its claim is its own (the 1/N rule bounds it).
-                    // Counted as unheard, FPS claimed nothing and its idle
-                    // burst, refilled every interval, admitted 2,000 a
-                    // second against 1,000 (`a_lone_node_holds_its_share_
-                    // with_every_aggregation`).
+                    // FPS claims no more than the others count of this node
+                    // (a rise not averaged yet); alone (no neighbour up), its
+                    // own (counted unheard, its refilled burst admitted 2x).
                     let heard = (fps && !alone).then(|| f.fu.heard());
                     let (published, _) =
                         e.state

@@ -341,6 +341,17 @@ impl GossipStore {
         }
     }
 
+    /// The key `check` names (its aggregate), its flow, and the limit the
+    /// key is held to.
+    fn locate<'a>(&self, check: &Check<'a>) -> (KeyRef<'a>, FlowId, KeyLimit) {
+        let (aggregate, flow) = self.split(check.key);
+        let key = KeyRef {
+            limit: check.spec.name.as_str(),
+            aggregate,
+        };
+        (key, flow, key_limit(check.spec, &self.shared.nodes))
+    }
+
     /// Decides synchronously (what `decide` does, without an await point).
     pub fn decide_now(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         self.apply(check, false)
@@ -353,13 +364,8 @@ impl GossipStore {
     }
 
     fn apply(&self, check: Check<'_>, charge: bool) -> Result<Decision, StoreError> {
-        let (aggregate, flow) = self.split(check.key);
+        let (key, flow, limit_of_key) = self.locate(&check);
         let sh = &*self.shared;
-        let key = KeyRef {
-            limit: check.spec.name.as_str(),
-            aggregate,
-        };
-        let limit_of_key = key_limit(check.spec, &sh.nodes);
         let a = if charge {
             sh.keys
                 .charge(sh.now(), key, limit_of_key, check.cost, flow)
@@ -374,15 +380,9 @@ impl GossipStore {
     /// would surely get now, changing nothing (under random drop, admitted
     /// only while the drop probability is 0).
     pub fn check_now(&self, check: Check<'_>) -> Result<Decision, StoreError> {
-        let (aggregate, _) = self.split(check.key);
+        let (key, _, limit_of_key) = self.locate(&check);
         let sh = &*self.shared;
-        let key = KeyRef {
-            limit: check.spec.name.as_str(),
-            aggregate,
-        };
-        let a = sh
-            .keys
-            .check(sh.now(), key, key_limit(check.spec, &sh.nodes), check.cost);
+        let a = sh.keys.check(sh.now(), key, limit_of_key, check.cost);
         Ok(self.answer(check.spec, a))
     }
 
@@ -390,13 +390,8 @@ impl GossipStore {
     /// count as demand; when admitted, the [`Hold`] that bounds its
     /// refund, as [`Hold::WORDS`] marks.
     pub fn reserve_now(&self, check: Check<'_>) -> Result<Reserved, StoreError> {
-        let (aggregate, flow) = self.split(check.key);
+        let (key, flow, limit_of_key) = self.locate(&check);
         let sh = &*self.shared;
-        let key = KeyRef {
-            limit: check.spec.name.as_str(),
-            aggregate,
-        };
-        let limit_of_key = key_limit(check.spec, &sh.nodes);
         let (a, hold) = sh
             .keys
             .reserve(sh.now(), key, limit_of_key, check.cost, flow)
@@ -422,13 +417,8 @@ impl GossipStore {
                 check.spec.name
             ))
         })?;
-        let (aggregate, _) = self.split(check.key);
+        let (key, _, limit_of_key) = self.locate(&check);
         let sh = &*self.shared;
-        let key = KeyRef {
-            limit: check.spec.name.as_str(),
-            aggregate,
-        };
-        let limit_of_key = key_limit(check.spec, &sh.nodes);
         let (a, back) = sh
             .keys
             .refund(sh.now(), key, limit_of_key, &hold, check.cost);

@@ -121,13 +121,7 @@ impl Keys {
         cost: u64,
         flow: FlowId,
     ) -> Result<Admission, AdmitError> {
-        if let Some(e) = self.table.read().get(key) {
-            return Ok(e.state.admit(now, limit, cost, flow));
-        }
-        Ok(self
-            .entry(now, key, limit)?
-            .state
-            .admit(now, limit, cost, flow))
+        self.with_state(now, key, limit, |state| state.admit(now, limit, cost, flow))
     }
 
     /// Consumes `cost` units of `key` (global `limit`) from `flow` at `now`
@@ -142,13 +136,9 @@ impl Keys {
         cost: u64,
         flow: FlowId,
     ) -> Result<Admission, AdmitError> {
-        if let Some(e) = self.table.read().get(key) {
-            return Ok(e.state.charge(now, limit, cost, flow));
-        }
-        Ok(self
-            .entry(now, key, limit)?
-            .state
-            .charge(now, limit, cost, flow))
+        self.with_state(now, key, limit, |state| {
+            state.charge(now, limit, cost, flow)
+        })
     }
 
     /// What a take of `cost` units of `key` (global `limit`) would surely
@@ -175,13 +165,9 @@ impl Keys {
         cost: u64,
         flow: FlowId,
     ) -> Result<(Admission, Option<Hold>), AdmitError> {
-        if let Some(e) = self.table.read().get(key) {
-            return Ok(e.state.reserve(now, limit, cost, flow));
-        }
-        Ok(self
-            .entry(now, key, limit)?
-            .state
-            .reserve(now, limit, cost, flow))
+        self.with_state(now, key, limit, |state| {
+            state.reserve(now, limit, cost, flow)
+        })
     }
 
     /// Gives back up to `units` of the reservation `hold` of `key` at
@@ -203,6 +189,20 @@ impl Keys {
             return e.state.refund(now, hold, units);
         }
         (self.check(now, key, limit, 0), 0)
+    }
+
+    /// `f` on the state of `key`, made (at most `max_keys`) when it is new.
+    fn with_state<T>(
+        &self,
+        now: Nanos,
+        key: KeyRef<'_>,
+        limit: KeyLimit,
+        f: impl FnOnce(&KeyState) -> T,
+    ) -> Result<T, AdmitError> {
+        if let Some(e) = self.table.read().get(key) {
+            return Ok(f(&e.state));
+        }
+        Ok(f(&self.entry(now, key, limit)?.state))
     }
 
     /// The entry of `key`, made (at most `max_keys`) when it is new.

@@ -518,10 +518,30 @@ where
             state,
             stop: stop.clone(),
         };
-        conns.spawn(async move {
-            let _entry = entry;
-            ctx.run(tcp).await;
-        });
+        match crate::conn_threads::next() {
+            None => {
+                conns.spawn(async move {
+                    let _entry = entry;
+                    ctx.run(tcp).await;
+                });
+            }
+            // Registered anew with the connection thread's I/O driver,
+            // inside its runtime (`from_std` needs that runtime's context).
+            Some(thread) => match tcp.into_std() {
+                Ok(std_tcp) => {
+                    conns.spawn_on(
+                        async move {
+                            let _entry = entry;
+                            if let Ok(tcp) = TcpStream::from_std(std_tcp) {
+                                ctx.run(tcp).await;
+                            }
+                        },
+                        thread,
+                    );
+                }
+                Err(_) => drop(entry),
+            },
+        }
     }
     drop(listener);
     while conns.join_next().await.is_some() {}

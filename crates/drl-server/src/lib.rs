@@ -19,6 +19,7 @@
 
 pub mod auth;
 pub mod conn;
+pub mod conn_threads;
 pub mod deadline;
 pub mod grpc;
 pub mod guard;

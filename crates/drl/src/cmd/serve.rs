@@ -22,10 +22,17 @@ pub struct Args {
     /// Do not reload when the config file changes (SIGHUP still reloads).
     #[arg(long)]
     pub no_watch: bool,
-    /// Worker threads (default: one per core); every connection is a task
-    /// the threads share (docs/server.md, "Runtime threads").
+    /// Threads (default: one per core): as many connection threads, each
+    /// serving the connections handed to it on a runtime of its own, and
+    /// as many worker threads for everything else (docs/server.md,
+    /// "Runtime threads").
     #[arg(long)]
     pub threads: Option<usize>,
+    /// How connections are scheduled: `per-thread` (default) hands each
+    /// connection to one connection thread for its life; `shared` runs
+    /// every connection as a task the worker threads steal from each other.
+    #[arg(long, value_enum, default_value_t = Scheduler::PerThread)]
+    pub scheduler: Scheduler,
     /// Log as JSON lines (default: human-readable). Filter with RUST_LOG.
     #[arg(long)]
     pub log_json: bool,
@@ -43,12 +50,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         let _ = builder.try_init();
     }
+    let threads = match args.threads {
+        Some(n) => n.max(1),
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
     let mut rt = tokio::runtime::Builder::new_multi_thread();
-    rt.enable_all();
-    if let Some(n) = args.threads {
-        rt.worker_threads(n.max(1));
-    }
+    rt.enable_all().worker_threads(threads);
     let rt = rt.build()?;
+    if args.scheduler == Scheduler::PerThread {
+        drl_server::conn_threads::start(threads)?;
+    }
     rt.block_on(drl_server::serve(drl_server::ServeOptions {
         config: args.config,
         http: args.http,
@@ -56,4 +67,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         watch: !args.no_watch,
     }))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// How `drl serve` schedules its connections (`--scheduler`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scheduler {
+    /// Each connection lives on one connection thread (a single-threaded
+    /// runtime), handed out in turn.
+    PerThread,
+    /// Every connection is a task on the shared work-stealing runtime.
+    Shared,
 }

@@ -63,10 +63,10 @@ pub enum CheckError {
     /// An empty batch.
     #[error("`requests` is empty")]
     Empty,
-    /// A mode the limit's scope cannot serve (check, reserve, settle and
-    /// release need a `local`, `redis` or `orbit` limit).
+    /// A mode the limit's store cannot serve (a store that answers take
+    /// and charge only; every scope drl ships serves every mode).
     #[error(
-        "requests[{index}]: mode {mode:?} needs a `local` limit (or a `redis` or `orbit` one); limit {limit:?} has scope {scope} (take and charge only)"
+        "requests[{index}]: mode {mode:?} is not served by limit {limit:?}: its scope {scope} answers take and charge only"
     )]
     Unsupported {
         /// Position in the batch.

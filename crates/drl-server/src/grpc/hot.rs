@@ -64,6 +64,9 @@ pub struct HotPath {
     timeout: Duration,
     max_message: usize,
     fallback: GrpcGuard,
+    /// The worker threads' runtime (the one that built this), where large
+    /// batches run: off the connection's thread, spread over the workers.
+    workers: Option<tokio::runtime::Handle>,
 }
 
 impl std::fmt::Debug for HotPath {
@@ -86,6 +89,7 @@ impl HotPath {
             timeout: fallback.timeout,
             max_message,
             fallback,
+            workers: tokio::runtime::Handle::try_current().ok(),
         }
     }
 }
@@ -157,14 +161,17 @@ impl HotPath {
         if msg.len() < SPAWN_AT {
             return answer(&self.engine, method, msg).await;
         }
-        // A large batch runs as its own task, so that one connection's
-        // large batches spread over the worker threads (a connection's
-        // streams otherwise share its task). Dropped (the deadline, a
-        // reset), the task is aborted.
+        // A large batch runs as its own task on the worker threads, so
+        // that one connection's large batches spread over them (a
+        // connection's streams otherwise share its task, and its thread:
+        // crate::conn_threads). Dropped (the deadline, a reset), the task
+        // is aborted.
         let engine = self.engine.clone();
-        let mut task = AbortOnDrop(tokio::spawn(
-            async move { answer(&engine, method, msg).await },
-        ));
+        let work = async move { answer(&engine, method, msg).await };
+        let mut task = AbortOnDrop(match &self.workers {
+            Some(workers) => workers.spawn(work),
+            None => tokio::spawn(work),
+        });
         match (&mut task.0).await {
             Ok(r) => r,
             Err(e) => Err(Status::internal(format!("the request failed: {e}"))),

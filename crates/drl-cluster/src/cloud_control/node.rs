@@ -38,6 +38,7 @@ pub const CALM_SPREAD: f64 = 0.1;
 
 mod costs;
 mod links;
+mod mix;
 pub use links::{DatagramError, FlowState, NodeStats};
 use links::{Flows, Mass, neighbours};
 
@@ -91,6 +92,8 @@ pub struct Node {
     keys: Arc<Keys>,
     rng: ChaCha8Rng,
     next_tick: Nanos,
+    /// Flow Updating: the next averaging step between two interval steps.
+    next_mix: Nanos,
     /// Membership, the peers heard from, the peer table's values.
     members: Members,
     /// Peer table: this round of destinations (shuffled) and the next.
@@ -171,6 +174,7 @@ impl Node {
             keys: Arc::new(Keys::new(settings.clone(), seed)),
             rng,
             next_tick: now.saturating_add(settings.interval),
+            next_mix: mix::first(&settings, now),
             members: Members::default(),
             round: Vec::new(),
             cursor: 0,
@@ -473,7 +477,8 @@ impl Node {
                         let f = match flows.get_mut(key) {
                             Some(f) => f,
                             None if len < max => flows.entry(key.to_vec()).or_insert(Flows {
-                                fu: FlowUpdating::new(),
+                                fu: FlowUpdating::new()
+                                    .with_cold_window(mix::cold_steps(&self.settings)),
                                 touched: now,
                             }),
                             None => {
@@ -493,7 +498,7 @@ impl Node {
 
     /// When [`Node::handle_timeout`] is next due.
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        Some(self.next_tick)
+        Some(self.next_tick.min(self.next_mix))
     }
 
     /// Runs the interval step if it is due at `now`: closes every key's
@@ -501,9 +506,10 @@ impl Node {
     /// and queues this interval's payloads for [`Node::poll_transmit`].
     pub fn handle_timeout(&mut self, now: Nanos) {
         if now < self.next_tick {
-            return;
+            return self.mix(now);
         }
         self.next_tick = now.saturating_add(self.settings.interval);
+        self.next_mix = mix::after(&self.settings, now);
         self.step(now);
     }
 
@@ -702,7 +708,7 @@ impl Node {
                 };
                 for e in &keys {
                     let f = self.flows.entry(e.wire_key.clone()).or_insert(Flows {
-                        fu: FlowUpdating::new(),
+                        fu: FlowUpdating::new().with_cold_window(mix::cold_steps(&self.settings)),
                         touched: now,
                     });
                     f.touched = now;
@@ -762,7 +768,7 @@ impl Node {
                     let Some(f) = self.flows.get_mut(&e.wire_key) else {
                         continue;
                     };
-                    let remote = f.fu.remote_estimate(live);
+                    let remote = f.fu.remote_estimate(live, !fps);
                     // FPS claims no more than the others count of this node
                     // (a rise not averaged yet); alone (no neighbour up), its
                     // own (counted unheard, its refilled burst admitted 2x).
@@ -772,20 +778,7 @@ impl Node {
                             .tick_heard(&self.settings, now, remote, live, heard, settle);
                     f.fu.set_local(published);
                 }
-                for &t in &targets {
-                    let first = self.frames.len();
-                    wire::encode(
-                        self.header,
-                        self.flows
-                            .iter()
-                            .map(|(k, f)| (k.as_slice(), Value::Flow(f.fu.message_to(t)))),
-                        MAX_PAYLOAD,
-                        &mut self.frames,
-                    );
-                    for f in first..self.frames.len() {
-                        self.queue.push_back((t, f));
-                    }
-                }
+                self.send_flows(&targets);
             }
         }
         let idle = self.settings.idle_after;

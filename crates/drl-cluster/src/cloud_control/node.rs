@@ -477,8 +477,7 @@ impl Node {
                         let f = match flows.get_mut(key) {
                             Some(f) => f,
                             None if len < max => flows.entry(key.to_vec()).or_insert(Flows {
-                                fu: FlowUpdating::new()
-                                    .with_cold_window(mix::cold_steps(&self.settings)),
+                                fu: FlowUpdating::new(),
                                 touched: now,
                             }),
                             None => {
@@ -708,7 +707,7 @@ impl Node {
                 };
                 for e in &keys {
                     let f = self.flows.entry(e.wire_key.clone()).or_insert(Flows {
-                        fu: FlowUpdating::new().with_cold_window(mix::cold_steps(&self.settings)),
+                        fu: FlowUpdating::new(),
                         touched: now,
                     });
                     f.touched = now;
@@ -768,7 +767,7 @@ impl Node {
                     let Some(f) = self.flows.get_mut(&e.wire_key) else {
                         continue;
                     };
-                    let remote = f.fu.remote_estimate(live, !fps);
+                    let remote = f.fu.remote_estimate(live);
                     // FPS claims no more than the others count of this node
                     // (a rise not averaged yet); alone (no neighbour up), its
                     // own (counted unheard, its refilled burst admitted 2x).

@@ -39,13 +39,6 @@ pub struct FlowUpdating {
     /// fall, not yet averaged with the neighbours (see
     /// [`FlowUpdating::remote_estimate`]).
     home: f64,
-    /// The part of `home` that rose within `cold_window` averaging steps
-    /// of leaving 0 (see [`FlowUpdating::remote_estimate`]).
-    cold: f64,
-    /// Averaging steps left in which a rise is cold, and how many a rise
-    /// from 0 starts.
-    cold_steps: u32,
-    cold_window: u32,
     /// Per neighbour: (flow sent to it, last estimate heard from it).
     links: BTreeMap<NodeId, (f64, Option<f64>)>,
 }
@@ -56,22 +49,9 @@ impl FlowUpdating {
         Self::default()
     }
 
-    /// This node with a rise counted as cold for `steps` averaging steps
-    /// after its value leaves 0 (default 0: never).
-    pub fn with_cold_window(mut self, steps: u32) -> Self {
-        self.cold_window = steps;
-        self
-    }
-
     /// Sets this node's own value.
     pub fn set_local(&mut self, value: f64) {
         if value.is_finite() {
-            if self.local <= 0.0 && value > 0.0 {
-                self.cold_steps = self.cold_window;
-            }
-            if self.cold_steps > 0 && value > self.local {
-                self.cold += value - self.local;
-            }
             self.home += value - self.local;
             self.local = value;
         }
@@ -146,8 +126,6 @@ impl FlowUpdating {
                 || frozen.binary_search(id).is_ok()
         });
         self.home /= k;
-        self.cold /= k;
-        self.cold_steps = self.cold_steps.saturating_sub(1);
     }
 
     /// How far the estimates last heard from `neighbours` (ascending) are
@@ -207,24 +185,12 @@ impl FlowUpdating {
     /// not yet averaged counts `n` times: the others are taken to have
     /// risen alike until the averages say otherwise (all may be rising at
     /// once, as at a cold start).
-    ///
-    /// `face`: every change counts at face value but a *cold* rise (within
-    /// the cold window of the value leaving 0, [`Self::with_cold_window`]),
-    /// which still counts `n` times. For values that move independently
-    /// of each other (GRD's demand rates): counting each rise of a steady
-    /// value `n` times and each fall once reads the others higher than
-    /// they are on average, by the node's own noise (`drl sim baseline`'s
-    /// grd-smooth gave the 3 flows 0.413 of the limit against 0.3).
-    pub fn remote_estimate(&self, n: u32, face: bool) -> f64 {
+    pub fn remote_estimate(&self, n: u32) -> f64 {
         if n <= 1 {
             return 0.0;
         }
         let n = n as f64;
-        let fall = if face {
-            self.home - self.cold.clamp(0.0, self.home.max(0.0))
-        } else {
-            self.home.min(0.0)
-        };
+        let fall = self.home.min(0.0);
         (n * (self.estimate() - fall) + fall - self.local).max(0.0)
     }
 }
@@ -313,31 +279,13 @@ mod tests {
         let mut f = FlowUpdating::new();
         f.set_local(10.0);
         // Heard of nobody: the others are taken to be alike.
-        assert_eq!(f.remote_estimate(5, false), 40.0);
+        assert_eq!(f.remote_estimate(5), 40.0);
         assert_eq!(f.heard(), 0.0);
         let mut g = net(&[10.0; 4], 50, 0).remove(0);
-        assert!((g.remote_estimate(4, false) - 30.0).abs() < 1e-6);
+        assert!((g.remote_estimate(4) - 30.0).abs() < 1e-6);
         g.set_local(4.0);
-        assert!((g.remote_estimate(4, false) - 30.0).abs() < 1e-6);
+        assert!((g.remote_estimate(4) - 30.0).abs() < 1e-6);
         g.set_local(20.0);
         assert!((g.heard() - 10.0).abs() < 1e-6);
-    }
-
-    #[test]
-    fn at_face_value_only_a_cold_rise_counts_for_all() {
-        // A steady node's rise counts once at face value...
-        let mut g = net(&[10.0; 4], 50, 0).remove(0);
-        g.set_local(16.0);
-        assert!((g.remote_estimate(4, true) - 30.0).abs() < 1e-6);
-        assert!((g.remote_estimate(4, false) - 48.0).abs() < 1e-6);
-        // ... a rise from 0 within the cold window counts 4 times, as
-        // without `face`, and a later rise once.
-        let mut f = FlowUpdating::new().with_cold_window(2);
-        f.set_local(10.0);
-        assert_eq!(f.remote_estimate(4, true), 30.0);
-        f.average(&[], &[]);
-        f.average(&[], &[]);
-        f.set_local(12.0);
-        assert!((f.remote_estimate(4, true) - 30.0).abs() < 1e-6);
     }
 }

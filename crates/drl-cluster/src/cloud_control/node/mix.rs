@@ -32,14 +32,6 @@ pub(super) fn after(s: &Settings, now: Nanos) -> Nanos {
     }
 }
 
-/// Averaging steps in one second (the estimators' horizon): how long a
-/// rise of a value leaving 0 counts as cold
-/// ([`crate::gossip::FlowUpdating::remote_estimate`]).
-pub(super) fn cold_steps(s: &Settings) -> u32 {
-    let step = s.interval.clamp(1, MIX_EVERY);
-    1_000_000_000u64.div_ceil(step).min(u32::MAX as u64) as u32
-}
-
 /// [`after`] for a node created at `now`.
 pub(super) fn first(s: &Settings, now: Nanos) -> Nanos {
     after(s, now)

@@ -174,7 +174,7 @@ impl Node {
             keys: Arc::new(Keys::new(settings.clone(), seed)),
             rng,
             next_tick: now.saturating_add(settings.interval),
-            next_mix: mix::first(&settings, now),
+            next_mix: Nanos::MAX,
             members: Members::default(),
             round: Vec::new(),
             cursor: 0,
@@ -508,7 +508,7 @@ impl Node {
             return self.mix(now);
         }
         self.next_tick = now.saturating_add(self.settings.interval);
-        self.next_mix = mix::after(&self.settings, now);
+        self.arm_mix(now);
         self.step(now);
     }
 

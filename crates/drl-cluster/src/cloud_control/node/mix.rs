@@ -15,29 +15,25 @@
 use drl_core::Nanos;
 
 use super::{MAX_PAYLOAD, Node, PeerId};
-use crate::cloud_control::settings::{Aggregation, Settings};
+use crate::cloud_control::settings::Aggregation;
 use crate::cloud_control::wire::{self, Value};
 
 /// Longest time between two averaging steps of Flow Updating (ns).
 pub const MIX_EVERY: Nanos = 50_000_000;
 
-/// When the first averaging step between interval steps is due for a node
-/// created (or stepped) at `now`: never unless Flow Updating with an
-/// interval longer than [`MIX_EVERY`].
-pub(super) fn after(s: &Settings, now: Nanos) -> Nanos {
-    if s.aggregation == Aggregation::FlowUpdating && s.interval > MIX_EVERY {
-        now.saturating_add(MIX_EVERY)
-    } else {
-        Nanos::MAX
-    }
-}
-
-/// [`after`] for a node created at `now`.
-pub(super) fn first(s: &Settings, now: Nanos) -> Nanos {
-    after(s, now)
-}
-
 impl Node {
+    /// Arms the first averaging step after the interval step at `now`:
+    /// none unless Flow Updating with an interval longer than
+    /// [`MIX_EVERY`].
+    pub(super) fn arm_mix(&mut self, now: Nanos) {
+        let s = &self.settings;
+        self.next_mix = if s.aggregation == Aggregation::FlowUpdating && s.interval > MIX_EVERY {
+            now.saturating_add(MIX_EVERY)
+        } else {
+            Nanos::MAX
+        };
+    }
+
     /// An averaging step if one is due at `now` (and the interval step is
     /// not): every key's instance averages with its neighbours (links with
     /// peers down held as they are) and is sent to each of them.
@@ -45,7 +41,7 @@ impl Node {
         if now < self.next_mix {
             return;
         }
-        self.next_mix = after(&self.settings, now);
+        self.arm_mix(now);
         if self.next_mix >= self.next_tick {
             // The interval step comes first; it averages too.
             self.next_mix = Nanos::MAX;

@@ -125,6 +125,13 @@ pub(crate) fn build(
                 f,
                 now,
             );
+            // Averaged estimates do not follow weights that rise without a
+            // measured flow (`Fps::anchored`); the peer table's exact sums do.
+            let fps = if s.aggregation == super::settings::Aggregation::PeerTable {
+                fps
+            } else {
+                fps.anchored()
+            };
             if s.algorithm == AlgorithmKind::FpsLrd {
                 Box::new(fps.with_random_drop())
             } else {

@@ -38,6 +38,7 @@ pub const CALM_SPREAD: f64 = 0.1;
 
 mod costs;
 mod links;
+mod mix;
 pub use links::{DatagramError, FlowState, NodeStats};
 use links::{Flows, Mass, neighbours};
 
@@ -91,6 +92,8 @@ pub struct Node {
     keys: Arc<Keys>,
     rng: ChaCha8Rng,
     next_tick: Nanos,
+    /// Flow Updating: the next averaging step between two interval steps.
+    next_mix: Nanos,
     /// Membership, the peers heard from, the peer table's values.
     members: Members,
     /// Peer table: this round of destinations (shuffled) and the next.
@@ -171,6 +174,7 @@ impl Node {
             keys: Arc::new(Keys::new(settings.clone(), seed)),
             rng,
             next_tick: now.saturating_add(settings.interval),
+            next_mix: Nanos::MAX,
             members: Members::default(),
             round: Vec::new(),
             cursor: 0,
@@ -493,7 +497,7 @@ impl Node {
 
     /// When [`Node::handle_timeout`] is next due.
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        Some(self.next_tick)
+        Some(self.next_tick.min(self.next_mix))
     }
 
     /// Runs the interval step if it is due at `now`: closes every key's
@@ -501,9 +505,10 @@ impl Node {
     /// and queues this interval's payloads for [`Node::poll_transmit`].
     pub fn handle_timeout(&mut self, now: Nanos) {
         if now < self.next_tick {
-            return;
+            return self.mix(now);
         }
         self.next_tick = now.saturating_add(self.settings.interval);
+        self.arm_mix(now);
         self.step(now);
     }
 
@@ -772,20 +777,7 @@ impl Node {
                             .tick_heard(&self.settings, now, remote, live, heard, settle);
                     f.fu.set_local(published);
                 }
-                for &t in &targets {
-                    let first = self.frames.len();
-                    wire::encode(
-                        self.header,
-                        self.flows
-                            .iter()
-                            .map(|(k, f)| (k.as_slice(), Value::Flow(f.fu.message_to(t)))),
-                        MAX_PAYLOAD,
-                        &mut self.frames,
-                    );
-                    for f in first..self.frames.len() {
-                        self.queue.push_back((t, f));
-                    }
-                }
+                self.send_flows(&targets);
             }
         }
         let idle = self.settings.idle_after;

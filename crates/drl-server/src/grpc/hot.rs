@@ -125,9 +125,16 @@ impl Unary for HotPath {
     async fn call(
         &self,
         method: Method,
-        _head: &http::request::Parts,
+        head: &http::request::Parts,
         msg: Bytes,
     ) -> Result<Bytes, Status> {
+        // Traced (`tracing:` on): the RLS call runs in its span, boxed;
+        // off, this is one atomic load.
+        if method == Method::Rls
+            && let Some(span) = crate::trace::rls_span(&head.headers)
+        {
+            return crate::trace::within(span, self.decide(method, msg)).await;
+        }
         self.decide(method, msg).await
     }
 
@@ -162,9 +169,12 @@ impl HotPath {
         // streams otherwise share its task). Dropped (the deadline, a
         // reset), the task is aborted.
         let engine = self.engine.clone();
-        let mut task = AbortOnDrop(tokio::spawn(
-            async move { answer(&engine, method, msg).await },
-        ));
+        let call = async move { answer(&engine, method, msg).await };
+        // A traced call's span goes along into the task.
+        let mut task = AbortOnDrop(match crate::trace::current() {
+            Some(span) => tokio::spawn(crate::trace::within(span, call)),
+            None => tokio::spawn(call),
+        });
         match (&mut task.0).await {
             Ok(r) => r,
             Err(e) => Err(Status::internal(format!("the request failed: {e}"))),

@@ -47,7 +47,10 @@ fn a_sampling_rate_outside_zero_to_one_is_refused_at_its_line() {
         let text = format!("limits: []\ntracing:\n  enabled: true\n  sampling_rate: {bad}\n");
         let e = drl_config::parse(&text, "t").unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("sampling_rate must be between 0.0 and 1.0"), "{msg}");
+        assert!(
+            msg.contains("sampling_rate must be between 0.0 and 1.0"),
+            "{msg}"
+        );
         assert_eq!(e.line, Some(4), "{msg}");
     }
     for good in ["0", "0.0", "1", "0.5"] {
@@ -63,9 +66,15 @@ fn bad_protocol_endpoint_and_name_are_refused() {
     for bad in ["127.0.0.1:4318", "ftp://c:1", "http://"] {
         let text = format!("tracing:\n  endpoint: \"{bad}\"\n");
         let e = drl_config::parse(&text, "t").unwrap_err();
-        assert!(e.to_string().contains("is not an http:// or https:// URL"), "{bad}: {e}");
+        assert!(
+            e.to_string().contains("is not an http:// or https:// URL"),
+            "{bad}: {e}"
+        );
         assert_eq!(e.line, Some(2));
     }
     let e = drl_config::parse("tracing: {service_name: \"\"}\n", "t").unwrap_err();
-    assert!(e.to_string().contains("service_name must not be empty"), "{e}");
+    assert!(
+        e.to_string().contains("service_name must not be empty"),
+        "{e}"
+    );
 }

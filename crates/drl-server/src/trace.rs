@@ -77,10 +77,7 @@ pub fn install(cfg: &TracingConfig) -> anyhow::Result<Option<Installed>> {
             b.build()?
         }
     };
-    let instance = cfg
-        .service_instance_id
-        .clone()
-        .unwrap_or_else(random_uuid);
+    let instance = cfg.service_instance_id.clone().unwrap_or_else(random_uuid);
     let mut attributes = vec![KeyValue::new("service.instance.id", instance.clone())];
     if !cfg.service_namespace.is_empty() {
         attributes.push(KeyValue::new(
@@ -178,7 +175,10 @@ pub fn rls_span(headers: &http::HeaderMap) -> Option<RlsSpan> {
 /// `fut` run in `span` (its store round trips are the span's children),
 /// boxed: calls without a span keep their futures as they are. The span
 /// ends when the future finishes or is dropped.
-pub fn within<F: Future>(span: RlsSpan, fut: F) -> std::pin::Pin<Box<impl Future<Output = F::Output>>> {
+pub fn within<F: Future>(
+    span: RlsSpan,
+    fut: F,
+) -> std::pin::Pin<Box<impl Future<Output = F::Output>>> {
     Box::pin(fut.with_context(span.0))
 }
 
@@ -273,7 +273,11 @@ fn b3_context(headers: &dyn Extractor) -> Option<SpanContext> {
                 Some("1") => Some("d"),
                 _ => headers.get("x-b3-sampled"),
             };
-            (headers.get("x-b3-traceid")?, headers.get("x-b3-spanid")?, sampled)
+            (
+                headers.get("x-b3-traceid")?,
+                headers.get("x-b3-spanid")?,
+                sampled,
+            )
         }
     };
     let trace = match trace.len() {
@@ -314,7 +318,10 @@ mod tests {
             single.trace_id(),
             TraceId::from_hex("80f198ee56343ba864fe8b2a57d3eff7").unwrap()
         );
-        assert_eq!(single.span_id(), SpanId::from_hex("e457b5a2e4d86bd1").unwrap());
+        assert_eq!(
+            single.span_id(),
+            SpanId::from_hex("e457b5a2e4d86bd1").unwrap()
+        );
         assert!(single.is_sampled() && single.is_remote());
         let multi = b3(&[
             ("x-b3-traceid", "64fe8b2a57d3eff7"),
@@ -322,7 +329,10 @@ mod tests {
             ("x-b3-sampled", "0"),
         ])
         .unwrap();
-        assert_eq!(multi.trace_id(), TraceId::from_hex("64fe8b2a57d3eff7").unwrap());
+        assert_eq!(
+            multi.trace_id(),
+            TraceId::from_hex("64fe8b2a57d3eff7").unwrap()
+        );
         assert!(!multi.is_sampled());
         let debug = b3(&[
             ("x-b3-traceid", "64fe8b2a57d3eff7"),

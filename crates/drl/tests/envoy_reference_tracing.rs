@@ -32,8 +32,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
-use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use prost::Message as _;
 
 const RLS_SPAN: &str = "ShouldRateLimit Execution";
@@ -179,7 +179,10 @@ impl Collector {
     }
 
     fn named(&self, name: &str) -> Vec<Span> {
-        self.spans().into_iter().filter(|s| s.name == name).collect()
+        self.spans()
+            .into_iter()
+            .filter(|s| s.name == name)
+            .collect()
     }
 }
 
@@ -219,13 +222,24 @@ async fn ask(drl: &Drl, headers: &[(&'static str, &str)]) -> i32 {
     for (k, v) in headers {
         req.metadata_mut().insert(*k, v.parse().unwrap());
     }
-    c.should_rate_limit(req).await.unwrap().into_inner().overall_code
+    c.should_rate_limit(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .overall_code
 }
 
-/// SIGTERM, then the exit: every span drl queued has been exported.
-fn stop(drl: &mut Drl) {
-    drl.signal("TERM");
-    assert!(drl.wait_exit().success(), "drl exited with a failure");
+/// SIGTERM, then the exit: every span drl queued has been exported. Waited
+/// for off the test's runtime, which meanwhile closes the client's
+/// connections (drl's drain waits for them).
+async fn stop(mut drl: Drl) -> Drl {
+    tokio::task::spawn_blocking(move || {
+        drl.signal("TERM");
+        assert!(drl.wait_exit().success(), "drl exited with a failure");
+        drl
+    })
+    .await
+    .unwrap()
 }
 
 fn hex(s: &str) -> Vec<u8> {
@@ -238,20 +252,21 @@ fn hex(s: &str) -> Vec<u8> {
 /// TestServiceTracer: one call, exactly one `ShouldRateLimit Execution`
 /// span, with the resource the settings name.
 async fn service_tracer(collector: Collector, protocol: &str) {
-    let mut drl = Drl::start(&config(
+    let drl = Drl::start(&config(
         &format!(
             "enabled: true, protocol: {protocol}, endpoint: \"{}\", service_namespace: edge, service_instance_id: drl-0",
             collector.endpoint()
         ),
         None,
     ));
+    drl.wait_log("tracing: exporting RLS spans over OTLP");
     assert_eq!(ask(&drl, &[]).await, Code::Ok as i32);
     // Exported in a batch while drl runs (the schedule's delay), not only
     // at shutdown.
     wait_for("the call's span at the collector", || {
         !collector.spans().is_empty()
     });
-    stop(&mut drl);
+    stop(drl).await;
     let spans = collector.spans();
     assert_eq!(spans.len(), 1, "{spans:#?}");
     let s = &spans[0];
@@ -279,12 +294,12 @@ async fn service_tracer_over_grpc() {
 async fn redis_tracer() {
     let redis = Redis::start();
     let collector = Collector::http();
-    let mut drl = Drl::start(&config(
+    let drl = Drl::start(&config(
         &format!("enabled: true, endpoint: \"{}\"", collector.endpoint()),
         Some(&redis),
     ));
     assert_eq!(ask(&drl, &[]).await, Code::Ok as i32);
-    stop(&mut drl);
+    stop(drl).await;
     let pipeline = collector.named(REDIS_SPAN);
     assert_eq!(pipeline.len(), 1, "{:#?}", collector.spans());
     let rls = collector.named(RLS_SPAN);
@@ -299,7 +314,7 @@ async fn redis_tracer() {
 #[tokio::test]
 async fn the_span_continues_the_callers_trace() {
     let collector = Collector::http();
-    let mut drl = Drl::start(&config(
+    let drl = Drl::start(&config(
         &format!("enabled: true, endpoint: \"{}\"", collector.endpoint()),
         None,
     ));
@@ -318,7 +333,7 @@ async fn the_span_continues_the_callers_trace() {
         ],
     )
     .await;
-    stop(&mut drl);
+    stop(drl).await;
     let spans = collector.named(RLS_SPAN);
     assert_eq!(spans.len(), 3, "{spans:#?}");
     for (trace, parent) in [w3c, b3, b3_multi] {
@@ -334,7 +349,7 @@ async fn the_span_continues_the_callers_trace() {
 #[tokio::test]
 async fn sampling_rate_zero_records_only_sampled_parents() {
     let collector = Collector::http();
-    let mut drl = Drl::start(&config(
+    let drl = Drl::start(&config(
         &format!(
             "enabled: true, sampling_rate: 0, endpoint: \"{}\"",
             collector.endpoint()
@@ -346,9 +361,20 @@ async fn sampling_rate_zero_records_only_sampled_parents() {
     }
     let sampled = "0af7651916cd43dd8448eb211c80319c";
     let unsampled = "1af7651916cd43dd8448eb211c80319c";
-    ask(&drl, &[("traceparent", &format!("00-{unsampled}-b7ad6b7169203331-00"))]).await;
-    ask(&drl, &[("traceparent", &format!("00-{sampled}-b7ad6b7169203331-01"))]).await;
-    stop(&mut drl);
+    ask(
+        &drl,
+        &[(
+            "traceparent",
+            &format!("00-{unsampled}-b7ad6b7169203331-00"),
+        )],
+    )
+    .await;
+    ask(
+        &drl,
+        &[("traceparent", &format!("00-{sampled}-b7ad6b7169203331-01"))],
+    )
+    .await;
+    stop(drl).await;
     let spans = collector.spans();
     assert_eq!(spans.len(), 1, "{spans:#?}");
     assert_eq!(spans[0].trace_id, hex(sampled));
@@ -358,15 +384,18 @@ async fn sampling_rate_zero_records_only_sampled_parents() {
 #[tokio::test]
 async fn tracing_off_exports_nothing() {
     let collector = Collector::http();
-    let mut drl = Drl::start(&config(
+    let drl = Drl::start(&config(
         &format!("enabled: false, endpoint: \"{}\"", collector.endpoint()),
         None,
     ));
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     for _ in 0..3 {
-        assert_eq!(ask(&drl, &[("traceparent", traceparent)]).await, Code::Ok as i32);
+        assert_eq!(
+            ask(&drl, &[("traceparent", traceparent)]).await,
+            Code::Ok as i32
+        );
     }
-    stop(&mut drl);
+    let drl = stop(drl).await;
     assert!(collector.spans().is_empty(), "{:#?}", collector.spans());
     let log = drl.log.lock().unwrap().join("\n");
     assert!(!log.contains("tracing: exporting"), "{log}");
@@ -384,7 +413,7 @@ async fn a_dead_collector_neither_blocks_nor_fails_decisions() {
         ("grpc", format!("http://{}", silent.local_addr().unwrap())),
         ("http", format!("http://127.0.0.1:{refused}")),
     ] {
-        let mut drl = Drl::start(&config(
+        let drl = Drl::start(&config(
             &format!("enabled: true, protocol: {protocol}, endpoint: \"{endpoint}\""),
             None,
         ));
@@ -397,7 +426,7 @@ async fn a_dead_collector_neither_blocks_nor_fails_decisions() {
         let mut want = vec![Code::Ok as i32; 10];
         want.extend([Code::OverLimit as i32; 2]);
         assert_eq!(codes, want, "{protocol} {endpoint}");
-        stop(&mut drl);
+        stop(drl).await;
     }
     drop(silent);
 }

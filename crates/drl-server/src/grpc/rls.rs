@@ -138,7 +138,12 @@ async fn counted_descriptors(
         if cost == 0 || key.len() > max_key_bytes {
             continue;
         }
-        let _span = limit.backend.local().is_none().then(crate::trace::store_span).flatten();
+        let _span = limit
+            .backend
+            .local()
+            .is_none()
+            .then(crate::trace::store_span)
+            .flatten();
         let now_state = engine::decide_raw(limit, key, 0, now).await.map_err(|e| {
             rejected(Api::EnvoyRls, e.kind());
             Status::unavailable(e.to_string())

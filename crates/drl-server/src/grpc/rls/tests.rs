@@ -190,8 +190,7 @@ fn in_memory_calls_are_ready_at_the_first_poll() {
         assert!(limits.rls_in_memory);
         // Three times: allowed, then over the limit, then denied.
         for _ in 0..3 {
-            let call =
-                should_rate_limit_on(engine, &limits, req, engine.now(), |a| a.message());
+            let call = should_rate_limit_on(engine, &limits, req, engine.now(), |a| a.message());
             assert!(call.now_or_never().is_some(), "{req:?}");
         }
     }

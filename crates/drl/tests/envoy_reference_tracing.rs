@@ -273,6 +273,11 @@ async fn service_tracer(collector: Collector, protocol: &str) {
     assert_eq!(s.name, RLS_SPAN);
     assert!(s.parent_span_id.is_empty(), "a root span: {s:?}");
     assert_eq!(get(&s.attributes, "domain"), Some("test-domain"));
+    // No descriptor value leaves the process in a span.
+    assert!(
+        s.attributes.iter().all(|(_, v)| !v.contains("world")),
+        "{s:?}"
+    );
     assert_eq!(get(&s.resource, "service.name"), Some("drl"));
     assert_eq!(get(&s.resource, "service.namespace"), Some("edge"));
     assert_eq!(get(&s.resource, "service.instance.id"), Some("drl-0"));

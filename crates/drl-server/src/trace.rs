@@ -173,13 +173,23 @@ pub fn rls_span(headers: &http::HeaderMap) -> Option<RlsSpan> {
 }
 
 /// `fut` run in `span` (its store round trips are the span's children),
-/// boxed: calls without a span keep their futures as they are. The span
-/// ends when the future finishes or is dropped.
-pub fn within<F: Future>(
+/// boxed: calls without a span keep their futures as they are. A call
+/// answered with an error status marks the span failed; the span ends
+/// when the future finishes or is dropped.
+pub fn within<T>(
     span: RlsSpan,
-    fut: F,
-) -> std::pin::Pin<Box<impl Future<Output = F::Output>>> {
-    Box::pin(fut.with_context(span.0))
+    fut: impl Future<Output = Result<T, tonic::Status>>,
+) -> std::pin::Pin<Box<impl Future<Output = Result<T, tonic::Status>>>> {
+    Box::pin(async move {
+        let cx = span.0.clone();
+        let out = fut.with_context(span.0).await;
+        if let Err(e) = &out {
+            let why = format!("{:?}: {}", e.code(), e.message());
+            cx.span()
+                .set_status(opentelemetry::trace::Status::error(why));
+        }
+        out
+    })
 }
 
 /// The span of the RLS call running on this thread, to carry into a task

@@ -51,6 +51,8 @@ struct Span {
     /// The resource's attributes and the span's, as strings.
     resource: Vec<(String, String)>,
     attributes: Vec<(String, String)>,
+    /// The status: code (0 unset, 2 error) and message.
+    status: (i32, String),
 }
 
 fn strings(kvs: &[KeyValue]) -> Vec<(String, String)> {
@@ -84,6 +86,9 @@ fn record(req: ExportTraceServiceRequest, into: &Received) {
                     parent_span_id: s.parent_span_id,
                     resource: resource.clone(),
                     attributes: strings(&s.attributes),
+                    status: s
+                        .status
+                        .map_or((0, String::new()), |st| (st.code, st.message)),
                 });
             }
         }
@@ -274,6 +279,7 @@ async fn service_tracer(collector: Collector, protocol: &str) {
     let s = &spans[0];
     assert_eq!(s.name, RLS_SPAN);
     assert!(s.parent_span_id.is_empty(), "a root span: {s:?}");
+    assert_eq!(s.status.0, 0, "an answered call's status is unset: {s:?}");
     assert_eq!(get(&s.attributes, "domain"), Some("test-domain"));
     // No descriptor value leaves the process in a span.
     assert!(
@@ -510,4 +516,40 @@ async fn the_endpoint_comes_from_the_otel_variables() {
     });
     stop(drl).await;
     assert_eq!(collector.spans().len(), 1, "{:#?}", collector.spans());
+}
+
+/// A call answered with an error status (Redis gone, `on_store_error:
+/// error`) marks its span failed, naming the status.
+#[tokio::test]
+async fn a_failed_call_marks_its_span() {
+    let mut redis = Redis::start();
+    let collector = Collector::http();
+    let drl = Drl::start(&format!(
+        "tracing: {{enabled: true, endpoint: \"{}\"}}
+server: {{envoy_scope: redis}}
+redis: {{url: {}}}
+redis_resilience:
+  default_policy: {{timeout_ms: 2000, on_store_error: error}}
+envoy:
+  - domain: test-domain
+    descriptors:
+      - key: hello
+        rate_limit: {{unit: hour, requests_per_unit: 10}}
+",
+        collector.endpoint(),
+        redis.url()
+    ));
+    redis.kill();
+    let mut c = RateLimitServiceClient::connect(drl.grpc_url())
+        .await
+        .unwrap();
+    let req = request("test-domain", &[&[("hello", "world")]], 1);
+    let err = c.should_rate_limit(req).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    drop(c);
+    stop(drl).await;
+    let rls = collector.named(RLS_SPAN);
+    assert_eq!(rls.len(), 1, "{:#?}", collector.spans());
+    assert_eq!(rls[0].status.0, 2, "{:?}", rls[0]);
+    assert!(rls[0].status.1.contains("Unavailable"), "{:?}", rls[0]);
 }

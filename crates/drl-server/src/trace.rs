@@ -20,8 +20,8 @@ use opentelemetry::propagation::{
     Extractor, Injector, TextMapCompositePropagator, TextMapPropagator,
 };
 use opentelemetry::trace::{
-    SpanContext, SpanId, SpanKind, TraceContextExt as _, TraceFlags, TraceId, TraceState,
-    Tracer as _, TracerProvider as _,
+    Span as _, SpanContext, SpanId, SpanKind, TraceContextExt as _, TraceFlags, TraceId,
+    TraceState, Tracer as _, TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{Protocol, WithExportConfig as _};
@@ -158,7 +158,8 @@ fn random_uuid() -> String {
 pub struct RlsSpan(Context);
 
 /// Starts the span of one `ShouldRateLimit` call whose request carried
-/// `headers`; `None` (at one atomic load) when tracing is off.
+/// `headers`; `None` (at one atomic load) when tracing is off, and when
+/// the call is not sampled.
 pub fn rls_span(headers: &http::HeaderMap) -> Option<RlsSpan> {
     let t = TRACING.get()?;
     let parent = t
@@ -169,6 +170,11 @@ pub fn rls_span(headers: &http::HeaderMap) -> Option<RlsSpan> {
         .span_builder(RLS_SPAN)
         .with_kind(SpanKind::Server)
         .start_with_context(&t.tracer, &parent);
+    // Not sampled: nothing is recorded, nor would its store round trips
+    // be (their sampler follows this span), so the call runs as untraced.
+    if !span.is_recording() {
+        return None;
+    }
     Some(RlsSpan(parent.with_span(span)))
 }
 
@@ -300,7 +306,8 @@ fn b3_context(headers: &dyn Extractor) -> Option<SpanContext> {
     let flags = match sampled {
         Some("1" | "d" | "true") => TraceFlags::SAMPLED,
         Some("0" | "false") => TraceFlags::default(),
-        // Deferred: the sampler decides as for a new trace.
+        // Deferred: no flag, so the parent-based sampler records nothing
+        // (as the reference's B3 propagator leaves it).
         None => TraceFlags::default(),
         Some(_) => return None,
     };

@@ -147,9 +147,9 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     // Requests are drained: leave the gossip cluster so that the peers take
     // this node's share at once, not after failure detection.
     engine.stores().leave_clusters().await;
-    // The spans still queued leave now.
+    // The spans still queued leave now (a silent collector: 5 s at most).
     if let Some(t) = spans {
-        t.shutdown(Duration::from_millis(grace_ms.max(1_000))).await;
+        t.shutdown(Duration::from_secs(5)).await;
     }
     tracing::info!("drl serve stopped");
     Ok(())

@@ -55,6 +55,9 @@ pub struct Config {
     /// The status page at `/` and `GET /v1/status`.
     #[serde(default)]
     pub status: crate::sections::StatusConfig,
+    /// OpenTelemetry spans of Envoy RLS calls (off by default).
+    #[serde(default)]
+    pub tracing: crate::sections::TracingConfig,
 }
 
 impl Config {
@@ -73,6 +76,7 @@ impl Config {
             cluster: None,
             auth: crate::sections::AuthConfig::default(),
             status: crate::sections::StatusConfig::default(),
+            tracing: crate::sections::TracingConfig::default(),
         }
     }
 
@@ -140,6 +144,9 @@ impl Config {
                 .map_err(|e| ConfigError::new(source, e.to_string()).locate(text, &["redis:"]))?;
         }
         self.validate_orbit(text, source)?;
+        if let Some((key, why)) = self.tracing.invalid() {
+            return Err(ConfigError::new(source, why).locate(text, &[key]));
+        }
         for (field, zero) in [
             ("max_body_bytes:", self.server.max_body_bytes == 0),
             ("max_batch:", self.server.max_batch == 0),

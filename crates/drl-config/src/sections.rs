@@ -114,3 +114,92 @@ impl TlsConfig {
         v
     }
 }
+
+/// The `tracing:` section: OpenTelemetry spans of Envoy RLS calls
+/// (`ShouldRateLimit Execution`, and `Redis Pipeline Execution` for each
+/// store round trip), exported over OTLP in batches off the request path.
+/// envoyproxy/ratelimit's `TRACING_*` settings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TracingConfig {
+    /// Record and export spans (default false: no span is made).
+    pub enabled: bool,
+    /// How spans reach the collector: `http` (OTLP http/protobuf, the
+    /// default) or `grpc`.
+    pub protocol: OtlpProtocol,
+    /// The collector's base URL, as `OTEL_EXPORTER_OTLP_ENDPOINT` (`http`
+    /// posts to its `/v1/traces`), e.g. `http://127.0.0.1:4318`. Unset:
+    /// the standard `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` variables, else `localhost` on 4318
+    /// (`http`) or 4317 (`grpc`).
+    pub endpoint: Option<String>,
+    /// The resource's `service.name` (default `drl`).
+    pub service_name: String,
+    /// The resource's `service.namespace` (default empty: none).
+    pub service_namespace: String,
+    /// The resource's `service.instance.id` (default: a random version-4
+    /// UUID per process).
+    pub service_instance_id: Option<String>,
+    /// The share of new traces recorded, 0.0 to 1.0 (default 1.0); a call
+    /// carrying a parent trace context follows the parent's decision.
+    pub sampling_rate: f64,
+}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            protocol: OtlpProtocol::Http,
+            endpoint: None,
+            service_name: "drl".into(),
+            service_namespace: String::new(),
+            service_instance_id: None,
+            sampling_rate: 1.0,
+        }
+    }
+}
+
+/// The OTLP transport (`tracing.protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OtlpProtocol {
+    /// OTLP over HTTP with protobuf bodies.
+    #[default]
+    Http,
+    /// OTLP over gRPC.
+    Grpc,
+}
+
+impl TracingConfig {
+    /// The first setting that cannot work, as `(key, why)`.
+    pub fn invalid(&self) -> Option<(&'static str, String)> {
+        let rate = self.sampling_rate;
+        if !(0.0..=1.0).contains(&rate) {
+            return Some((
+                "sampling_rate:",
+                format!("tracing.sampling_rate must be between 0.0 and 1.0, not {rate}"),
+            ));
+        }
+        if self.service_name.is_empty() {
+            return Some((
+                "service_name:",
+                "tracing.service_name must not be empty".into(),
+            ));
+        }
+        if let Some(e) = &self.endpoint {
+            let uri = e.parse::<http::Uri>().ok();
+            let scheme = uri.as_ref().and_then(|u| u.scheme_str());
+            if !matches!(scheme, Some("http" | "https"))
+                || uri.as_ref().and_then(|u| u.host()).is_none()
+            {
+                return Some((
+                    "endpoint:",
+                    format!(
+                        "tracing.endpoint {e:?} is not an http:// or https:// URL with a host (e.g. http://127.0.0.1:4318)"
+                    ),
+                ));
+            }
+        }
+        None
+    }
+}

@@ -13,6 +13,7 @@
 //! - [`server`]: signals, hot reload, graceful drain; [`preflight`]: the
 //!   checks of a config before anything binds (also `drl config check`).
 //! - [`status`]: the status page's HTML and routes.
+//! - [`trace`]: OpenTelemetry spans of Envoy RLS calls (`tracing:`).
 //!
 //! The config is `drl-config`'s; limits, scopes and the decision engine
 //! are `drl-service`'s.
@@ -31,6 +32,7 @@ pub mod race;
 pub mod server;
 pub mod status;
 pub mod tls;
+pub mod trace;
 pub mod wall;
 
 pub use drl_config::{Config, ConfigError};

@@ -48,6 +48,8 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         tracing::warn!("{w}");
     }
     let metrics = drl_service::metrics::install();
+    // Spans of Envoy RLS calls (`tracing:`; read at start only).
+    let spans = crate::trace::install(&cfg.tracing)?;
     let stores = drl_service::scope::Stores::new();
     if let Some(r) = &cfg.redis {
         stores
@@ -145,6 +147,10 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     // Requests are drained: leave the gossip cluster so that the peers take
     // this node's share at once, not after failure detection.
     engine.stores().leave_clusters().await;
+    // The spans still queued leave now (a silent collector: 5 s at most).
+    if let Some(t) = spans {
+        t.shutdown(Duration::from_secs(5)).await;
+    }
     tracing::info!("drl serve stopped");
     Ok(())
 }

@@ -13,8 +13,8 @@
 //! TestOverLimitWithLocalCacheShadowRule in
 //! `envoy_reference_local_cache.rs`; TestRedisWithJitter in drl-store's
 //! `tests/redis_jitter.rs`; TestNearLimit in drl-service's `envoy_stats`
-//! unit tests and `envoy_reference_service.rs`. Not ported:
-//! TestRedisTracer (drl emits no tracing spans).
+//! unit tests and `envoy_reference_service.rs`; TestRedisTracer in
+//! `envoy_reference_tracing.rs`.
 
 mod common;
 

@@ -19,8 +19,8 @@
 //! (`failure_mode_deny: false`) lets a request through on an RLS error:
 //! a server up without its limits admits everything. drl's refusal makes
 //! the orchestrator see the fault instead; a bad reload keeps the last
-//! good config. TestServiceTracer: drl emits no tracing spans. TestServiceHealthStatus is in
-//! `serve_grpc.rs`.
+//! good config. TestServiceTracer is in `envoy_reference_tracing.rs`,
+//! TestServiceHealthStatus in `serve_grpc.rs`.
 
 mod common;
 

@@ -129,9 +129,16 @@ impl Unary for HotPath {
     async fn call(
         &self,
         method: Method,
-        _head: &http::request::Parts,
+        head: &http::request::Parts,
         msg: Bytes,
     ) -> Result<Bytes, Status> {
+        // Traced (`tracing:` on): the RLS call runs in its span, boxed;
+        // off, this is one atomic load.
+        if method == Method::Rls
+            && let Some(span) = crate::trace::rls_span(&head.headers)
+        {
+            return crate::trace::within(span, self.decide(method, msg)).await;
+        }
         self.decide(method, msg).await
     }
 
@@ -167,7 +174,12 @@ impl HotPath {
         // crate::conn_threads). Dropped (the deadline, a reset), the task
         // is aborted.
         let engine = self.engine.clone();
-        let work = async move { answer(&engine, method, msg).await };
+        let call = async move { answer(&engine, method, msg).await };
+        // A traced call's span goes along into the task.
+        let work = match crate::trace::current() {
+            Some(span) => futures::future::Either::Left(crate::trace::within(span, call)),
+            None => futures::future::Either::Right(call),
+        };
         let mut task = AbortOnDrop(match &self.workers {
             Some(workers) => workers.spawn(work),
             None => tokio::spawn(work),

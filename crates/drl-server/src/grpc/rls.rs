@@ -138,6 +138,12 @@ async fn counted_descriptors(
         if cost == 0 || key.len() > max_key_bytes {
             continue;
         }
+        let _span = limit
+            .backend
+            .local()
+            .is_none()
+            .then(crate::trace::store_span)
+            .flatten();
         let now_state = engine::decide_raw(limit, key, 0, now).await.map_err(|e| {
             rejected(Api::EnvoyRls, e.kind());
             Status::unavailable(e.to_string())
@@ -210,9 +216,13 @@ impl RateLimitService for RlsService {
         &self,
         req: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        should_rate_limit(&self.engine, req.into_inner())
-            .await
-            .map(Response::new)
+        let span = crate::trace::rls_span(req.metadata().as_ref());
+        let call = should_rate_limit(&self.engine, req.into_inner());
+        match span {
+            Some(span) => crate::trace::within(span, call).await,
+            None => call.await,
+        }
+        .map(Response::new)
     }
 }
 
@@ -250,6 +260,7 @@ pub async fn should_rate_limit_on<R>(
     // that completed the request) serves as the request's start, the
     // decisions' `now` and the overrides' clock; one more reading at the
     // end.
+    crate::trace::note_domain(req.domain);
     if req.domain.is_empty() {
         rejected(Api::EnvoyRls, "empty_domain");
         return Err(Status::invalid_argument(
@@ -486,6 +497,9 @@ pub async fn should_rate_limit_on<R>(
                         .filter(|_| limit.backend.local().is_none())
                         .map(|c| local_cache::Lookup::new(c, req.domain, at.0, at.1, now, key));
                     let cached = lookup.as_ref().filter(|l| l.hit);
+                    // A store round trip is traced (when a call is).
+                    let in_store = cached.is_none() && limit.backend.local().is_none();
+                    let span = in_store.then(crate::trace::store_span).flatten();
                     let decided = if let Some(l) = cached {
                         Ok(l.denial())
                     } else if cost > 0 && limits.server.envoy_hits == EnvoyHits::Charge {
@@ -500,6 +514,7 @@ pub async fn should_rate_limit_on<R>(
                     } else {
                         engine::decide_raw(limit, key, cost, now).await
                     };
+                    drop(span);
                     if let (Some(l), Ok(d)) = (&lookup, &decided) {
                         l.after(d);
                     }
@@ -596,201 +611,4 @@ pub async fn should_rate_limit_on<R>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::http::push_u64;
-    use drl_config::envoy::Unit;
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-    use proptest::prelude::*;
-
-    /// Prost entries, viewed as the handler reads them.
-    fn view(entries: &[Entry]) -> Vec<EntryView<'_>> {
-        entries
-            .iter()
-            .map(|e| EntryView {
-                key: &e.key,
-                value: &e.value,
-            })
-            .collect()
-    }
-
-    /// The key as the handler built it before `descriptor_key`: always in a
-    /// fresh buffer.
-    fn reference_key(entries: &[Entry], is_override: bool) -> String {
-        let mut key = String::new();
-        if is_override {
-            state_key(
-                &mut key,
-                entries.iter().map(|e| (e.key.as_str(), e.value.as_str())),
-            );
-        } else {
-            for (j, e) in entries.iter().enumerate() {
-                if j > 0 {
-                    key.push('\u{1f}');
-                }
-                key.push_str(&e.value);
-            }
-        }
-        key
-    }
-
-    fn entries() -> impl Strategy<Value = Vec<Entry>> {
-        prop::collection::vec(
-            ("\\PC{0,6}", "\\PC{0,8}").prop_map(|(key, value)| Entry { key, value }),
-            0..5,
-        )
-    }
-
-    proptest! {
-        /// The key equals the old construction on any descriptor, with or
-        /// without an override, whatever the reused buffer held before.
-        #[test]
-        fn descriptor_key_matches_the_reference(
-            es in entries(),
-            is_override in any::<bool>(),
-            stale in "\\PC{0,12}",
-        ) {
-            let mut buf = stale;
-            let got = descriptor_key(&mut buf, &view(&es), is_override, &[]).to_string();
-            prop_assert_eq!(got, reference_key(&es, is_override));
-        }
-
-        /// The decimal equals `Display`.
-        #[test]
-        fn push_u64_matches_display(n in any::<u64>(), prefix in "[a-z]{0,3}") {
-            let mut s = prefix.clone();
-            push_u64(&mut s, n);
-            prop_assert_eq!(s, format!("{prefix}{n}"));
-        }
-
-        /// The headers equal the `format!`-made ones.
-        #[test]
-        fn ratelimit_headers_match_format(
-            rpu in any::<u32>(),
-            unit in 0usize..7,
-            remaining in any::<u64>(),
-            reset in any::<u64>(),
-        ) {
-            let unit = [Unit::Second, Unit::Minute, Unit::Hour, Unit::Day, Unit::Week, Unit::Month, Unit::Year][unit];
-            let rule = EnvoyRule {
-                path: Arc::from("p"),
-                kind: RuleKind::Unlimited,
-                name: None,
-                replaces: Vec::new(),
-                shadow: false,
-                quota: false,
-                share: Vec::new(),
-                unit,
-                requests_per_unit: rpu,
-                metadata: None,
-                stats: None,
-                detailed: false,
-            };
-            let answer = Answer {
-                headers: Some(header_fields(&rule, remaining, reset)),
-                ..Default::default()
-            };
-            let got: Vec<(String, String)> = answer
-                .message()
-                .response_headers_to_add
-                .into_iter()
-                .map(|h| (h.key, h.value))
-                .collect();
-            let want = vec![
-                ("RateLimit-Limit".to_string(), rpu.to_string()),
-                ("RateLimit-Remaining".to_string(), remaining.to_string()),
-                ("RateLimit-Reset".to_string(), ceil_secs(reset).to_string()),
-            ];
-            prop_assert_eq!(got, want);
-        }
-    }
-
-    #[test]
-    fn one_entry_is_borrowed_not_copied() {
-        let es = vec![Entry {
-            key: "k".into(),
-            value: "v".into(),
-        }];
-        let mut buf = String::new();
-        let v = view(&es);
-        let key = descriptor_key(&mut buf, &v, false, &[]);
-        assert!(std::ptr::eq(key.as_ptr(), es[0].value.as_ptr()));
-    }
-
-    /// Every kind of RLS call on limits in memory is answered at the
-    /// first poll: what the hot path's `answer_rls_now` relies on.
-    #[test]
-    fn in_memory_calls_are_ready_at_the_first_poll() {
-        use drl_api::rls_request::{DescriptorView, OverrideView};
-        use drl_config as config;
-        use futures::FutureExt as _;
-
-        let envoy = Engine::new(
-            &config::parse(
-                "envoy:
-  - domain: edge
-    descriptors:
-      - key: user
-        rate_limit: {unit: minute, requests_per_unit: 2}
-      - key: open
-        rate_limit: {unlimited: true}
-      - key: blocked
-        rate_limit: {unit: second, requests_per_unit: 0}
-",
-                "<test>",
-            )
-            .unwrap(),
-            None,
-        )
-        .unwrap();
-        let limitador = Engine::new(
-            &config::parse(
-                "- namespace: api
-  max_value: 1
-  seconds: 60
-  conditions: []
-  variables: [\"descriptors[0].z\"]
-",
-                "<test>",
-            )
-            .unwrap(),
-            None,
-        )
-        .unwrap();
-        let one = |domain: &'static str, key: &'static str, limit: Option<OverrideView>| {
-            let mut d = DescriptorView::default();
-            d.entries.push(EntryView { key, value: "v" });
-            d.limit = limit;
-            let mut r = RequestView {
-                domain,
-                ..Default::default()
-            };
-            r.descriptors.push(d);
-            r
-        };
-        let over = Some(OverrideView {
-            requests_per_unit: 1,
-            unit: 1,
-        });
-        let cases = [
-            (&envoy, one("edge", "user", None)),
-            (&envoy, one("edge", "open", None)),
-            (&envoy, one("edge", "blocked", None)),
-            (&envoy, one("edge", "unmatched", None)),
-            (&envoy, one("edge", "user", over)),
-            (&envoy, one("nowhere", "user", None)),
-            (&envoy, RequestView::default()),
-            (&limitador, one("api", "z", None)),
-        ];
-        for (engine, req) in &cases {
-            let limits = engine.limits();
-            assert!(limits.rls_in_memory);
-            // Three times: allowed, then over the limit, then denied.
-            for _ in 0..3 {
-                let call =
-                    should_rate_limit_on(engine, &limits, req, engine.now(), |a| a.message());
-                assert!(call.now_or_never().is_some(), "{req:?}");
-            }
-        }
-    }
-}
+mod tests;

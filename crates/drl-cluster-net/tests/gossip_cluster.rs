@@ -744,7 +744,7 @@ async fn join_restores_the_limit_and_leave_is_seen_at_once() {
 /// (up to 1,414) with FPS: SWIM flaps under loss made a node rebuild its
 /// allocator (a fresh GRD admits everything until its next interval) and
 /// drop the flapping peer's demand while keeping a share. No second may
-/// exceed the limit + 10 %.
+/// exceed the limit + 10 % beyond what the second before left unused.
 async fn twelve_nodes_under_twenty_percent_loss(net: u8, algorithm: AlgorithmKind) {
     let c = cluster(net, 12, |cfg| {
         cfg.algorithm = algorithm;
@@ -781,12 +781,23 @@ async fn twelve_nodes_under_twenty_percent_loss(net: u8, algorithm: AlgorithmKin
     eprintln!(
         "{algorithm}, 12 nodes, 20% loss: converging {seen:.0?}, then admitted per second {seconds:.0?}; live {live:?}"
     );
+    // A second may also admit what the one before left unused (clients
+    // starved of CPU send less), as the exact limiter would: at most its
+    // depth, LIMIT. The six seconds together: at most the limit + 10%.
+    let mut carry = 0.0;
     for (i, s) in seconds.iter().enumerate() {
         assert!(
-            *s <= LIMIT as f64 * 1.1,
-            "{algorithm}: second {i} admitted {s:.0} > limit + 10% ({seconds:.0?})"
+            *s <= LIMIT as f64 * 1.1 + carry,
+            "{algorithm}: second {i} admitted {s:.0} > limit + 10% + {carry:.0} unused ({seconds:.0?})"
         );
+        carry = (LIMIT as f64 - s).clamp(0.0, LIMIT as f64);
     }
+    let total: f64 = seconds.iter().sum();
+    assert!(
+        total <= LIMIT as f64 * 1.1 * seconds.len() as f64,
+        "{algorithm}: {total:.0} admitted in {} seconds > limit + 10% ({seconds:.0?})",
+        seconds.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

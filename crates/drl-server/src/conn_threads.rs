@@ -58,8 +58,3 @@ pub(crate) fn next() -> Option<&'static Handle> {
     let i = pool.next.fetch_add(1, Ordering::Relaxed) % pool.handles.len();
     Some(&pool.handles[i])
 }
-
-/// How many connection threads run (0: none started).
-pub fn count() -> usize {
-    POOL.get().map_or(0, |p| p.handles.len())
-}

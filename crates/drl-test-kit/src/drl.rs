@@ -89,7 +89,18 @@ impl Drl {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("drl.yaml");
         std::fs::write(&config, yaml).unwrap();
-        Self::spawn_at(bin, dir, config, args)
+        Self::spawn_at(bin, dir, config, args, &[])
+    }
+
+    /// Like [`Drl::start`] with `env` added to its environment.
+    pub fn start_env(bin: &Path, yaml: &str, env: &[(&str, &str)]) -> Drl {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("drl.yaml");
+        std::fs::write(&config, yaml).unwrap();
+        let args = ["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"];
+        let drl = Self::spawn_at(bin, dir, config, &args, env);
+        drl.wait_ready();
+        drl
     }
 
     /// Starts `BIN serve --config DIR` on free loopback ports, `DIR`
@@ -106,14 +117,21 @@ impl Drl {
             dir,
             config,
             &["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"],
+            &[],
         );
         drl.wait_ready();
         drl
     }
 
-    /// Starts `BIN serve --config CONFIG ARGS...` (`dir` holds `config`
-    /// and is kept with the process).
-    fn spawn_at(bin: &Path, dir: tempfile::TempDir, config: PathBuf, args: &[&str]) -> Drl {
+    /// Starts `BIN serve --config CONFIG ARGS...` with `env` added
+    /// (`dir` holds `config` and is kept with the process).
+    fn spawn_at(
+        bin: &Path,
+        dir: tempfile::TempDir,
+        config: PathBuf,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Drl {
         static CLEAR: std::sync::Once = std::sync::Once::new();
         CLEAR.call_once(|| clear_of_window_end(Duration::from_secs(3600), HOUR_MARGIN));
         let mut child = Command::new(bin)
@@ -121,6 +139,7 @@ impl Drl {
             .arg("--config")
             .arg(&config)
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

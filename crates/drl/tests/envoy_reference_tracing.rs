@@ -19,9 +19,7 @@
 
 mod common;
 
-use std::io::BufRead as _;
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use common::{Drl, Redis, wait_for};
@@ -444,56 +442,14 @@ async fn a_dead_collector_neither_blocks_nor_fails_decisions() {
     drop(silent);
 }
 
-/// Starts `drl serve` as drl-test-kit's launcher does (free loopback
-/// ports, ready), with `env` added to its environment.
+/// Starts `drl serve` (drl-test-kit's launcher) with `env` added to its
+/// environment.
 fn start_with_env(yaml: &str, env: &[(&str, &str)]) -> Drl {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("drl.yaml");
-    std::fs::write(&config, yaml).unwrap();
-    let mut child = Command::new(common::BIN)
-        .arg("serve")
-        .arg("--config")
-        .arg(&config)
-        .args(["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
-        .envs(env.iter().copied())
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start drl");
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    let lines = log.clone();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if let Some(rest) = line.strip_prefix("drl serve: listening ") {
-                let _ = tx.send(rest.to_string());
-            }
-            lines.lock().unwrap().push(line);
-        }
-    });
-    let Ok(line) = rx.recv_timeout(common::DEADLINE) else {
-        let _ = child.kill();
-        panic!("drl serve did not start: {:?}", log.lock().unwrap());
-    };
-    let addr = |prefix: &str| -> SocketAddr {
-        line.split_whitespace()
-            .find_map(|p| p.strip_prefix(prefix))
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("{prefix} in {line:?}"))
-    };
-    let drl = Drl(drl_test_kit::drl::Drl {
-        http: addr("http="),
-        grpc: addr("grpc="),
-        child,
-        config,
-        log,
-        dir,
-    });
-    drl.wait_ready();
-    drl
+    Drl(drl_test_kit::drl::Drl::start_env(
+        std::path::Path::new(common::BIN),
+        yaml,
+        env,
+    ))
 }
 
 /// No `tracing.endpoint`: the standard `OTEL_EXPORTER_OTLP_ENDPOINT` names

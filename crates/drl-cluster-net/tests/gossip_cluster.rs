@@ -7,9 +7,10 @@
 //! there" is a wait on the condition (consecutive windows until one holds,
 //! under [`HANG_GUARD`]); "never above the limit + 10%" is an upper bound
 //! over windows whose length the test measures, which a stall can only
-//! loosen; detection and leave are waited for, and a leave is told from
-//! failure detection by a suspicion timeout longer than the hang guard,
-//! not by how fast it was seen.
+//! loosen, plus what the window before left unused (the exact limiter
+//! admits it too when starved clients catch up); detection and leave are
+//! waited for, and a leave is told from failure detection by a suspicion
+//! timeout longer than the hang guard, not by how fast it was seen.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -160,20 +161,20 @@ impl Load {
 
     /// Takes consecutive windows of `window` until `check` accepts one's
     /// admitted rates per node (returned), under [`HANG_GUARD`]. Every
-    /// window's rates go into `seen` (for a safety bound over all of
-    /// them).
+    /// window goes into `seen` (for a safety bound over all of them).
     async fn eventually(
         &self,
         what: &str,
         window: Duration,
-        seen: &mut Vec<Vec<f64>>,
+        seen: &mut Vec<Window>,
         mut check: impl FnMut(&[f64]) -> Result<(), String>,
     ) -> Vec<f64> {
         let t0 = Instant::now();
         let mut why = Vec::new();
         loop {
-            let r = self.rates(window).await;
-            seen.push(r.clone());
+            let w = self.window(window).await;
+            let r = w.rates.clone();
+            seen.push(w);
             match check(&r) {
                 Ok(()) => {
                     eprintln!("{what}: held after {:?}: {r:.1?}", t0.elapsed());
@@ -198,17 +199,19 @@ impl Load {
             .collect()
     }
 
-    /// Admitted per node per second over `window`.
-    async fn rates(&self, window: Duration) -> Vec<f64> {
+    /// Admitted per node per second over `window` (measured).
+    async fn window(&self, window: Duration) -> Window {
         let a = self.counts();
         let t0 = Instant::now();
         tokio::time::sleep(window).await;
-        let dt = t0.elapsed().as_secs_f64();
-        self.counts()
+        let secs = t0.elapsed().as_secs_f64();
+        let rates = self
+            .counts()
             .iter()
             .zip(a)
-            .map(|(b, a)| (b - a) as f64 / dt)
-            .collect()
+            .map(|(b, a)| (b - a) as f64 / secs)
+            .collect();
+        Window { rates, secs }
     }
 
     async fn stop(self) {
@@ -216,6 +219,35 @@ impl Load {
         for t in self.tasks {
             let _ = t.await;
         }
+    }
+}
+
+/// One measured window: admitted per node per second, and its length.
+#[derive(Debug)]
+struct Window {
+    rates: Vec<f64>,
+    secs: f64,
+}
+
+/// The safety bound over consecutive windows, each given as its admitted
+/// rate (of the nodes counted) and its length in seconds: none admits more
+/// than the limit + 10% over its length, plus what the window before left
+/// unused, at most the bucket's depth (`LIMIT`). The exact limiter admits
+/// that carry too: when the clients were starved of CPU in one window,
+/// the bucket refilled, and they catch up in the next. Over windows of
+/// demand above the limit the carry is zero.
+fn assert_never_over(what: &str, windows: &[(f64, f64)]) {
+    let limit = LIMIT as f64;
+    let mut carry = 0.0;
+    for (i, &(rate, secs)) in windows.iter().enumerate() {
+        let admitted = rate * secs;
+        assert!(
+            admitted <= 1.1 * limit * secs + carry,
+            "{what}: window {i} admitted {rate:.0}/s over {secs:.2} s, above the limit + 10% \
+             + {carry:.0} unused before it (per second: {:.0?})",
+            windows.iter().map(|w| w.0).collect::<Vec<_>>()
+        );
+        carry = (limit * secs - admitted).clamp(0.0, limit);
     }
 }
 
@@ -315,7 +347,10 @@ async fn killed_node_share_is_reclaimed_after_detection() {
         .sum();
     // (Node 3's store still decides locally for its load after the kill;
     // only the survivors count.)
-    let mut seen = vec![vec![during as f64 / dt, 0.0]];
+    let mut seen = vec![Window {
+        rates: vec![during as f64 / dt, 0.0],
+        secs: dt,
+    }];
     eprintln!("detected in {took:?}; admitted {during} in {dt:.3} s meanwhile");
     // The survivors converge on 2/3 of the limit, each reclaiming capacity.
     let last = load
@@ -336,14 +371,12 @@ async fn killed_node_share_is_reclaimed_after_detection() {
         })
         .await;
     load.stop().await;
-    let two: Vec<f64> = seen.iter().map(|r| r[..2].iter().sum()).collect();
-    eprintln!("before {before:?}, after {last:?}, survivors per window {two:.0?}");
-    for s in &two {
-        assert!(
-            *s <= 1.1 * LIMIT as f64,
-            "a window admitted {s}/s: {two:.0?}"
-        );
-    }
+    let two: Vec<(f64, f64)> = seen
+        .iter()
+        .map(|w| (w.rates[..2].iter().sum(), w.secs))
+        .collect();
+    eprintln!("before {before:?}, after {last:?}, survivors per window {two:.2?}");
+    assert_never_over("survivors", &two);
 }
 
 /// Node 3 is cut off: it falls back to a 1/N share, the others to (N-1)/N,
@@ -379,17 +412,15 @@ async fn partitioned_node_falls_back_to_one_nth() {
         })
         .await;
     load.stop().await;
-    let seen: Vec<f64> = seen.iter().map(|r| r.iter().sum()).collect();
-    eprintln!("partitioned: {r:?}; totals per window {seen:.0?}");
+    let seen: Vec<(f64, f64)> = seen
+        .iter()
+        .map(|w| (w.rates.iter().sum(), w.secs))
+        .collect();
+    eprintln!("partitioned: {r:?}; totals per window {seen:.2?}");
     let snap = c.nodes[2].lock().snapshot("global", "all").unwrap();
     assert_eq!(snap.effective_limit, LIMIT / 3);
     assert_eq!(snap.remote, 0.0, "stale estimates are zeroed");
-    for s in &seen {
-        assert!(
-            *s <= 1.1 * LIMIT as f64,
-            "a window admitted {s}/s: {seen:.0?}"
-        );
-    }
+    assert_never_over("partitioned", &seen);
 }
 
 /// Foreign-key, forged, truncated, oversized, replayed and misdirected
@@ -591,12 +622,12 @@ async fn shares_follow_moving_demand() {
     let offers = || -> Vec<u64> { offered.iter().map(|a| a.load(Ordering::Relaxed)).collect() };
     let limit = LIMIT as f64;
     // Consecutive 1 s windows (measured) until `check` holds, under the
-    // hang guard; every window's total goes into `seen`.
-    let mut seen: Vec<f64> = Vec::new();
+    // hang guard; every window's total and length go into `seen`.
+    let mut seen: Vec<(f64, f64)> = Vec::new();
     async fn windows(
         what: &str,
         counts: &dyn Fn() -> Vec<u64>,
-        seen: &mut Vec<f64>,
+        seen: &mut Vec<(f64, f64)>,
         check: &dyn Fn(&[f64]) -> Result<(), String>,
     ) -> Vec<f64> {
         let t0 = Instant::now();
@@ -609,7 +640,7 @@ async fn shares_follow_moving_demand() {
                 .zip(a)
                 .map(|(b, a)| (b - a) as f64 / dt)
                 .collect();
-            seen.push(r.iter().sum());
+            seen.push((r.iter().sum(), dt));
             match check(&r) {
                 Ok(()) => return r,
                 Err(e) => eprintln!("{what}: {e}"),
@@ -657,10 +688,8 @@ async fn shares_follow_moving_demand() {
     }
     stop.store(true, Ordering::Relaxed);
     let _ = generator.await;
-    eprintln!("totals per window {seen:.0?}");
-    for s in &seen {
-        assert!(*s <= 1.1 * limit, "a window admitted {s}/s: {seen:.0?}");
-    }
+    eprintln!("totals per window {seen:.2?}");
+    assert_never_over("moving demand", &seen);
 }
 
 /// Join and leave: two of three configured nodes enforce 2/3 of the limit;
@@ -773,30 +802,22 @@ async fn twelve_nodes_under_twenty_percent_loss(net: u8, algorithm: AlgorithmKin
     .await;
     let mut seconds = Vec::new();
     for _ in 0..6 {
-        let r = load.rates(Duration::from_secs(1)).await;
-        seconds.push(r.iter().sum::<f64>());
+        let w = load.window(Duration::from_secs(1)).await;
+        seconds.push((w.rates.iter().sum::<f64>(), w.secs));
     }
     load.stop().await;
     let live: Vec<u32> = c.nodes.iter().map(|n| n.lock().live_nodes()).collect();
     eprintln!(
         "{algorithm}, 12 nodes, 20% loss: converging {seen:.0?}, then admitted per second {seconds:.0?}; live {live:?}"
     );
-    // A second may also admit what the one before left unused (clients
-    // starved of CPU send less), as the exact limiter would: at most its
-    // depth, LIMIT. The six seconds together: at most the limit + 10%.
-    let mut carry = 0.0;
-    for (i, s) in seconds.iter().enumerate() {
-        assert!(
-            *s <= LIMIT as f64 * 1.1 + carry,
-            "{algorithm}: second {i} admitted {s:.0} > limit + 10% + {carry:.0} unused ({seconds:.0?})"
-        );
-        carry = (LIMIT as f64 - s).clamp(0.0, LIMIT as f64);
-    }
-    let total: f64 = seconds.iter().sum();
+    // Each second within the limit + 10% (and what the one before left
+    // unused); the six together within the limit + 10%.
+    assert_never_over(&format!("{algorithm}, 12 nodes"), &seconds);
+    let total: f64 = seconds.iter().map(|(r, secs)| r * secs).sum();
+    let secs: f64 = seconds.iter().map(|w| w.1).sum();
     assert!(
-        total <= LIMIT as f64 * 1.1 * seconds.len() as f64,
-        "{algorithm}: {total:.0} admitted in {} seconds > limit + 10% ({seconds:.0?})",
-        seconds.len()
+        total <= LIMIT as f64 * 1.1 * secs,
+        "{algorithm}: {total:.0} admitted in {secs:.2} s > limit + 10% ({seconds:.2?})"
     );
 }
 

@@ -294,7 +294,8 @@ async fn first_load(engine: &Arc<Engine>, listeners: &Arc<Listeners>, spans: &Sp
     .await;
     let ok = result.is_ok();
     announce(why, result, true);
-    if ok {
+    // (A drain that began meanwhile keeps health NOT_SERVING.)
+    if ok && !engine.is_draining() {
         listeners.set_serving(true).await;
     }
 }

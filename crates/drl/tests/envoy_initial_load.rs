@@ -174,9 +174,9 @@ async fn test_initial_load_error() {
 /// TestServiceHealthStatusAtLeastOneConfigLoaded. NOT_SERVING while no
 /// config has loaded (for `ratelimit` and every other name), SERVING once
 /// one has. The reference's last step reloads a config with no domains
-/// and turns NOT_SERVING; drl refuses such a file on reload (here an empty
-/// one) and keeps serving the last good config, so it stays SERVING and
-/// keeps deciding.
+/// and turns NOT_SERVING; on a file change drl refuses a file that would
+/// drop the domain serving (`server.allow_limit_removal` unset) and keeps
+/// the config that loaded, so it stays SERVING and keeps deciding.
 #[tokio::test]
 async fn test_service_health_status_at_least_one_config_loaded() {
     let drl = spawn_waiting(BROKEN, &[]);
@@ -199,8 +199,8 @@ async fn test_service_health_status_at_least_one_config_loaded() {
     }
     assert_served(&ask(&drl, 1).await.unwrap());
     assert_eq!(stat(&drl, "ratelimit_service_config_load_success"), 1.0);
-    // A bad reload keeps the config that loaded.
-    std::fs::write(&drl.config, "").unwrap();
+    // A config with no domains is refused; the one that loaded stays.
+    std::fs::write(&drl.config, "server:\n  max_cost: 5\n").unwrap();
     drl.wait_log("config reload refused");
     assert_eq!(
         health(&drl, "ratelimit").await,

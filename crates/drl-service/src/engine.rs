@@ -185,16 +185,12 @@ impl Engine {
     /// [`CheckError::NotLoaded`] until the first successful
     /// [`Engine::apply_from`] of a config read from `source`.
     pub fn not_loaded(source: PathBuf, stores: Stores) -> Self {
-        Self {
-            current: ArcSwap::from_pointee(Limits::not_loaded(&stores)),
-            stores,
-            source: Some(source),
-            reload_lock: parking_lot::Mutex::new(()),
-            draining: AtomicBool::new(false),
-            api_metrics: ApiMetrics::new(),
-            overrides: Overrides::new(),
-            status: crate::status::StatusHub::new(&Config::empty().status),
-        }
+        let engine = Self::with_stores(&Config::empty(), Some(source), stores)
+            .expect("an empty config always compiles");
+        engine
+            .current
+            .store(Arc::new(Limits::not_loaded(&engine.stores)));
+        engine
     }
 
     /// True once a configuration has loaded (always, but for an engine

@@ -154,7 +154,7 @@ fn check_error_answer(api: Api, e: &CheckError) -> Answer {
             error: drl_store::StoreError::Invalid(_),
             ..
         } => StatusCode::BAD_REQUEST,
-        CheckError::Store { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        CheckError::Store { .. } | CheckError::NotLoaded => StatusCode::SERVICE_UNAVAILABLE,
         CheckError::UnknownLimit { .. } => StatusCode::NOT_FOUND,
         _ => StatusCode::BAD_REQUEST,
     };
@@ -355,6 +355,9 @@ async fn forward_auth_bounded(
     started: Instant,
 ) -> Response {
     let api = Api::ForwardAuth;
+    if !limits.loaded {
+        return check_error(api, &CheckError::NotLoaded);
+    }
     let Some(limit) = limits.get(&name) else {
         return check_error(
             api,
@@ -461,6 +464,9 @@ async fn healthz() -> &'static str {
 async fn readyz(State(app): State<AppState>) -> Response {
     if app.engine.is_draining() {
         (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()
+    } else if !app.engine.is_loaded() {
+        let body = format!("{}\n", engine::NOT_LOADED);
+        (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
     } else {
         (StatusCode::OK, "ready\n").into_response()
     }

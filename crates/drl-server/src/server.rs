@@ -22,6 +22,10 @@ pub struct ServeOptions {
     pub grpc: Option<SocketAddr>,
     /// Reload when the config file changes (SIGHUP always reloads).
     pub watch: bool,
+    /// Start even when `config` cannot be loaded (`--wait-for-config`):
+    /// every decision is refused and health reports not serving until a
+    /// reload loads it ([`serve`]).
+    pub wait_for_config: bool,
 }
 
 /// Loads the config named by `opts` (or the embedded default). An empty
@@ -33,11 +37,11 @@ pub fn load(opts: &ServeOptions) -> Result<Config, config::ConfigError> {
     }
 }
 
-/// Runs the service until SIGTERM or SIGINT, then drains in-flight
-/// requests (for up to `server.shutdown_grace_ms`).
-pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
-    let cfg = load(&opts).map_err(|e| anyhow::anyhow!("{e}"))?;
-    // The checks `drl config check` makes, refused or warned alike.
+/// Loads the config named by `opts` and makes the checks `drl config
+/// check` makes (warnings logged): what [`serve`] starts with, and what
+/// the first load after `--wait-for-config` must pass.
+fn load_checked(opts: &ServeOptions) -> anyhow::Result<Config> {
+    let cfg = load(opts).map_err(|e| anyhow::anyhow!("{e}"))?;
     let warnings = crate::preflight::check(
         &cfg,
         std::time::SystemTime::now(),
@@ -47,39 +51,87 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     for w in warnings {
         tracing::warn!("{w}");
     }
-    let metrics = drl_service::metrics::install();
-    // Spans of Envoy RLS calls (`tracing:`; read at start only).
-    let spans = crate::trace::install(&cfg.tracing)?;
-    let stores = drl_service::scope::Stores::new();
+    Ok(cfg)
+}
+
+/// Connects the stores `cfg` names (Redis, the per-second Redis) and
+/// starts its Orbit ring and gossip cluster; a store already started with
+/// the same section is kept.
+async fn start_stores(cfg: &Config, stores: &drl_service::scope::Stores) -> anyhow::Result<()> {
+    let e = |e: String| anyhow::anyhow!("{e}");
     if let Some(r) = &cfg.redis {
         stores
             .connect_redis(&(r.clone(), cfg.redis_resilience.clone()))
             .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            .map_err(e)?;
     }
     if let Some(r) = &cfg.redis_per_second {
         stores
             .connect_redis_per_second(&(r.clone(), cfg.redis_resilience.clone()))
             .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            .map_err(e)?;
     }
     if let Some(o) = &cfg.orbit {
-        stores
-            .start_orbit(o)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        stores.start_orbit(o).await.map_err(e)?;
     }
     if let Some(c) = &cfg.cluster {
-        stores
-            .start_gossip(c)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        stores.start_gossip(c).await.map_err(e)?;
     }
-    let engine = Arc::new(
-        Engine::with_stores(&cfg, opts.config.clone(), stores)
-            .map_err(|e| anyhow::anyhow!("{e}"))?,
-    );
-    drl_service::envoy_stats::config_loaded(true);
+    Ok(())
+}
+
+/// The OpenTelemetry exporter in use, if any: installed at start, or at
+/// the first load after `--wait-for-config`; shut down at exit.
+type Spans = Arc<parking_lot::Mutex<Option<crate::trace::Installed>>>;
+
+/// Runs the service until SIGTERM or SIGINT, then drains in-flight
+/// requests (for up to `server.shutdown_grace_ms`).
+///
+/// A config that cannot be loaded (unreadable, invalid, or refused by the
+/// checks `drl config check` makes) stops the start, unless
+/// `opts.wait_for_config`: then the service starts without one, on the
+/// addresses of `--http` / `--grpc` or drl's defaults and with every other
+/// section at its default (no tokens, no TLS), refuses every decision
+/// ([`drl_service::engine::NOT_LOADED`]) and reports not serving (gRPC
+/// health, `/readyz`) until a reload (file change or SIGHUP) loads the
+/// config; from then on it serves as if it had started with it.
+pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
+    let loaded = match load_checked(&opts) {
+        Ok(cfg) => Some(cfg),
+        Err(e) if opts.wait_for_config => {
+            tracing::error!(
+                error = format!("{e:#}"),
+                "config not loaded; serving errors until a reload loads it (--wait-for-config)"
+            );
+            eprintln!(
+                "drl serve: config not loaded, every decision answers an error until a reload loads it: {e:#}"
+            );
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let metrics = drl_service::metrics::install();
+    drl_service::envoy_stats::config_loaded(loaded.is_some());
+    // Spans of Envoy RLS calls (`tracing:`; read at the first load only).
+    let spans: Spans = Arc::new(parking_lot::Mutex::new(match &loaded {
+        Some(cfg) => crate::trace::install(&cfg.tracing)?,
+        None => None,
+    }));
+    let stores = drl_service::scope::Stores::new();
+    let engine = Arc::new(match &loaded {
+        Some(cfg) => {
+            start_stores(cfg, &stores).await?;
+            Engine::with_stores(cfg, opts.config.clone(), stores)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+        }
+        None => Engine::not_loaded(
+            opts.config
+                .clone()
+                .context("--wait-for-config needs --config")?,
+            stores,
+        ),
+    });
+    let cfg = loaded.unwrap_or_else(Config::empty);
     // Register signal handlers before announcing the listeners, so that a
     // signal sent right after start is handled, not fatal.
     let shutdown = shutdown_signal()?;
@@ -90,7 +142,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         Listeners::new(engine.clone(), metrics.clone(), opts.http, opts.grpc);
     let pending = listeners.prepare(&cfg)?;
     listeners.commit(pending, cfg.server);
-    listeners.set_serving(true).await;
+    listeners.set_serving(engine.is_loaded()).await;
 
     // Metrics upkeep: drains histogram buckets even if nobody scrapes.
     {
@@ -120,6 +172,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     spawn_reloaders(
         &engine,
         &listeners,
+        &spans,
         &opts,
         #[cfg(unix)]
         hup,
@@ -127,7 +180,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     // Tests and scripts wait for this line to learn the bound ports.
     let bound = listeners.bound();
     eprintln!("drl serve: listening {bound}");
-    tracing::info!(listeners = %bound, limits = engine.limits().limits.len(), domains = engine.limits().domains.len(), "drl serve started");
+    tracing::info!(listeners = %bound, limits = engine.limits().limits.len(), domains = engine.limits().domains.len(), loaded = engine.is_loaded(), "drl serve started");
 
     tokio::select! {
         () = shutdown => {
@@ -148,7 +201,8 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     // this node's share at once, not after failure detection.
     engine.stores().leave_clusters().await;
     // The spans still queued leave now (a silent collector: 5 s at most).
-    if let Some(t) = spans {
+    let installed = spans.lock().take();
+    if let Some(t) = installed {
         t.shutdown(Duration::from_secs(5)).await;
     }
     tracing::info!("drl serve stopped");
@@ -195,6 +249,60 @@ fn reload(engine: &Engine, listeners: &Listeners, why: &str) {
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok((report, listeners.commit(pending, cfg.server)))
     })();
+    announce(why, result, false);
+}
+
+/// The first load after a start without a config (`--wait-for-config`):
+/// as at start, the config read and checked and its stores started, then
+/// applied as a reload is; once it serves, health reports serving and the
+/// `tracing:` section is installed. Any error leaves the service as it
+/// was: refusing every decision, waiting for the next reload.
+async fn first_load(engine: &Arc<Engine>, listeners: &Arc<Listeners>, spans: &Spans, why: &str) {
+    let trigger = if why == FILE_CHANGE {
+        Trigger::FileChange
+    } else {
+        Trigger::Signal
+    };
+    let result = async {
+        let source = engine.source().cloned();
+        let cfg = tokio::task::spawn_blocking(move || {
+            load_checked(&ServeOptions {
+                config: source,
+                ..ServeOptions::default()
+            })
+        })
+        .await??;
+        start_stores(&cfg, engine.stores()).await?;
+        let (e, l) = (engine.clone(), listeners.clone());
+        let (cfg, applied) = tokio::task::spawn_blocking(move || {
+            let pending = l.prepare(&cfg)?;
+            let report = e
+                .apply_from(&cfg, trigger)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let moved = l.commit(pending, cfg.server.clone());
+            anyhow::Ok((cfg, (report, moved)))
+        })
+        .await??;
+        if spans.lock().is_none() {
+            match crate::trace::install(&cfg.tracing) {
+                Ok(t) => *spans.lock() = t,
+                Err(e) => tracing::error!(error = format!("{e:#}"), "tracing not started"),
+            }
+        }
+        anyhow::Ok(applied)
+    }
+    .await;
+    let ok = result.is_ok();
+    announce(why, result, true);
+    // (A drain that began meanwhile keeps health NOT_SERVING.)
+    if ok && !engine.is_draining() {
+        listeners.set_serving(true).await;
+    }
+}
+
+/// Logs and counts the outcome of a reload (`first`: the first load after
+/// a start without a config).
+fn announce(why: &str, result: anyhow::Result<(ReloadReport, Vec<String>)>, first: bool) {
     match result {
         Ok((r, moved)) => {
             metrics::counter!("drl_config_reloads_total", "result" => "ok").increment(1);
@@ -203,28 +311,47 @@ fn reload(engine: &Engine, listeners: &Listeners, why: &str) {
                 trigger = why,
                 limits = r.limits,
                 kept_state = r.kept,
+                first,
                 "config reloaded"
             );
             for m in &moved {
                 tracing::info!(trigger = why, "{m}");
                 eprintln!("drl serve: {m}");
             }
-            eprintln!(
-                "drl serve: config reloaded ({why}): {} limits, {} kept their state",
-                r.limits, r.kept
-            );
+            if first {
+                eprintln!(
+                    "drl serve: config loaded ({why}): {} limits; deciding from now on",
+                    r.limits
+                );
+            } else {
+                eprintln!(
+                    "drl serve: config reloaded ({why}): {} limits, {} kept their state",
+                    r.limits, r.kept
+                );
+            }
         }
         Err(e) => {
             metrics::counter!("drl_config_reloads_total", "result" => "error").increment(1);
             drl_service::envoy_stats::config_loaded(false);
-            tracing::error!(
-                trigger = why,
-                error = format!("{e:#}"),
-                "config reload refused; the previous config keeps serving"
-            );
-            eprintln!(
-                "drl serve: config reload refused ({why}), previous config keeps serving: {e:#}"
-            );
+            if first {
+                tracing::error!(
+                    trigger = why,
+                    error = format!("{e:#}"),
+                    "config still not loaded; every decision answers an error"
+                );
+                eprintln!(
+                    "drl serve: config still not loaded ({why}), every decision answers an error: {e:#}"
+                );
+            } else {
+                tracing::error!(
+                    trigger = why,
+                    error = format!("{e:#}"),
+                    "config reload refused; the previous config keeps serving"
+                );
+                eprintln!(
+                    "drl serve: config reload refused ({why}), previous config keeps serving: {e:#}"
+                );
+            }
         }
     }
 }
@@ -275,6 +402,7 @@ async fn settle(
 fn spawn_reloaders(
     engine: &Arc<Engine>,
     listeners: &Arc<Listeners>,
+    spans: &Spans,
     opts: &ServeOptions,
     #[cfg(unix)] mut hup: tokio::signal::unix::Signal,
 ) -> anyhow::Result<()> {
@@ -297,6 +425,7 @@ fn spawn_reloaders(
     }
     let engine = engine.clone();
     let listeners = listeners.clone();
+    let spans = spans.clone();
     let path = opts.config.clone();
     tokio::spawn(async move {
         while let Some(mut why) = rx.recv().await {
@@ -309,6 +438,10 @@ fn spawn_reloaders(
                 if settle(path, Duration::from_millis(ms), &mut rx).await {
                     why = "SIGHUP";
                 }
+            }
+            if !engine.is_loaded() {
+                first_load(&engine, &listeners, &spans, why).await;
+                continue;
             }
             let (e, l) = (engine.clone(), listeners.clone());
             let _ = tokio::task::spawn_blocking(move || reload(&e, &l, why)).await;

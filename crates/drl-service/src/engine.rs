@@ -19,9 +19,16 @@ use drl_config::{Config, ConfigError, ServerConfig};
 
 pub use drl_api::{CheckRequest, INLINE_BATCH, Op, Outcome};
 
+/// The answer of every API before a configuration has loaded (`drl serve
+/// --wait-for-config`), envoyproxy/ratelimit's words for it.
+pub const NOT_LOADED: &str = "no rate limit configuration loaded";
+
 /// Why a batch was refused (nothing was decided).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CheckError {
+    /// No configuration has loaded yet ([`NOT_LOADED`]).
+    #[error("{}", NOT_LOADED)]
+    NotLoaded,
     /// A request names a limit that is not configured.
     #[error("requests[{index}]: unknown limit {name:?}; configured limits: {known}")]
     UnknownLimit {
@@ -92,6 +99,7 @@ impl CheckError {
     /// A short stable name for metrics and problem types.
     pub fn kind(&self) -> &'static str {
         match self {
+            CheckError::NotLoaded => "no_config",
             CheckError::UnknownLimit { .. } => "unknown_limit",
             CheckError::CostTooLarge { .. } => "cost_too_large",
             CheckError::KeyTooLong { .. } => "key_too_long",
@@ -170,6 +178,25 @@ impl Engine {
             overrides: Overrides::new(),
             status: crate::status::StatusHub::new(&config.status),
         })
+    }
+
+    /// An engine with no configuration loaded yet (`drl serve
+    /// --wait-for-config`): every decision is refused with
+    /// [`CheckError::NotLoaded`] until the first successful
+    /// [`Engine::apply_from`] of a config read from `source`.
+    pub fn not_loaded(source: PathBuf, stores: Stores) -> Self {
+        let engine = Self::with_stores(&Config::empty(), Some(source), stores)
+            .expect("an empty config always compiles");
+        engine
+            .current
+            .store(Arc::new(Limits::not_loaded(&engine.stores)));
+        engine
+    }
+
+    /// True once a configuration has loaded (always, but for an engine
+    /// made by [`Engine::not_loaded`] before its first load).
+    pub fn is_loaded(&self) -> bool {
+        self.current.load().loaded
     }
 
     /// The live limits, for the length of a request (a reload meanwhile
@@ -415,6 +442,9 @@ pub fn resolve<'l>(
     limits: &'l Limits,
     reqs: &[CheckRequest<'_>],
 ) -> Result<Resolved<'l>, CheckError> {
+    if !limits.loaded {
+        return Err(CheckError::NotLoaded);
+    }
     if reqs.is_empty() {
         return Err(CheckError::Empty);
     }

@@ -262,6 +262,9 @@ pub struct Limits {
     pub server: ServerConfig,
     /// Listener addresses (read at start only).
     pub listen: ListenConfig,
+    /// False only for [`Limits::not_loaded`]: no configuration has loaded
+    /// yet, and every decision is refused.
+    pub loaded: bool,
 }
 
 impl Limits {
@@ -356,7 +359,19 @@ impl Limits {
             limitador,
             server: config.server.clone(),
             listen: config.listen.clone(),
+            loaded: true,
         })
+    }
+
+    /// What serves before the first configuration has loaded (`drl serve
+    /// --wait-for-config`): no limit, no domain, default bounds, and
+    /// `loaded` false, so that every API answers
+    /// [`crate::engine::NOT_LOADED`] instead of deciding.
+    pub fn not_loaded(stores: &Stores) -> Limits {
+        let mut l = Limits::build(&Config::empty(), stores, "<not loaded>")
+            .expect("an empty config always compiles");
+        l.loaded = false;
+        l
     }
 
     /// The native limit called `name`: a scan of the names when there are

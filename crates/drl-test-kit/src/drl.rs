@@ -106,21 +106,28 @@ impl Drl {
     /// Starts `BIN serve --config DIR` on free loopback ports, `DIR`
     /// holding `files` (name, text), and waits until it is ready.
     pub fn start_dir(bin: &Path, files: &[(&str, &str)]) -> Drl {
+        let drl = Self::spawn_dir(bin, files, &[]);
+        drl.wait_ready();
+        drl
+    }
+
+    /// Starts `BIN serve --config DIR` on free loopback ports, `DIR`
+    /// holding `files` (name, text), with `env` added, and waits for its
+    /// "listening" line only (not for `/readyz`).
+    pub fn spawn_dir(bin: &Path, files: &[(&str, &str)], env: &[(&str, &str)]) -> Drl {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("config");
         std::fs::create_dir(&config).unwrap();
         for (name, text) in files {
             std::fs::write(config.join(name), text).unwrap();
         }
-        let drl = Self::spawn_at(
+        Self::spawn_at(
             bin,
             dir,
             config,
             &["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"],
-            &[],
-        );
-        drl.wait_ready();
-        drl
+            env,
+        )
     }
 
     /// Starts `BIN serve --config CONFIG ARGS...` with `env` added

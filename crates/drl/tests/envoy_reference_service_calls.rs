@@ -10,17 +10,10 @@
 //!
 //! TestCacheError needs `on_store_error: error` (drl's default failure
 //! policy decides locally at quota/N instead of answering an error).
-//! Not ported: TestInitialLoadError (`drl serve` refuses to start on
-//! a config it cannot load, rather than answering "no rate limit
-//! configuration loaded"), TestServiceHealthStatusAtLeastOneConfigLoaded
-//! (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: drl always has a loaded
-//! config). The reference, by default, reports itself healthy while it
-//! answers every call with that error, and Envoy's default
-//! (`failure_mode_deny: false`) lets a request through on an RLS error:
-//! a server up without its limits admits everything. drl's refusal makes
-//! the orchestrator see the fault instead; a bad reload keeps the last
-//! good config. TestServiceTracer is in `envoy_reference_tracing.rs`,
-//! TestServiceHealthStatus in `serve_grpc.rs`.
+//! TestInitialLoadError and TestServiceHealthStatusAtLeastOneConfigLoaded
+//! (a start whose config fails to load: `drl serve --wait-for-config`) are
+//! in `envoy_initial_load.rs`, TestServiceTracer in
+//! `envoy_reference_tracing.rs`, TestServiceHealthStatus in `serve_grpc.rs`.
 
 mod common;
 

@@ -3,7 +3,8 @@
 //! ([`drl_service::limitador::kuadrant`]). Answered as limitador-server's
 //! handler answers (`limitador-server/src/envoy_rls/kuadrant_service.rs`):
 //! the overall code only; UNKNOWN for an empty domain; OK for a namespace
-//! with no limits; `Report` answers OK once counted.
+//! with no limits; `Report` answers OK once counted. Before a config has
+//! loaded (`drl serve --wait-for-config`), `UNAVAILABLE`.
 
 use std::sync::Arc;
 
@@ -13,9 +14,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
-use drl_service::engine::Engine;
+use drl_service::engine::{self, Engine};
 use drl_service::limitador::kuadrant;
-use drl_service::metrics::Api;
+use drl_service::limits::Limits;
+use drl_service::metrics::{Api, rejected};
 
 /// The `kuadrant.service.ratelimit.v1.RateLimitService`.
 #[derive(Debug, Clone)]
@@ -37,6 +39,16 @@ fn answer(code: Code) -> Response<RateLimitResponse> {
     })
 }
 
+/// Before the first config has loaded (`--wait-for-config`): an error,
+/// never OK (limitador's answer for a namespace without limits).
+fn not_loaded(limits: &Limits) -> Result<(), Status> {
+    if limits.loaded {
+        return Ok(());
+    }
+    rejected(Api::EnvoyRls, "no_config");
+    Err(Status::unavailable(engine::NOT_LOADED))
+}
+
 #[tonic::async_trait]
 impl RateLimitService for KuadrantService {
     async fn check_rate_limit(
@@ -49,6 +61,7 @@ impl RateLimitService for KuadrantService {
             return Ok(answer(Code::Unknown));
         }
         let limits = self.engine.limits();
+        not_loaded(&limits)?;
         let Some(rules) = limits.limitador.get(&req.domain) else {
             return Ok(answer(Code::Ok));
         };
@@ -69,6 +82,7 @@ impl RateLimitService for KuadrantService {
             return Ok(answer(Code::Unknown));
         }
         let limits = self.engine.limits();
+        not_loaded(&limits)?;
         let Some(rules) = limits.limitador.get(&req.domain) else {
             return Ok(answer(Code::Ok));
         };

@@ -31,7 +31,7 @@ pub fn status_of(e: &CheckError) -> Status {
             error: drl_store::StoreError::Invalid(_),
             ..
         } => Status::invalid_argument(e.to_string()),
-        CheckError::Store { .. } => Status::unavailable(e.to_string()),
+        CheckError::Store { .. } | CheckError::NotLoaded => Status::unavailable(e.to_string()),
         _ => Status::invalid_argument(e.to_string()),
     }
 }

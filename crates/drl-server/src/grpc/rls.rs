@@ -273,6 +273,14 @@ pub async fn should_rate_limit_on<R>(
             "rate limit descriptor list must not be empty",
         ));
     }
+    // Before the first config has loaded (`--wait-for-config`), an
+    // error, never an answer: envoyproxy/ratelimit's words and
+    // `service_error`, with UNAVAILABLE (the reference's plain Go error is
+    // UNKNOWN) since the condition passes once a config loads.
+    if !limits.loaded {
+        rejected(Api::EnvoyRls, "no_config");
+        return Err(Status::unavailable(engine::NOT_LOADED));
+    }
     // (`limitador` is a SipHash map: skip the hash when it is empty.)
     if !limits.limitador.is_empty()
         && let Some(rules) = limits.limitador.get(req.domain)

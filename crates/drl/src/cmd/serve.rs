@@ -22,6 +22,22 @@ pub struct Args {
     /// Do not reload when the config file changes (SIGHUP still reloads).
     #[arg(long)]
     pub no_watch: bool,
+    /// Start even when the --config file or directory cannot be loaded
+    /// (unreadable, invalid, or refused by the checks `drl config check`
+    /// makes), as envoyproxy/ratelimit does: the error is logged, the
+    /// service listens on --http/--grpc (else 127.0.0.1:8080 and :8081)
+    /// with every other setting at its default, answers every decision on
+    /// every API with an error ("no rate limit configuration loaded"; gRPC
+    /// UNAVAILABLE, HTTP 503), never an allow, and reports not serving
+    /// (gRPC health, /readyz) until a reload (file change or SIGHUP) loads
+    /// the config; from then on it serves as if started with it. Without
+    /// it, a config that cannot be loaded stops the start. Needs --config.
+    #[arg(
+        long,
+        env = "DRL_WAIT_FOR_CONFIG",
+        value_parser = clap::builder::BoolishValueParser::new(),
+    )]
+    pub wait_for_config: bool,
     /// Threads (default: one per core): as many connection threads, each
     /// serving the connections handed to it on a runtime of its own, and
     /// as many worker threads for everything else (docs/server.md,
@@ -40,6 +56,12 @@ pub struct Args {
 
 /// Runs `drl serve` until SIGTERM/SIGINT.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // Without a file, the embedded default always loads: nothing to wait for.
+    if args.wait_for_config && args.config.is_none() {
+        anyhow::bail!(
+            "--wait-for-config (DRL_WAIT_FOR_CONFIG) needs --config (DRL_CONFIG): the embedded default always loads"
+        );
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
@@ -65,6 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         http: args.http,
         grpc: args.grpc,
         watch: !args.no_watch,
+        wait_for_config: args.wait_for_config,
     }))?;
     Ok(ExitCode::SUCCESS)
 }

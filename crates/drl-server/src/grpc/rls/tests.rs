@@ -195,3 +195,46 @@ fn in_memory_calls_are_ready_at_the_first_poll() {
         }
     }
 }
+
+/// Before a config has loaded (`--wait-for-config`), every RLS call is
+/// an error with the reference's message, `UNAVAILABLE`, never an answer
+/// (a domain nobody configured is OK once a config has loaded), and it
+/// is ready at the first poll, as the hot path needs; a native batch is
+/// refused before any lookup.
+#[test]
+fn before_a_config_loads_every_call_is_an_error() {
+    use drl_api::rls_request::DescriptorView;
+    use futures::FutureExt as _;
+
+    let engine = Engine::not_loaded(
+        std::path::PathBuf::from("missing.yaml"),
+        drl_service::scope::Stores::new(),
+    );
+    assert!(!engine.is_loaded());
+    let limits = engine.limits();
+    assert!(limits.rls_in_memory);
+    for domain in ["edge", "nowhere"] {
+        let mut d = DescriptorView::default();
+        d.entries.push(EntryView {
+            key: "user",
+            value: "v",
+        });
+        let mut req = RequestView {
+            domain,
+            ..Default::default()
+        };
+        req.descriptors.push(d);
+        let call = should_rate_limit_on(&engine, &limits, &req, engine.now(), |a| a.message());
+        let e = call.now_or_never().expect("ready").unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable);
+        assert_eq!(e.message(), "no rate limit configuration loaded");
+    }
+    let check = engine::CheckRequest {
+        limit: "default",
+        key: "k",
+        cost: 1,
+        op: engine::Op::Take,
+    };
+    let e = engine::resolve(&limits, &[check]).unwrap_err();
+    assert_eq!(e, engine::CheckError::NotLoaded);
+}

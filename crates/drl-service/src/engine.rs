@@ -331,9 +331,9 @@ impl Engine {
     /// In-memory (`local`) checks are decided inline. From the first check
     /// that needs a store (Redis, gossip, Orbit) on, the rest of the batch
     /// is decided concurrently, so that a batch of Redis checks is coalesced
-    /// into as few script calls as the store's batcher allows instead of
-    /// one round trip per check; the store still decides them in request
-    /// order. On a store error every check of the batch has been decided;
+    /// into as few script calls as the store's batcher allows (whatever the
+    /// threads do: [`drl_store::coalesce`]) instead of one round trip per
+    /// check; the store still decides them in request order. On a store error every check of the batch has been decided;
     /// the first error is returned.
     pub async fn check_each(
         &self,
@@ -360,9 +360,11 @@ impl Engine {
         }
         if let Some(first) = pending {
             let rest: Vec<_> = std::iter::once(first).chain(pairs).collect();
-            let decided =
-                futures::future::join_all(rest.iter().map(|(r, l)| apply_raw(l, r, now, server)))
-                    .await;
+            // Submitted in one poll, handed to the Redis batchers together.
+            let decided = drl_store::coalesce(futures::future::join_all(
+                rest.iter().map(|(r, l)| apply_raw(l, r, now, server)),
+            ))
+            .await;
             for (&(r, l), d) in rest.iter().zip(decided) {
                 match d {
                     Ok(o) => emit(tally.outcome(l, r, o)),

@@ -9,7 +9,7 @@ pub mod spec;
 pub mod store;
 
 pub use memory::MemoryStore;
-pub use redis_store::{Engine, RedisConfig, RedisStore, RedisTls, TimeSource};
+pub use redis_store::{Engine, RedisConfig, RedisStore, RedisTls, TimeSource, coalesce};
 pub use resilient::{
     BreakerConfig, BreakerState, FailurePolicy, OnStoreError, ResilienceConfig, Resilient,
     ResilientStats,

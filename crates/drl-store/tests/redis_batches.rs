@@ -258,6 +258,58 @@ fn concurrent_decisions_share_calls_and_admit_exactly_the_quota() {
     });
 }
 
+/// A caller's batch submitted in one poll under [`drl_store::coalesce`]
+/// reaches the batcher as one message: 150 decisions take exactly
+/// `ceil(150 / batch_max)` calls, however the runtime's threads
+/// interleave (without it, the batcher on another thread may start on the
+/// first decisions while the rest are still being submitted).
+#[test]
+fn a_coalesced_batch_takes_the_fewest_calls_whatever_the_threads_do() {
+    let server = RedisServer::start_module();
+    let mut admin = server.admin();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        for engine in [Engine::Lua, Engine::Module] {
+            let cfg = RedisConfig {
+                engine,
+                ..RedisConfig::single(server.url())
+            };
+            let store = RedisStore::connect(&cfg).await.unwrap();
+            store.load_script().await.unwrap();
+            let spec = fixed(Algorithm::Gcra, &["100/h"]);
+            let key = format!("coalesced-{engine:?}");
+            for round in 0..20 {
+                let before = decision_calls(&mut admin, engine);
+                let checks = (0..150).map(|_| {
+                    store.decide(Check {
+                        spec: &spec,
+                        key: &key,
+                        cost: 1,
+                        now: 0,
+                    })
+                });
+                let got = drl_store::coalesce(join_all(checks)).await;
+                let calls = decision_calls(&mut admin, engine) - before;
+                assert_eq!(
+                    calls,
+                    150u64.div_ceil(cfg.batch_max as u64),
+                    "{engine:?}, round {round}"
+                );
+                let admitted = got.iter().filter(|d| d.as_ref().unwrap().allowed).count();
+                // In order: the first 100 of the first round, then none.
+                assert_eq!(admitted, if round == 0 { 100 } else { 0 }, "{engine:?}");
+                if round == 0 {
+                    assert!(got[..100].iter().all(|d| d.as_ref().unwrap().allowed));
+                }
+            }
+        }
+    });
+}
+
 #[test]
 fn multi_quota_is_all_or_nothing_within_one_call() {
     let env = env();

@@ -16,7 +16,17 @@
 //! all of them. A caller that gave up (its deadline passed, its future was
 //! dropped) before its decision was sent is skipped, so a stalled Redis
 //! does not accumulate stale work.
+//!
+//! Which decisions share a call would thus depend on how the submitting
+//! thread and the batcher's thread interleave. [`coalesce`] removes that
+//! for one caller's batch: decisions submitted while it polls its future
+//! (a `join_all` over a request's checks submits them all in its first
+//! poll) are held and handed to the batcher as one message when the poll
+//! ends, so they share calls whatever the threads do.
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -282,10 +292,51 @@ pub(crate) struct Job {
     pub tx: oneshot::Sender<Result<Reply, StoreError>>,
 }
 
+type Sender = mpsc::UnboundedSender<Vec<Job>>;
+
+tokio::task_local! {
+    /// Decisions held while [`coalesce`] polls its future, with the
+    /// batcher each one is for.
+    static HELD: RefCell<Vec<(Sender, Job)>>;
+}
+
+/// Polls `fut` so that the store decisions it submits in one poll (to any
+/// Redis store) reach each store's batcher together, as one message, when
+/// that poll ends: a batch of checks then shares script calls (up to
+/// `batch_max` decisions each) however the threads are scheduled.
+pub async fn coalesce<F: Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| {
+        let (poll, held) = HELD.sync_scope(RefCell::new(Vec::new()), || {
+            let poll = fut.as_mut().poll(cx);
+            (poll, HELD.with(|h| std::mem::take(&mut *h.borrow_mut())))
+        });
+        release(held);
+        poll
+    })
+    .await
+}
+
+/// Hands held decisions to their batchers, one message per batcher.
+fn release(held: Vec<(Sender, Job)>) {
+    let mut per: Vec<(Sender, Vec<Job>)> = Vec::new();
+    for (tx, job) in held {
+        match per.iter_mut().find(|(t, _)| t.same_channel(&tx)) {
+            Some((_, jobs)) => jobs.push(job),
+            None => per.push((tx, vec![job])),
+        }
+    }
+    for (tx, jobs) in per {
+        // A send error means the task is gone; dropping the jobs tells
+        // their callers (their receivers err).
+        let _ = tx.send(jobs);
+    }
+}
+
 /// The sending side of a store's coalescing task.
 #[derive(Clone)]
 pub(crate) struct Batcher {
-    tx: mpsc::UnboundedSender<Job>,
+    tx: Sender,
 }
 
 impl Batcher {
@@ -297,12 +348,21 @@ impl Batcher {
         Batcher { tx }
     }
 
-    /// Queues `part`; the answer arrives on the returned receiver.
+    /// Queues `part` (held until the poll ends inside [`coalesce`]); the
+    /// answer arrives on the returned receiver.
     pub fn submit(&self, part: Part) -> oneshot::Receiver<Result<Reply, StoreError>> {
         let (tx, rx) = oneshot::channel();
-        // A send error means the task is gone; dropping `tx` tells the
-        // caller (its receiver errs).
-        let _ = self.tx.send(Job { part, tx });
+        let mut job = Some(Job { part, tx });
+        let _ = HELD.try_with(|h| {
+            if let Some(j) = job.take() {
+                h.borrow_mut().push((self.tx.clone(), j));
+            }
+        });
+        if let Some(job) = job {
+            // A send error means the task is gone; dropping `tx` tells the
+            // caller (its receiver errs).
+            let _ = self.tx.send(vec![job]);
+        }
         rx
     }
 }
@@ -324,26 +384,27 @@ async fn send_group(shared: Arc<Shared>, jobs: Vec<Job>) {
 
 async fn run(
     shared: Arc<Shared>,
-    mut rx: mpsc::UnboundedReceiver<Job>,
+    mut rx: mpsc::UnboundedReceiver<Vec<Job>>,
     max_batch: usize,
     max_in_flight: usize,
 ) {
     let mut in_flight = FuturesUnordered::new();
+    // Decisions received and not yet sent, in arrival order.
+    let mut queued: VecDeque<Job> = VecDeque::new();
     let mut open = true;
     loop {
-        tokio::select! {
-            biased;
-            Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
-            job = rx.recv(), if open && in_flight.len() < max_in_flight => {
-                let Some(job) = job else {
-                    open = false;
-                    continue;
-                };
+        if in_flight.len() < max_in_flight {
+            // Whatever has arrived, without waiting.
+            while queued.len() < max_batch {
+                match rx.try_recv() {
+                    Ok(jobs) => queued.extend(jobs),
+                    Err(_) => break,
+                }
+            }
+            if !queued.is_empty() {
                 let mut groups: Vec<(Group, Vec<Job>)> = Vec::new();
-                let mut taken = 0;
-                let mut next = Some(job);
-                while let Some(job) = next.take() {
-                    taken += 1;
+                let n = queued.len().min(max_batch);
+                for job in queued.drain(..n) {
                     // The caller gave up: do not send its decision.
                     if !job.tx.is_closed() {
                         match groups.iter_mut().find(|(g, _)| *g == job.part.group) {
@@ -351,12 +412,20 @@ async fn run(
                             None => groups.push((job.part.group, vec![job])),
                         }
                     }
-                    if taken < max_batch {
-                        next = rx.try_recv().ok();
-                    }
                 }
                 for (_, jobs) in groups {
                     in_flight.push(send_group(shared.clone(), jobs));
+                }
+                continue;
+            }
+        }
+        tokio::select! {
+            biased;
+            Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+            jobs = rx.recv(), if open && queued.is_empty() && in_flight.len() < max_in_flight => {
+                match jobs {
+                    Some(jobs) => queued.extend(jobs),
+                    None => open = false,
                 }
             }
             else => break,

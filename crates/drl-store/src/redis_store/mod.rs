@@ -30,6 +30,7 @@
 //! See `docs/redis.md` for the configuration and the arithmetic.
 
 pub(crate) mod batch;
+pub use batch::coalesce;
 mod config;
 pub(crate) mod conn;
 pub(crate) mod credentials;

@@ -305,7 +305,7 @@ pub struct Fps {
     anchored: bool,
     /// When this limiter left idle (or was made): for [`WAKE_CLAIM`] after
     /// it, it claims the weight it last published.
-    woke: Nanos,
+    woke: Option<Nanos>,
 }
 
 impl Fps {
@@ -350,7 +350,7 @@ impl Fps {
             drop_p: 0.0,
             drop_threshold: 0,
             anchored: false,
-            woke: now,
+            woke: Some(now),
         }
     }
 
@@ -615,7 +615,7 @@ impl Allocator for Fps {
             (Regime::Bottlenecked, w)
         };
         if self.regime == Regime::Idle && regime != Regime::Idle {
-            self.woke = input.now;
+            self.woke = Some(input.now);
         }
         self.regime = regime;
         // What the others hold for this limiter: the weight it published
@@ -632,10 +632,16 @@ impl Allocator for Fps {
         // The others count this limiter at `heard` when its weight lags:
         // claim the share that weight entitles it to, no more.
         // Just out of idle where the others hold its latest value: claim
-        // the value they count it at, not a weight they have not heard.
+        // the value they count it at, not a weight they have not heard
+        // (nothing published yet: `IntervalInput::unpublished`).
         let claim = match input.heard {
             Some(h) if h.is_finite() => w.min(h.max(0.0)),
-            _ if regime != Regime::Idle && input.now.saturating_sub(self.woke) < WAKE_CLAIM => {
+            _ if regime != Regime::Idle
+                && published > 0.0
+                && self
+                    .woke
+                    .is_some_and(|t| input.now.saturating_sub(t) < WAKE_CLAIM) =>
+            {
                 published
             }
             _ => w,

@@ -65,8 +65,11 @@
 //!   `Σ max(rate / fastest, denied fraction) / Σ rate / fastest` over the
 //!   sampled flows.
 //!
-//! With them the 1,500 flows get 0.25-0.33 of the limit on seeds 1-8
-//! (`cargo run --release -p drl-sim --example fps_many_seeds`).
+//! With them the 1,500 flows get 0.251-0.330 of the limit on seeds 1-8
+//! and 0.243-0.336 on seeds 1-40, mean 0.286 (`cargo run --release -p
+//! drl-sim --example fps_many_seeds -- peer-table 40`). The cost: up to
+//! `sample_capacity` sampled flows per key, about 20 KB at 128 (16 held
+//! about 2 KB).
 //!
 //! **Local random drop** ([`Fps::with_random_drop`], `fps-lrd`, the paper's
 //! footnote 3): the same weights and local limit, enforced by dropping each

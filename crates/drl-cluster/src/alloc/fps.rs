@@ -69,7 +69,7 @@
 //! and 0.243-0.336 on seeds 1-40, mean 0.286 (`cargo run --release -p
 //! drl-sim --example fps_many_seeds -- peer-table 40`). The cost: up to
 //! `sample_capacity` sampled flows per key, about 20 KB at 128 (16 held
-//! about 2 KB).
+//! about 1 KB).
 //!
 //! **Local random drop** ([`Fps::with_random_drop`], `fps-lrd`, the paper's
 //! footnote 3): the same weights and local limit, enforced by dropping each

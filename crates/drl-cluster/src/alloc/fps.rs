@@ -50,9 +50,10 @@
 //!   or packet rate, and keeps members until they leave, so they are
 //!   measured;
 //! * a flow that joins a full set (displacing another) has its rate
-//!   averaged over its samples so far ([`FlowRate`]), not seeded by its
-//!   first one: a flow sending one unit in its first interval and none in
-//!   the next nineteen read 20 times its rate for a second. (Doing the
+//!   averaged over its samples so far (`FlowRate`), not seeded by its
+//!   first one: a flow sending one unit a second, that one in its first
+//!   interval, read 20 times its rate at first and twice it a second
+//!   later (EWMA 0.1 per second). (Doing the
 //!   same for every flow moved Flow Updating's 490-limiter start-up,
 //!   `tests/scale.rs`, to 134.7 Mbps in its second second.)
 //! * a sampled flow counts at least the fraction of its units denied

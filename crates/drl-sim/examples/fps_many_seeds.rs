@@ -1,10 +1,10 @@
-//! `tests/fps_many_flows.rs` over several seeds: FPS at 2 limiters with
+//! `tests/fps_many_flows.rs` over more seeds: FPS at 2 limiters with
 //! 1,500 and 3,500 long-lived flows (50 Mbps, 30 s measured from 10 s);
 //! prints the 1,500 flows' share of the aggregate and the last published
-//! weights per seed.
+//! weights per seed, then the range of the shares.
 //!
-//! `cargo run --release -p drl-sim --example fps_many_seeds -- [AGGREGATION] [SEEDS]`
-//! (defaults: peer-table 8; seeds 1..=SEEDS).
+//! `cargo run --release -p drl-sim --example fps_many_seeds -- [AGGREGATION] [SEEDS] [ALGORITHM]`
+//! (defaults: peer-table 8 fps; seeds 1..=SEEDS).
 
 use drl_cluster::alloc::AlgorithmKind;
 use drl_cluster::cloud_control::Aggregation;
@@ -18,6 +18,8 @@ fn main() {
         .parse()
         .unwrap();
     let seeds: u64 = a.get(2).map_or(8, |s| s.parse().unwrap());
+    let algorithm: AlgorithmKind = a.get(3).map_or("fps", |s| s.as_str()).parse().unwrap();
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     for seed in 1..=seeds {
         let sc = Scenario {
             flows_per_limiter: vec![1_500, 3_500],
@@ -26,17 +28,20 @@ fn main() {
             warmup: 10 * SEC,
             seed,
             aggregation: agg,
-            ..Scenario::paper_baseline(AlgorithmKind::Fps)
+            ..Scenario::paper_baseline(algorithm)
         };
         let r = drl_sim::run(&sc, &mut |_| {}).unwrap();
         let l = r.limiter_mbps();
+        let share = l[0] / (l[0] + l[1]);
+        lo = lo.min(share);
+        hi = hi.max(share);
         let mut last: Vec<f64> = r.ticks.iter().rev().take(2).map(|t| t.published).collect();
         last.reverse();
         println!(
-            "{agg} seed {seed}: share {:.3}, aggregate {:.2} Mbps, last weights {:.1?}",
-            l[0] / (l[0] + l[1]),
+            "{algorithm} {agg} seed {seed}: share {share:.3}, aggregate {:.2} Mbps, last weights {:.1?}",
             r.aggregate_mbps(),
             last
         );
     }
+    println!("{algorithm} {agg} seeds 1-{seeds}: share {lo:.3}-{hi:.3}");
 }

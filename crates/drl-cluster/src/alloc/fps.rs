@@ -16,10 +16,14 @@
 //! with the same EWMA as the demand estimator (the paper smooths the
 //! oscillation between the two regimes this way).
 //!
-//! Flow rates come from a constant-size sample set: an arriving unit of a
-//! flow not in the set joins it with probability `resample_probability`,
-//! evicting the slowest established flow when full; flows idle for
-//! `flow_expiry` leave. When the local limit falls to zero the bucket is
+//! Flow rates come from a constant-size sample set, a uniform sample of
+//! the flows: an arriving unit of a flow not in the set is considered with
+//! probability `resample_probability`, and a considered flow joins when the
+//! set has room, or when its *rank* (its id hashed with a per-limiter
+//! salt) is below the largest rank in the set, whose flow then leaves;
+//! flows idle for `flow_expiry` leave. Where every flow fits in the set
+//! (the paper's Figures 3-7 and Table 2) every flow is sampled, as in the
+//! paper. When the local limit falls to zero the bucket is
 //! filled to its depth so that a newly arriving TCP flow can get its first
 //! packets through (slow start), and the first interval with demand after
 //! that is treated as bottlenecked (second regime).
@@ -31,6 +35,42 @@
 //! safety net on a published value (default 1,000,000 flows). With the
 //! former absolute clamp of 1,000, 5,000 flows split 3:7 (paper §5.6)
 //! gave both limiters the clamp and a 47:53 split.
+//!
+//! **More flows than the set holds** (paper §5.6: 1,500 and 3,500 TCP
+//! flows on two limiters sharing 50 Mbps, each flow under one segment per
+//! round trip). Three rules apply there only:
+//!
+//! * membership by rank, not by rate. The paper's rule (join by packet,
+//!   evict the slowest) replaced the whole set every interval there: about
+//!   400 unsampled arrivals a second against 16 places, each member
+//!   measured over one interval, usually at 0; the fastest sampled rate
+//!   read 0 and the weights ran to the safety net (the 1,500 flows got
+//!   0.26-0.48 of the limit over seeds 1-8, CTB 0.29-0.32). A rank-chosen
+//!   sample is the same statistic at every limiter whatever its flow count
+//!   or packet rate, and keeps members until they leave, so they are
+//!   measured;
+//! * a flow that joins a full set (displacing another) has its rate
+//!   averaged over its samples so far (`FlowRate`), not seeded by its
+//!   first one: a flow sending one unit a second, that one in its first
+//!   interval, read 20 times its rate at first and twice it a second
+//!   later (EWMA 0.1 per second). (Doing the
+//!   same for every flow moved Flow Updating's 490-limiter start-up,
+//!   `tests/scale.rs`, to 134.7 Mbps in its second second.)
+//! * a sampled flow counts at least the fraction of its units denied
+//!   here: with the weight `local limit / fastest` a flow counts
+//!   `rate / fastest`, and a TCP flow held back here so hard that it sits
+//!   out retransmission timeouts measures near 0, like a flow bottlenecked
+//!   elsewhere. A limiter whose share fell lost flows to timeouts, its
+//!   weight fell with them, and the split was wherever the start-up left
+//!   it. The weight is `local limit / fastest` scaled by
+//!   `Σ max(rate / fastest, denied fraction) / Σ rate / fastest` over the
+//!   sampled flows.
+//!
+//! With them the 1,500 flows get 0.251-0.330 of the limit on seeds 1-8
+//! and 0.243-0.336 on seeds 1-40, mean 0.286 (`cargo run --release -p
+//! drl-sim --example fps_many_seeds -- peer-table 40`). The cost: up to
+//! `sample_capacity` sampled flows per key, about 20 KB at 128 (16 held
+//! about 1 KB).
 //!
 //! **Local random drop** ([`Fps::with_random_drop`], `fps-lrd`, the paper's
 //! footnote 3): the same weights and local limit, enforced by dropping each
@@ -52,7 +92,7 @@ use crate::estimator::Ewma;
 /// Tuning of [`Fps`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FpsConfig {
-    /// Maximum number of flows in the sample set.
+    /// Maximum number of flows in the sample set (default 128).
     pub sample_capacity: usize,
     /// Probability that an arrival of an unsampled flow adds it to the set.
     pub resample_probability: f64,
@@ -91,6 +131,15 @@ fn share_of(depth: u64, part: f64, whole: f64) -> u64 {
     }
 }
 
+/// How long after leaving idle (or being made) a limiter claims the weight
+/// it last published, what the others hold, instead of its current one,
+/// where they hold its latest value ([`IntervalInput::heard`] `None`):
+/// the demand estimators' one-second horizon. A weight rising from idle
+/// is counted an interval late by the others; claiming it at once took
+/// three FPS nodes surging together from idle 1,105 against 1,000 (and
+/// its depth of 100) in their first second (`tests/surge.rs`).
+pub const WAKE_CLAIM: Nanos = 1_000_000_000;
+
 /// Largest share of the limit the second regime (demand below the local
 /// limit) asks for: it sets the weight to `d · remote / (limit − d)` with the
 /// demand `d` capped at this fraction of the limit, so the division stays
@@ -128,7 +177,7 @@ impl FpsConfig {
 impl Default for FpsConfig {
     fn default() -> Self {
         Self {
-            sample_capacity: 16,
+            sample_capacity: 128,
             resample_probability: 0.1,
             flow_expiry: 3_000_000_000,
             max_weight: 1_000_000.0,
@@ -138,12 +187,83 @@ impl Default for FpsConfig {
     }
 }
 
+/// A sampled flow's rate: an EWMA of per-interval samples, either seeded
+/// by its first sample or (`averaged`) with its weights normalised by the
+/// weight given so far, so that a young flow's rate is the mean of its
+/// samples.
+#[derive(Debug, Clone)]
+struct FlowRate {
+    averaged: bool,
+    history: f64,
+    sum: f64,
+    weight: f64,
+}
+
+impl FlowRate {
+    fn new(history: f64, averaged: bool) -> Self {
+        Self {
+            averaged,
+            history,
+            sum: 0.0,
+            weight: 0.0,
+        }
+    }
+
+    fn update(&mut self, sample: f64) {
+        if !self.averaged && self.weight == 0.0 {
+            self.sum = sample;
+            self.weight = 1.0;
+            return;
+        }
+        self.sum = self.history * self.sum + (1.0 - self.history) * sample;
+        if self.averaged {
+            self.weight = self.history * self.weight + (1.0 - self.history);
+        }
+    }
+
+    fn value(&self) -> f64 {
+        if self.weight > 0.0 {
+            self.sum / self.weight
+        } else {
+            0.0
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct FlowSample {
+    /// Units forwarded, offered and denied this interval.
     units: u64,
-    rate: Ewma,
+    offered_units: u64,
+    denied_units: u64,
+    rate: FlowRate,
+    offered: Ewma,
+    denied: Ewma,
     established: bool,
     last_active: Nanos,
+    /// Rank in the uniform sample (the lowest stay).
+    rank: u64,
+}
+
+impl FlowSample {
+    /// The fraction of its offered units denied here (smoothed).
+    fn denied_fraction(&self) -> f64 {
+        let o = self.offered.value();
+        if o > 0.0 {
+            (self.denied.value() / o).clamp(0.0, 1.0)
+        } else {
+            0.0
+        }
+    }
+}
+
+/// A flow's rank in the sample: its id mixed with the limiter's salt
+/// (SplitMix64's finaliser).
+fn rank(flow: FlowId, salt: u64) -> u64 {
+    let mut z = (flow ^ salt).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// Which branch of FPS-ESTIMATE the last interval took.
@@ -171,6 +291,11 @@ pub struct Fps {
     flow_history: f64,
     resample: u64,
     flows: BTreeMap<FlowId, FlowSample>,
+    /// The sample's rank salt, drawn at the first sampling.
+    salt: Option<u64>,
+    /// The largest rank in a full sample set (a flow ranked at or above
+    /// it does not join); `u64::MAX` while there is room.
+    threshold: u64,
     regime: Regime,
     /// Local random drop (`fps-lrd`) instead of the token bucket.
     random_drop: bool,
@@ -182,6 +307,9 @@ pub struct Fps {
     /// The second regime's weight rises only by a measured flow
     /// ([`Fps::anchored`]).
     anchored: bool,
+    /// When this limiter left idle (or was made): for [`WAKE_CLAIM`] after
+    /// it, it claims the weight it last published.
+    woke: Option<Nanos>,
 }
 
 impl Fps {
@@ -218,12 +346,15 @@ impl Fps {
             flow_history: smoothing.flow,
             resample: to_threshold(cfg.resample_probability),
             flows: BTreeMap::new(),
+            salt: None,
+            threshold: u64::MAX,
             regime: Regime::Unbottlenecked,
             random_drop: false,
             demand: 0.0,
             drop_p: 0.0,
             drop_threshold: 0,
             anchored: false,
+            woke: Some(now),
         }
     }
 
@@ -304,6 +435,27 @@ impl Fps {
         }
     }
 
+    /// The first regime's weight: `local limit / fastest`, and with more
+    /// flows than the set holds, each sampled flow counting at least its
+    /// denied fraction (see the module docs).
+    fn held_weight(&self, max_flow: f64) -> f64 {
+        let weight = self.local_limit / max_flow;
+        if self.flows.len() < self.cfg.sample_capacity {
+            return weight;
+        }
+        let (mut counted, mut measured) = (0.0, 0.0);
+        for f in self.flows.values().filter(|f| f.established) {
+            let x = (f.rate.value() / max_flow).min(1.0);
+            measured += x;
+            counted += x.max(f.denied_fraction());
+        }
+        if measured > 0.0 {
+            weight * counted / measured
+        } else {
+            weight
+        }
+    }
+
     fn maybe_sample(&mut self, flow: FlowId, now: Nanos, rng: &mut ChaCha8Rng) {
         if self.flows.contains_key(&flow) || self.cfg.sample_capacity == 0 {
             return;
@@ -311,42 +463,70 @@ impl Fps {
         if self.resample == 0 || (rng.next_u32() as u64) >= self.resample {
             return;
         }
-        if self.flows.len() >= self.cfg.sample_capacity {
-            // Evict the slowest established flow; ties to the lowest id.
-            let victim = self
+        let salt = *self.salt.get_or_insert_with(|| rng.next_u64());
+        let r = rank(flow, salt);
+        let full = self.flows.len() >= self.cfg.sample_capacity;
+        if full {
+            if r >= self.threshold {
+                return;
+            }
+            // The member ranked last leaves.
+            if let Some(id) = self
                 .flows
                 .iter()
-                .filter(|(_, f)| f.established)
-                .min_by(|a, b| a.1.rate.value().total_cmp(&b.1.rate.value()))
-                .map(|(id, _)| *id);
-            match victim {
-                Some(id) => {
-                    self.flows.remove(&id);
-                }
-                None => return,
+                .max_by_key(|(_, f)| f.rank)
+                .map(|(id, _)| *id)
+            {
+                self.flows.remove(&id);
             }
         }
         self.flows.insert(
             flow,
             FlowSample {
                 units: 0,
-                rate: Ewma::new(self.flow_history),
+                offered_units: 0,
+                denied_units: 0,
+                rate: FlowRate::new(self.flow_history, full),
+                offered: Ewma::new(self.flow_history),
+                denied: Ewma::new(self.flow_history),
                 established: false,
                 last_active: now,
+                rank: r,
             },
         );
+        self.update_threshold();
+    }
+
+    /// The join threshold: the largest rank once the set is full.
+    fn update_threshold(&mut self) {
+        self.threshold = if self.flows.len() >= self.cfg.sample_capacity {
+            self.flows
+                .values()
+                .map(|f| f.rank)
+                .max()
+                .unwrap_or(u64::MAX)
+        } else {
+            u64::MAX
+        };
     }
 
     fn update_flows(&mut self, now: Nanos, elapsed: Nanos) {
         let expiry = self.cfg.flow_expiry;
         self.flows
             .retain(|_, f| now.saturating_sub(f.last_active) <= expiry);
+        self.update_threshold();
         let secs = elapsed.max(1) as f64 / 1e9;
         for f in self.flows.values_mut() {
             let sample = f.units as f64 / secs;
+            let offered = f.offered_units as f64 / secs;
+            let denied = f.denied_units as f64 / secs;
             f.units = 0;
+            f.offered_units = 0;
+            f.denied_units = 0;
             if f.established {
                 f.rate.update(sample);
+                f.offered.update(offered);
+                f.denied.update(denied);
             } else {
                 // The first interval was partial: start measuring from here.
                 f.established = true;
@@ -368,6 +548,9 @@ impl Allocator for Fps {
 
     fn on_arrival(&mut self, now: Nanos, flow: FlowId, size: u64, rng: &mut ChaCha8Rng) -> Verdict {
         self.maybe_sample(flow, now, rng);
+        if let Some(f) = self.flows.get_mut(&flow) {
+            f.offered_units = f.offered_units.saturating_add(size);
+        }
         self.largest = self.largest.max(size);
         let pass = if self.random_drop && self.local_limit > 0.0 {
             self.drop_threshold == 0 || (rng.next_u32() as u64) >= self.drop_threshold
@@ -385,6 +568,7 @@ impl Allocator for Fps {
         } else {
             if let Some(f) = self.flows.get_mut(&flow) {
                 f.last_active = now;
+                f.denied_units = f.denied_units.saturating_add(size);
             }
             Verdict::Drop
         }
@@ -406,7 +590,7 @@ impl Allocator for Fps {
         let (regime, ideal) = if demand <= 0.0 {
             (Regime::Idle, 0.0)
         } else if demand >= self.local_limit && self.local_limit > 0.0 && max_flow > 0.0 {
-            (Regime::Unbottlenecked, self.local_limit / max_flow)
+            (Regime::Unbottlenecked, self.held_weight(max_flow))
         } else if remote <= 0.0 {
             // Nobody else has weight: any positive weight takes it all.
             (Regime::Bottlenecked, 1.0)
@@ -434,7 +618,13 @@ impl Allocator for Fps {
             };
             (Regime::Bottlenecked, w)
         };
+        if self.regime == Regime::Idle && regime != Regime::Idle {
+            self.woke = Some(input.now);
+        }
         self.regime = regime;
+        // What the others hold for this limiter: the weight it published
+        // last.
+        let published = self.weight.value();
         let ideal = ideal.clamp(0.0, self.cfg.max_weight);
         let w = if regime == Regime::Idle {
             // No demand: release the share at once.
@@ -445,8 +635,19 @@ impl Allocator for Fps {
         };
         // The others count this limiter at `heard` when its weight lags:
         // claim the share that weight entitles it to, no more.
+        // Just out of idle where the others hold its latest value: claim
+        // the value they count it at, not a weight they have not heard
+        // (nothing published yet: `IntervalInput::unpublished`).
         let claim = match input.heard {
             Some(h) if h.is_finite() => w.min(h.max(0.0)),
+            _ if regime != Regime::Idle
+                && published > 0.0
+                && self
+                    .woke
+                    .is_some_and(|t| input.now.saturating_sub(t) < WAKE_CLAIM) =>
+            {
+                published
+            }
             _ => w,
         };
         let total = remote + claim;

@@ -4,6 +4,13 @@ use rand::SeedableRng;
 
 const IV: Nanos = 50_000_000;
 
+/// `f` past its first second: it claims its current weight (the tests
+/// of the regimes; [`WAKE_CLAIM`] has its own).
+fn settled(mut f: Fps) -> Fps {
+    f.woke = None;
+    f
+}
+
 fn cfg() -> FpsConfig {
     FpsConfig {
         resample_probability: 1.0,
@@ -150,7 +157,15 @@ fn two_limiters_converge_to_max_min_shares() {
 /// Second regime: demand below the limit sets the limit to the demand.
 #[test]
 fn bottlenecked_demand_gets_exactly_its_rate() {
-    let mut f = Fps::new(10_000, 1_000, 5_000, 5.0, Smoothing::uniform(0.0), cfg(), 0);
+    let mut f = settled(Fps::new(
+        10_000,
+        1_000,
+        5_000,
+        5.0,
+        Smoothing::uniform(0.0),
+        cfg(),
+        0,
+    ));
     let mut rng = ChaCha8Rng::seed_from_u64(2);
     run_interval(&mut f, &mut rng, 0, &[2_000.0], 5.0);
     assert_eq!(f.regime(), Regime::Bottlenecked);
@@ -165,7 +180,15 @@ fn bottlenecked_demand_gets_exactly_its_rate() {
 /// bottlenecked demand.
 #[test]
 fn slow_start_burst_when_the_local_limit_is_zero() {
-    let mut f = Fps::new(10_000, 300, 5_000, 1.0, Smoothing::uniform(0.0), cfg(), 0);
+    let mut f = settled(Fps::new(
+        10_000,
+        300,
+        5_000,
+        1.0,
+        Smoothing::uniform(0.0),
+        cfg(),
+        0,
+    ));
     let mut rng = ChaCha8Rng::seed_from_u64(3);
     run_interval(&mut f, &mut rng, 0, &[], 7.0);
     assert_eq!(f.regime(), Regime::Idle);
@@ -188,7 +211,15 @@ fn slow_start_burst_when_the_local_limit_is_zero() {
 /// limiters split 50:50).
 #[test]
 fn weights_count_thousands_of_flows() {
-    let mut f = Fps::new(10_000, 1_000, 5_000, 5.0, Smoothing::uniform(0.0), cfg(), 0);
+    let mut f = settled(Fps::new(
+        10_000,
+        1_000,
+        5_000,
+        5.0,
+        Smoothing::uniform(0.0),
+        cfg(),
+        0,
+    ));
     f.on_interval(&IntervalInput {
         now: IV,
         elapsed: IV,
@@ -211,7 +242,15 @@ fn weights_count_thousands_of_flows() {
 /// MAX_SHARE, relative to the others' weight (no absolute clamp).
 #[test]
 fn second_regime_is_bounded_relative_to_the_others() {
-    let mut f = Fps::new(10_000, 1_000, 5_000, 5.0, Smoothing::uniform(0.0), cfg(), 0);
+    let mut f = settled(Fps::new(
+        10_000,
+        1_000,
+        5_000,
+        5.0,
+        Smoothing::uniform(0.0),
+        cfg(),
+        0,
+    ));
     f.on_interval(&IntervalInput {
         now: IV,
         elapsed: IV,
@@ -244,7 +283,15 @@ fn second_regime_is_bounded_relative_to_the_others() {
 /// it into the others' estimates, and weights reached 10^5-10^6.
 #[test]
 fn second_regime_weight_is_at_most_the_demand_in_fastest_flows() {
-    let mut f = Fps::new(10_000, 1_000, 5_000, 5.0, Smoothing::uniform(0.0), cfg(), 0);
+    let mut f = settled(Fps::new(
+        10_000,
+        1_000,
+        5_000,
+        5.0,
+        Smoothing::uniform(0.0),
+        cfg(),
+        0,
+    ));
     let mut rng = ChaCha8Rng::seed_from_u64(9);
     // The first interval samples both flows, the second measures them.
     run_interval(&mut f, &mut rng, 0, &[2_000.0, 400.0], 0.5);
@@ -284,8 +331,10 @@ fn local_random_drop_forwards_the_local_limit_on_average() {
     assert!((rate - 5_000.0).abs() < 500.0, "forwarded {rate}/s");
 }
 
+/// The sample keeps the flows of the lowest ranks, whatever their rates:
+/// a uniform sample of the flows.
 #[test]
-fn sample_set_is_bounded_and_evicts_the_slowest() {
+fn sample_set_is_bounded_and_keeps_the_lowest_ranks() {
     let c = FpsConfig {
         sample_capacity: 2,
         resample_probability: 1.0,
@@ -301,12 +350,66 @@ fn sample_set_is_bounded_and_evicts_the_slowest() {
         0,
     );
     let mut rng = ChaCha8Rng::seed_from_u64(4);
-    run_interval(&mut f, &mut rng, 0, &[1_000.0, 5_000.0], 0.0);
-    run_interval(&mut f, &mut rng, IV, &[1_000.0, 5_000.0], 0.0);
-    assert_eq!(f.sampled_flows(), 2);
-    // Flow 2 arrives: flow 0 (slowest) is evicted.
-    run_interval(&mut f, &mut rng, 2 * IV, &[0.0, 5_000.0, 9_000.0], 0.0);
-    run_interval(&mut f, &mut rng, 3 * IV, &[0.0, 5_000.0, 9_000.0], 0.0);
-    assert_eq!(f.sampled_flows(), 2);
-    assert!((f.max_flow_rate() - 9_000.0).abs() < 1.0);
+    let rates = [1_000.0, 5_000.0, 9_000.0, 3_000.0, 7_000.0];
+    for k in 0..4 {
+        run_interval(&mut f, &mut rng, k * IV, &rates, 0.0);
+        assert!(f.sampled_flows() <= 2);
+    }
+    let salt = f.salt.unwrap();
+    let mut ranked: Vec<FlowId> = (0..rates.len() as FlowId).collect();
+    ranked.sort_by_key(|&id| rank(id, salt));
+    let kept: Vec<FlowId> = f.flows.keys().copied().collect();
+    let mut lowest = ranked[..2].to_vec();
+    lowest.sort();
+    assert_eq!(kept, lowest);
+}
+
+/// Thousands of flows, each sending one unit a second (under one unit
+/// per interval), through a limiter that holds back half of them: the
+/// sample keeps its members, so they are measured (with the paper's
+/// packet sampling and slowest-flow eviction the set was replaced every
+/// interval and the fastest sampled rate read 0), and the weight counts
+/// the flows held back here rather than `local limit / fastest` alone.
+#[test]
+fn thousands_of_slow_flows_are_measured_and_counted() {
+    let c = FpsConfig {
+        resample_probability: 1.0,
+        ..FpsConfig::default()
+    };
+    // Global limit 4,000/s, local limit 1,000/s: 2,000 flows offer 2,000/s.
+    let mut f = Fps::new(4_000, 10, 1_000, 1.0, Smoothing::uniform(0.9), c, 0);
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let flows = 2_000u64;
+    let mut naive = 0.0;
+    for k in 0..100u64 {
+        let start = k * IV;
+        // Every flow once a second, 100 of them in each interval.
+        for j in 0..flows / 20 {
+            let flow = (k % 20) * (flows / 20) + j;
+            f.on_arrival(start + j * IV / (flows / 20), flow, 1, &mut rng);
+        }
+        f.on_interval(&IntervalInput {
+            now: start + IV,
+            elapsed: IV,
+            local_rate: 2_000.0,
+            local_forwarded: 1_000.0,
+            raw_forwarded: 1_000.0,
+            remote: 3_000.0,
+            nodes: 2,
+            heard: None,
+            unpublished: false,
+            ceiling: None,
+        });
+        naive = f.local_limit().unwrap() / f.max_flow_rate().max(1e-9);
+    }
+    assert_eq!(f.sampled_flows(), 128);
+    assert_eq!(f.regime(), Regime::Unbottlenecked);
+    assert!(f.max_flow_rate() > 0.0);
+    // About half of every flow's units are denied: each sampled flow
+    // counts at least one half, so the weight is well above
+    // `local limit / fastest`, and still a count of flows (not the
+    // safety net).
+    let w = f.weight();
+    assert!(w > 1.5 * naive, "weight {w}, local limit / fastest {naive}");
+    assert!(w < 4.0 * flows as f64, "weight {w}");
 }

@@ -195,7 +195,7 @@ struct Flags {
     #[arg(long)]
     rise_ms: Option<f64>,
     /// fps: most flows in the sample set.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 128)]
     fps_sample_capacity: usize,
     /// fps: probability that an arrival of an unsampled flow adds it.
     #[arg(long, default_value_t = 0.1)]

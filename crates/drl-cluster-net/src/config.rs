@@ -61,12 +61,12 @@ pub struct GossipConfig {
     /// Allocator: `grd`, `grd-smooth`, `fps` or `fps-mean` (default `grd`).
     #[serde(default = "default_algorithm", deserialize_with = "de_algorithm")]
     pub algorithm: AlgorithmKind,
-    /// How a node learns the others' values: `peer-table` (each node's
-    /// latest value per key, lost peers zeroed at once; the default) or
+    /// How a node learns the others' values: `flow-updating` (averaging
+    /// by idempotent per-link flows on a graph of bounded degree; the
+    /// default), `peer-table` (each node's latest value per key, lost
+    /// peers zeroed at once; GRD does not hold on it from 50 nodes) or
     /// `push-sum` (the paper's mass-conserving averaging; not held to the
-    /// membership bounds) or `flow-updating` (averaging by idempotent
-    /// per-link flows; holds 50-490 nodes in the simulator but not every
-    /// membership bound: docs/gossip.md).
+    /// membership bounds). docs/gossip.md, "Aggregation".
     #[serde(default, deserialize_with = "de_aggregation")]
     pub aggregation: Aggregation,
     /// Push-sum loss compensation: `cumulative` (running totals, exact;
@@ -663,9 +663,9 @@ mod tests {
             s.grd_smooth.max_probability,
             GrdSmoothConfig::default().max_probability
         );
-        // Defaults: peer table, cumulative, the allocators' own tunings.
+        // Defaults: Flow Updating, cumulative, the allocators' own tunings.
         let d = GossipConfig::new(1, "127.0.0.1:1".parse().unwrap(), vec![]).settings();
-        assert_eq!(d.aggregation, Aggregation::PeerTable);
+        assert_eq!(d.aggregation, Aggregation::FlowUpdating);
         assert_eq!(d.compensation, LossCompensation::Cumulative);
         assert_eq!(d.fps, FpsConfig::default());
         assert_eq!(d.fps_mean, FpsConfig::mean_variant());

@@ -3,9 +3,11 @@
 //! 100 ms the live nodes' local limits and remote sums.
 //!
 //! `cargo run --release -p drl-sim --example faults_probe -- NODES AGGREGATION SEED [FROM_S] [TO_S]`
+//! (NODES 0: the random scenario of SEED, as `tests/gossip_faults.rs` runs
+//! it; AGGREGATION is then the seed's own).
 
 use drl_cluster::cloud_control::{Aggregation, KeyRef};
-use drl_sim::faults::gossip::{observe, run, scaled_scenario};
+use drl_sim::faults::gossip::{observe, random_scenario, run, scaled_scenario};
 
 const KEY: KeyRef<'static> = KeyRef {
     limit: "api",
@@ -20,7 +22,11 @@ fn main() {
     let from: f64 = a.get(4).map_or(0.0, |s| s.parse().unwrap());
     let to: f64 = a.get(5).map_or(1e9, |s| s.parse().unwrap());
     let brief = std::env::var_os("BRIEF").is_some();
-    let sc = scaled_scenario(seed, nodes, agg);
+    let sc = if nodes == 0 {
+        random_scenario(seed)
+    } else {
+        scaled_scenario(seed, nodes, agg)
+    };
     println!(
         "alg {} branching {} detection {} ms limit {} demand {:?}",
         sc.settings.algorithm,

@@ -2,6 +2,7 @@
 //! figure's outputs are a pure function of its parameters.
 
 use drl_cluster::alloc::AlgorithmKind;
+use drl_cluster::cloud_control::Aggregation;
 use drl_sim::figures::fig8::{DATAGRAM_OVERHEAD, Fig8};
 use drl_sim::scenario::SEC;
 
@@ -24,7 +25,8 @@ fn small(limiters: Vec<usize>, br: Vec<u32>, secs: u64, warmup: u64) -> Fig8 {
 /// counted exactly (payload + overhead per datagram).
 #[test]
 fn control_traffic_per_limiter_is_fixed_and_counted_exactly() {
-    let f = small(vec![10, 40], vec![3], 6, 3);
+    let mut f = small(vec![10, 40], vec![3], 6, 3);
+    f.base.aggregation = Aggregation::PeerTable;
     let res = f.run(&mut |_| {}).unwrap();
     let (a, b) = (&res.points[0], &res.points[1]);
     for p in [a, b] {
@@ -42,6 +44,40 @@ fn control_traffic_per_limiter_is_fixed_and_counted_exactly() {
     let ratio = b.control_bytes_per_s_per_limiter / a.control_bytes_per_s_per_limiter;
     assert!(
         (ratio - 1.0).abs() < 0.02,
+        "per-limiter control grew {ratio:.3}x"
+    );
+}
+
+/// Flow Updating (the default): every node sends one datagram per
+/// neighbour per interval, its ring neighbours and about `branching`
+/// random chords, so the count is not a fixed multiple of the limiters,
+/// but every datagram is counted with its overhead, and the bytes per
+/// limiter stay flat from 10 to 40 limiters (docs/gossip.md, "Control
+/// traffic per node").
+#[test]
+fn flow_updating_control_traffic_is_flat_and_counted_exactly() {
+    let f = small(vec![10, 40], vec![3], 6, 3);
+    assert_eq!(f.base.aggregation, Aggregation::FlowUpdating);
+    let res = f.run(&mut |_| {}).unwrap();
+    let (a, b) = (&res.points[0], &res.points[1]);
+    for p in [a, b] {
+        let intervals = 6 * SEC / f.base.estimate_interval;
+        // At least the two ring neighbours, at most all the others.
+        let per_node = p.datagrams_sent as f64 / (p.limiters as u64 * intervals) as f64;
+        assert!(
+            per_node >= 2.0 && per_node <= (p.limiters - 1) as f64,
+            "{p:?}"
+        );
+        let overhead = p.control_bytes_per_s_per_limiter - p.payload_bytes_per_s_per_limiter;
+        let per_dgram = DATAGRAM_OVERHEAD as f64 * per_node * 1e9 / f.base.estimate_interval as f64;
+        assert!(
+            (overhead - per_dgram).abs() < 1e-6,
+            "{overhead} vs {per_dgram}"
+        );
+    }
+    let ratio = b.control_bytes_per_s_per_limiter / a.control_bytes_per_s_per_limiter;
+    assert!(
+        (ratio - 1.0).abs() < 0.15,
         "per-limiter control grew {ratio:.3}x"
     );
 }

@@ -64,25 +64,45 @@ fn table2_aggregates_and_rtt_fairness() {
 /// Figure 6: with one flow per limiter joining every 10 s, every variant
 /// holds the limit; FPS at 500 ms is steadier per flow than GRD at 500 ms,
 /// and GRD at 50 ms is fairer across the active flows than GRD at 500 ms.
+/// On the peer table every variant is within 1 Mbps of 10. On Flow
+/// Updating (the default aggregation) GRD at 50 ms delivers 8.90: a node
+/// counts a rise of its own demand not yet averaged for every node (safe
+/// at a cold start, where all may rise at once) and a fall once, so a
+/// steady demand's noise reads the others higher than they are and GRD
+/// drops more (EXPERIMENTS.md, "Scale matrix", "Verdict"). Its bound here
+/// is 1.2 under.
 #[test]
 fn fig6_flow_dynamics() {
-    let runs = run(Figure::Fig6, 1, None);
-    let d = fig6::results(&runs);
-    for (label, x) in &d {
+    use drl_cluster::cloud_control::Aggregation;
+    for aggregation in [Aggregation::PeerTable, Aggregation::FlowUpdating] {
+        let o = FigureOptions {
+            runs: Some(1),
+            aggregation,
+            ..FigureOptions::default()
+        };
+        let runs = Figure::Fig6.plan(&o).run(&mut |_| {}).unwrap();
+        let d = fig6::results(&runs);
+        for (label, x) in &d {
+            let under = if aggregation == Aggregation::FlowUpdating && label == "grd-50ms" {
+                1.2
+            } else {
+                1.0
+            };
+            assert!(
+                x.aggregate_mbps < 11.0 && x.aggregate_mbps > 10.0 - under,
+                "{aggregation}: {label}: aggregate {}",
+                x.aggregate_mbps
+            );
+        }
         assert!(
-            (x.aggregate_mbps - 10.0).abs() < 1.0,
-            "{label}: aggregate {}",
-            x.aggregate_mbps
+            d["fps-500ms"].flow_stddev_500ms < d["grd-500ms"].flow_stddev_500ms,
+            "{aggregation}: {d:?}"
+        );
+        assert!(
+            d["grd-50ms"].epoch_jain > d["grd-500ms"].epoch_jain,
+            "{aggregation}: {d:?}"
         );
     }
-    assert!(
-        d["fps-500ms"].flow_stddev_500ms < d["grd-500ms"].flow_stddev_500ms,
-        "{d:?}"
-    );
-    assert!(
-        d["grd-50ms"].epoch_jain > d["grd-500ms"].epoch_jain,
-        "{d:?}"
-    );
 }
 
 /// Figure 6 with push-sum: FPS settles as it does with the peer table.

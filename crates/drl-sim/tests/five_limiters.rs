@@ -7,14 +7,20 @@
 //! result, kept to show it.
 
 use drl_cluster::alloc::AlgorithmKind;
+use drl_cluster::cloud_control::Aggregation;
 use drl_sim::experiment::default_algorithms;
 use drl_sim::scenario::{SEC, Scenario};
 
 /// Five limiters with 1, 2, 3, 4 and 0 flows, 10 Mbps, 30 s, seed 1.
 fn five(algorithm: AlgorithmKind) -> (f64, f64) {
+    five_on(algorithm, Scenario::paper_baseline(algorithm).aggregation)
+}
+
+fn five_on(algorithm: AlgorithmKind, aggregation: Aggregation) -> (f64, f64) {
     let sc = Scenario {
         flows_per_limiter: vec![1, 2, 3, 4, 0],
         duration: 30 * SEC,
+        aggregation,
         ..Scenario::paper_baseline(algorithm)
     };
     let r = drl_sim::run(&sc, &mut |_| {}).unwrap();
@@ -42,16 +48,18 @@ fn every_default_algorithm_holds_at_five_limiters() {
     }
 }
 
-/// The test above catches `grd-smooth`: at five limiters it misses the
-/// limit or CTB's fairness.
+/// The test above, on the peer table, catches `grd-smooth`: at five
+/// limiters it misses the limit or CTB's fairness. (On Flow Updating, the
+/// default aggregation, it holds there: 9.97 Mbps, Jain 0.987. It stays out
+/// of the defaults while the peer table, still selectable, breaks it.)
 #[test]
 fn grd_smooth_fails_at_five_limiters_and_is_not_a_default() {
-    let (_, ctb_jain) = five(AlgorithmKind::Ctb);
-    let (mbps, j) = five(AlgorithmKind::GrdSmooth);
+    let (_, ctb_jain) = five_on(AlgorithmKind::Ctb, Aggregation::PeerTable);
+    let (mbps, j) = five_on(AlgorithmKind::GrdSmooth, Aggregation::PeerTable);
     assert!(
         (mbps - 10.0).abs() > 0.3 || j < ctb_jain - 0.02,
-        "grd-smooth holds at five limiters now ({mbps:.3} Mbps, Jain {j:.3}): \
-         reconsider it for the defaults"
+        "grd-smooth holds at five limiters on the peer table now ({mbps:.3} Mbps, \
+         Jain {j:.3}): reconsider it for the defaults"
     );
     for figure in ["baseline", "fig3", "fig4", "fig5"] {
         assert!(!default_algorithms(figure).contains(&AlgorithmKind::GrdSmooth));

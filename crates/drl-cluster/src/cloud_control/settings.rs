@@ -22,8 +22,9 @@ pub enum Aggregation {
     /// Every node sends its own latest value per key to `branching` peers
     /// each interval; receivers keep a table of each peer's latest value
     /// and sum the fresh values of the peers they count live. A lost peer's
-    /// values are dropped at once (the paper's §5.6). The default.
-    #[default]
+    /// values are dropped at once (the paper's §5.6). A value reaches each
+    /// peer once per `ceil((N-1)/branching)` intervals: GRD does not hold
+    /// on it from 50 nodes, FPS from 250 ([`scale_warning`]).
     PeerTable,
     /// Push-sum (Kempe et al.), the paper's §3.1 aggregation: mass-
     /// conserving averaging. Kept as the paper's reference: a lost peer's
@@ -33,7 +34,10 @@ pub enum Aggregation {
     /// per-link flows on a sparse random graph of bounded degree (the
     /// ring plus random chords). Messages carry absolute flows, so a lost
     /// one is repaired by the next; a peer down or restarted is forgotten
-    /// by dropping its flows (docs/gossip.md).
+    /// by dropping its flows (docs/gossip.md). The default: the one
+    /// aggregation that holds GRD and FPS from 12 to 490 limiters and the
+    /// membership bounds (EXPERIMENTS.md, "Scale matrix").
+    #[default]
     FlowUpdating,
 }
 
@@ -118,13 +122,13 @@ pub struct Settings {
 
 impl Settings {
     /// The service's defaults for a cluster of `nodes` with `algorithm`:
-    /// 50 ms interval, EWMA 0.1, branching 3, peer table, values stale after
+    /// 50 ms interval, EWMA 0.1, branching 3, Flow Updating, values stale after
     /// 2.4 s (twice the default failure detection), keys idle after 30 s,
     /// 100,000 keys, dithered GRD draws.
     pub fn new(algorithm: AlgorithmKind, nodes: u32) -> Self {
         Self {
             algorithm,
-            aggregation: Aggregation::PeerTable,
+            aggregation: Aggregation::FlowUpdating,
             interval: 50_000_000,
             ewma: 0.1,
             nodes,

@@ -21,7 +21,9 @@
 //!   limit, the cluster admits at least the limit - 10 % (peer table,
 //!   Flow Updating).
 //!
-//! [`random_scenario`] draws 3-12 nodes; [`scaled_scenario`] runs a given
+//! [`random_scenario`] draws 3-12 nodes and the aggregation (Flow Updating,
+//! the default, half the time; the peer table and push-sum a quarter
+//! each); [`scaled_scenario`] runs a given
 //! size and aggregation with the membership faults and 5 % loss.
 //!
 //! The same seed gives the same run.
@@ -176,10 +178,11 @@ fn scenario(seed: u64, force: Option<(u32, Aggregation)>) -> Scenario {
     let drawn = rng.random_range(3..=12u32);
     let n = force.map_or(drawn, |f| f.0.max(2));
     let algorithm = [AlgorithmKind::Grd, AlgorithmKind::Fps][rng.random_range(0..2)];
-    let drawn = if rng.random_bool(0.75) {
-        Aggregation::PeerTable
-    } else {
-        Aggregation::PushSum
+    // The default half the time, the other two a quarter each.
+    let drawn = match rng.random_range(0..4u32) {
+        0 => Aggregation::PeerTable,
+        1 => Aggregation::PushSum,
+        _ => Aggregation::FlowUpdating,
     };
     let aggregation = force.map_or(drawn, |f| f.1);
     let detection = rng.random_range(600..=1_500u64) * MS;

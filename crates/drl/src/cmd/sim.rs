@@ -92,8 +92,9 @@ struct FigureFlags {
     /// fig9 120, table1 60, table2 60].
     #[arg(long)]
     duration: Option<f64>,
-    /// How limiters aggregate each other's values (peer-table or push-sum).
-    #[arg(long, default_value = "peer-table")]
+    /// How limiters aggregate each other's values: flow-updating (what
+    /// `drl serve` runs by default), peer-table or push-sum.
+    #[arg(long, default_value = "flow-updating")]
     aggregation: Aggregation,
     /// How GRD draws its drops: independent (the paper's: one draw per
     /// packet) or dithered (the service's default: each draw tilted so that
@@ -164,10 +165,11 @@ struct Flags {
     /// sustained loss), none.
     #[arg(long, default_value = "cumulative")]
     compensation: String,
-    /// How limiters aggregate each other's values: peer-table (what
-    /// `drl serve` runs by default: each node's latest value, per peer) or
-    /// push-sum (the paper's mass-conserving averaging).
-    #[arg(long, default_value = "peer-table")]
+    /// How limiters aggregate each other's values: flow-updating (what
+    /// `drl serve` runs by default: averaging by idempotent per-link
+    /// flows), peer-table (each node's latest value, per peer) or push-sum
+    /// (the paper's mass-conserving averaging).
+    #[arg(long, default_value = "flow-updating")]
     aggregation: Aggregation,
     /// How GRD draws its drops: independent (the paper's: one draw per
     /// packet) or dithered (the service's default: each draw tilted so that

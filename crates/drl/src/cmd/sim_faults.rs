@@ -24,8 +24,9 @@ per window and lane) is checked after every event. For gossip (Cloud Control nod
 the `scope: gossip` node): 3-12 nodes, loss up to 20 %, kills and restarts, \
 partitions and heals, membership that lags and wrongly suspects live peers; every \
 1 s window must admit at most the limit + 10 % (each partition side k/N + 10 %, the \
-survivors of a kill (N-1)/N + 10 %) and, in steady state with the peer table, at \
-least the limit - 10 %.\n\n\
+survivors of a kill (N-1)/N + 10 %) and, in steady state with the peer table or Flow \
+Updating, at least the limit - 10 %. Half the seeds run Flow Updating (the default \
+aggregation), a quarter each the peer table and push-sum.\n\n\
 Seeds --first-seed .. --first-seed + --seeds - 1 run in order. On success one line \
 sums them up (seeds, admitted cost, crashes, partitions, simulated and wall time) \
 and the exit status is 0. The first failing seed stops the run: the violation, the \

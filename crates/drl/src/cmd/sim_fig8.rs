@@ -37,8 +37,9 @@ pub struct Args {
     /// Gossip loss probability per datagram.
     #[arg(long, default_value_t = 0.05)]
     loss: f64,
-    /// How limiters aggregate each other's values (peer-table or push-sum).
-    #[arg(long, default_value = "peer-table")]
+    /// How limiters aggregate each other's values: flow-updating (what
+    /// `drl serve` runs by default), peer-table or push-sum.
+    #[arg(long, default_value = "flow-updating")]
     aggregation: Aggregation,
     /// Simulated seconds per run.
     #[arg(long, default_value_t = 60)]

@@ -2,6 +2,7 @@
 //! and settling claims.
 
 use super::*;
+use crate::cloud_control::Aggregation;
 
 const MS: Nanos = 1_000_000;
 
@@ -89,6 +90,7 @@ fn a_lagging_weight_claims_only_what_the_peers_heard() {
     let run = |nodes: u32, branching: u32| {
         let s = Settings {
             branching,
+            aggregation: Aggregation::PeerTable,
             ..settings(AlgorithmKind::Fps, nodes)
         };
         assert_eq!(s.dissemination_rounds() > 1, nodes > branching + 1);

@@ -460,11 +460,13 @@ async fn bad_packets_never_change_an_estimate() {
         node.handle_timeout(due);
         let mut buf = Vec::new();
         assert_eq!(node.poll_transmit(due, &mut buf), Some(1));
+        // What node 2 claims: its published value (peer table) or its
+        // estimate of the mean (Flow Updating, the default).
         let mut claimed = 0.0f32;
-        wire::decode(&buf, &mut Vec::new(), |_, v| {
-            if let wire::Value::Published(x) = v {
-                claimed = x;
-            }
+        wire::decode(&buf, &mut Vec::new(), |_, v| match v {
+            wire::Value::Published(x) => claimed = x,
+            wire::Value::Flow(m) => claimed = m.estimate as f32,
+            wire::Value::Mass(_) => {}
         })
         .unwrap();
         assert!(claimed > 1.0e6, "the forged payload claims {claimed}");

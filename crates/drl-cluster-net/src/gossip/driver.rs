@@ -189,7 +189,8 @@ mod tests {
         d.on_membership(0, Event::Up(ident(2)));
         assert_eq!(d.address(2), Some(ident(2).addr));
         assert_eq!(d.node().peers_up().collect::<Vec<_>>(), vec![2]);
-        assert_eq!(d.live(0), 1, "up but not heard from yet");
+        // Flow Updating (the default) counts the members up.
+        assert_eq!(d.live(0), 2, "up, counted live");
         d.on_membership(1, Event::Down(ident(2)));
         assert_eq!(d.address(2), None);
         assert_eq!(d.node().peers_up().count(), 0);

@@ -352,8 +352,14 @@ impl Node {
         }
     }
 
-    /// Nodes counted live now (this one included).
+    /// Nodes counted live now (this one included): with the peer table,
+    /// the members up that were heard from within `stale_after` (a value
+    /// reaches every peer); with push-sum and Flow Updating, the members
+    /// up (a node hears only from the peers it is linked with).
     pub fn live(&self, now: Nanos) -> u32 {
+        if self.settings.aggregation != Aggregation::PeerTable {
+            return 1 + self.members.up_count(self.me);
+        }
         let stale = self.settings.stale_after;
         let view = self.view();
         1 + self
@@ -603,13 +609,10 @@ impl Node {
         self.header.view = view;
         let hold = self.settings.down_hold();
         self.members.expire_values(now, stale, hold);
-        let live = match self.settings.aggregation {
-            Aggregation::PeerTable => self.live(now),
-            // A push-sum node hears only from its fan's in-links, so it
-            // cannot ask to have heard from every peer: membership alone
-            // counts (the heal-window guard is the peer table's).
-            Aggregation::PushSum | Aggregation::FlowUpdating => 1 + self.members.up_count(self.me),
-        };
+        // A push-sum or Flow Updating node hears only from its links, so
+        // it cannot ask to have heard from every peer: membership alone
+        // counts there (the heal-window guard is the peer table's).
+        let live = self.live(now);
         self.keys.set_live(live);
         let keys = self.keys.sorted();
         self.frames.clear();

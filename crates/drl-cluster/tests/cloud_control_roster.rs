@@ -205,11 +205,14 @@ proptest! {
     #[test]
     fn a_shared_roster_behaves_like_peer_by_peer_membership(
         n in 2u32..7,
-        push_sum in any::<bool>(),
+        aggregation in prop::sample::select(vec![
+            Aggregation::FlowUpdating,
+            Aggregation::PeerTable,
+            Aggregation::PushSum,
+        ]),
         grd in any::<bool>(),
         ops in prop::collection::vec(op(6), 1..30),
     ) {
-        let aggregation = if push_sum { Aggregation::PushSum } else { Aggregation::PeerTable };
         let algorithm = if grd { AlgorithmKind::Grd } else { AlgorithmKind::Fps };
         let s = settings(n, aggregation, algorithm);
         // Ops naming nodes beyond `n` are dropped.

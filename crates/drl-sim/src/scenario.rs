@@ -393,7 +393,7 @@ impl Scenario {
             gossip_jitter: 0,
             gossip_duplicate: 0.0,
             compensation: LossCompensation::Cumulative,
-            aggregation: Aggregation::FlowUpdating,
+            aggregation: Aggregation::default(),
             grd_draws: GrdDraws::Independent,
             detection: 1_200 * MS,
             stale_after: None,

@@ -3,7 +3,7 @@
 
 use drl_cluster::alloc::AlgorithmKind;
 use drl_cluster::cloud_control::Aggregation;
-use drl_sim::figures::fig8::{DATAGRAM_OVERHEAD, Fig8};
+use drl_sim::figures::fig8::{DATAGRAM_OVERHEAD, Fig8, Point};
 use drl_sim::scenario::SEC;
 
 /// A small sweep: `limiters` limiters, FPS, branching `br`, 5 % loss,
@@ -17,6 +17,17 @@ fn small(limiters: Vec<usize>, br: Vec<u32>, secs: u64, warmup: u64) -> Fig8 {
     f.churn = None;
     f.base.start_spread = 5 * SEC;
     f
+}
+
+/// The control bytes beyond the payload are exactly the framing of the
+/// datagrams sent: `per_node` per limiter per interval of `interval` ns.
+fn assert_overhead_counted(p: &Point, per_node: f64, interval: u64) {
+    let overhead = p.control_bytes_per_s_per_limiter - p.payload_bytes_per_s_per_limiter;
+    let per_dgram = DATAGRAM_OVERHEAD as f64 * per_node * 1e9 / interval as f64;
+    assert!(
+        (overhead - per_dgram).abs() < 1e-6,
+        "{overhead} vs {per_dgram}"
+    );
 }
 
 /// "Each extra limiter incurs a fixed communication cost": with the peer
@@ -34,12 +45,7 @@ fn control_traffic_per_limiter_is_fixed_and_counted_exactly() {
         // Every node sends to 3 peers each interval (one datagram each:
         // one key fits).
         assert_eq!(p.datagrams_sent, p.limiters as u64 * 3 * intervals, "{p:?}");
-        let overhead = p.control_bytes_per_s_per_limiter - p.payload_bytes_per_s_per_limiter;
-        let per_dgram = DATAGRAM_OVERHEAD as f64 * 3.0 * 1e9 / f.base.estimate_interval as f64;
-        assert!(
-            (overhead - per_dgram).abs() < 1e-6,
-            "{overhead} vs {per_dgram}"
-        );
+        assert_overhead_counted(p, 3.0, f.base.estimate_interval);
     }
     let ratio = b.control_bytes_per_s_per_limiter / a.control_bytes_per_s_per_limiter;
     assert!(
@@ -68,12 +74,7 @@ fn flow_updating_control_traffic_is_flat_and_counted_exactly() {
             per_node >= 2.0 && per_node <= (p.limiters - 1) as f64,
             "{p:?}"
         );
-        let overhead = p.control_bytes_per_s_per_limiter - p.payload_bytes_per_s_per_limiter;
-        let per_dgram = DATAGRAM_OVERHEAD as f64 * per_node * 1e9 / f.base.estimate_interval as f64;
-        assert!(
-            (overhead - per_dgram).abs() < 1e-6,
-            "{overhead} vs {per_dgram}"
-        );
+        assert_overhead_counted(p, per_node, f.base.estimate_interval);
     }
     let ratio = b.control_bytes_per_s_per_limiter / a.control_bytes_per_s_per_limiter;
     assert!(

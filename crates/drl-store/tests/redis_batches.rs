@@ -191,6 +191,22 @@ fn decision_calls(admin: &mut redis::Connection, engine: Engine) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
+/// A runtime of two worker threads: the batcher runs beside the callers.
+fn two_threads() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A store on `cfg` with its script loaded.
+async fn connected(cfg: &RedisConfig) -> RedisStore {
+    let store = RedisStore::connect(cfg).await.unwrap();
+    store.load_script().await.unwrap();
+    store
+}
+
 fn fixed(alg: Algorithm, quotas: &[&str]) -> LimitSpec {
     LimitSpec::new(
         unique("fixed"),
@@ -203,20 +219,14 @@ fn fixed(alg: Algorithm, quotas: &[&str]) -> LimitSpec {
 fn concurrent_decisions_share_calls_and_admit_exactly_the_quota() {
     let server = RedisServer::start_module();
     let mut admin = server.admin();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    two_threads().block_on(async {
         for engine in [Engine::Lua, Engine::Module] {
             // The default: Redis TIME, up to 2 calls in flight.
             let cfg = RedisConfig {
                 engine,
                 ..RedisConfig::single(server.url())
             };
-            let store = RedisStore::connect(&cfg).await.unwrap();
-            store.load_script().await.unwrap();
+            let store = connected(&cfg).await;
             let spec = Arc::new(fixed(Algorithm::Gcra, &["100/h"]));
             // Idle: a lone decision is one call of its own, sent at once.
             let before = decision_calls(&mut admin, engine);
@@ -267,19 +277,13 @@ fn concurrent_decisions_share_calls_and_admit_exactly_the_quota() {
 fn a_coalesced_batch_takes_the_fewest_calls_whatever_the_threads_do() {
     let server = RedisServer::start_module();
     let mut admin = server.admin();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    two_threads().block_on(async {
         for engine in [Engine::Lua, Engine::Module] {
             let cfg = RedisConfig {
                 engine,
                 ..RedisConfig::single(server.url())
             };
-            let store = RedisStore::connect(&cfg).await.unwrap();
-            store.load_script().await.unwrap();
+            let store = connected(&cfg).await;
             let spec = fixed(Algorithm::Gcra, &["100/h"]);
             let key = format!("coalesced-{engine:?}");
             for round in 0..20 {
@@ -411,18 +415,12 @@ fn noscript_after_script_flush_is_recovered_for_a_whole_batch() {
 #[test]
 fn a_batch_that_times_out_fails_over_per_decision() {
     let server = RedisServer::start();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    two_threads().block_on(async {
         let mut cfg = RedisConfig::single(server.url());
         cfg.time = TimeSource::Caller;
         // The policy's deadline, not the connection's, ends the wait.
         cfg.response_timeout_ms = 120_000;
-        let store = RedisStore::connect(&cfg).await.unwrap();
-        store.load_script().await.unwrap();
+        let store = connected(&cfg).await;
         // Met by a live Redis on a loaded machine (25 ms sometimes was not).
         let timeout_ms = 1_000;
         let resilient = Resilient::new(
@@ -498,17 +496,11 @@ fn a_batch_that_times_out_fails_over_per_decision() {
 #[test]
 fn callers_that_gave_up_before_their_call_was_sent_are_not_sent() {
     let server = RedisServer::start();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    two_threads().block_on(async {
         let mut cfg = RedisConfig::single(server.url());
         cfg.time = TimeSource::Caller;
         cfg.batch_in_flight = Some(1);
-        let store = RedisStore::connect(&cfg).await.unwrap();
-        store.load_script().await.unwrap();
+        let store = connected(&cfg).await;
         let spec = fixed(Algorithm::FixedWindow, &["100/h"]);
         let c = Check {
             spec: &spec,
@@ -546,20 +538,14 @@ fn callers_that_gave_up_before_their_call_was_sent_are_not_sent() {
 #[test]
 fn cluster_batches_group_by_slot_and_decide_in_order() {
     let cluster = RedisCluster::start_module(3);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    two_threads().block_on(async {
         for engine in [Engine::Lua, Engine::Module] {
             let mut cfg = RedisConfig::cluster(cluster.urls());
             cfg.time = TimeSource::Caller;
             cfg.expiry_grace_ms = 3_600_000;
             cfg.batch_in_flight = Some(1);
             cfg.engine = engine;
-            let store = RedisStore::connect(&cfg).await.unwrap();
-            store.load_script().await.unwrap();
+            let store = connected(&cfg).await;
             for (alg, quotas) in [
                 (Algorithm::Gcra, &["3/s", "5/h"][..]),
                 (Algorithm::SlidingWindow, &["3/1500ms"][..]),

@@ -252,14 +252,13 @@ async fn every_api_errors_until_sighup_loads_the_config() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
-    let body = br#"{"requests":[{"limit":"api","key":"k"}]}"#;
-    let (status, _, text) = http_request(
-        "POST",
-        &drl.url("/v1/check"),
-        &[("content-type", "application/json")],
-        body,
-    )
-    .unwrap();
+    let post_check = || {
+        let body = br#"{"requests":[{"limit":"api","key":"k"}]}"#;
+        let json = [("content-type", "application/json")];
+        let (status, _, text) = http_request("POST", &drl.url("/v1/check"), &json, body).unwrap();
+        (status, text)
+    };
+    let (status, text) = post_check();
     assert_eq!(status, 503, "{text}");
     assert!(
         text.contains("no rate limit configuration loaded"),
@@ -281,13 +280,7 @@ async fn every_api_errors_until_sighup_loads_the_config() {
     assert_served(&ask(&drl, 1).await.unwrap());
     let r = native.check(check()).await.unwrap().into_inner();
     assert_eq!((r.results.len(), r.results[0].limit), (1, 5));
-    let (status, _, text) = http_request(
-        "POST",
-        &drl.url("/v1/check"),
-        &[("content-type", "application/json")],
-        body,
-    )
-    .unwrap();
+    let (status, text) = post_check();
     assert_eq!(status, 200, "{text}");
     // A fresh key's first request is admitted.
     let (status, text) = http_get(&drl.url("/v1/auth/api")).unwrap();

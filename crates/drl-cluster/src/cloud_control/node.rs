@@ -354,8 +354,9 @@ impl Node {
 
     /// Nodes counted live now (this one included): with the peer table,
     /// the members up that were heard from within `stale_after` (a value
-    /// reaches every peer); with push-sum and Flow Updating, the members
-    /// up (a node hears only from the peers it is linked with).
+    /// reaches every peer; the heal-window guard); with push-sum and Flow
+    /// Updating, the members up (a node hears only from its links, so it
+    /// cannot ask to have heard from every peer).
     pub fn live(&self, now: Nanos) -> u32 {
         if self.settings.aggregation != Aggregation::PeerTable {
             return 1 + self.members.up_count(self.me);
@@ -609,9 +610,6 @@ impl Node {
         self.header.view = view;
         let hold = self.settings.down_hold();
         self.members.expire_values(now, stale, hold);
-        // A push-sum or Flow Updating node hears only from its links, so
-        // it cannot ask to have heard from every peer: membership alone
-        // counts there (the heal-window guard is the peer table's).
         let live = self.live(now);
         self.keys.set_live(live);
         let keys = self.keys.sorted();

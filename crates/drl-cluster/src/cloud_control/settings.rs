@@ -128,7 +128,7 @@ impl Settings {
     pub fn new(algorithm: AlgorithmKind, nodes: u32) -> Self {
         Self {
             algorithm,
-            aggregation: Aggregation::FlowUpdating,
+            aggregation: Aggregation::default(),
             interval: 50_000_000,
             ewma: 0.1,
             nodes,

@@ -37,7 +37,7 @@ impl Default for FigureOptions {
         Self {
             seed: 1,
             runs: None,
-            aggregation: Aggregation::FlowUpdating,
+            aggregation: Aggregation::default(),
             grd_draws: GrdDraws::Independent,
             duration: None,
         }

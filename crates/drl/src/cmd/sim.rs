@@ -94,7 +94,7 @@ struct FigureFlags {
     duration: Option<f64>,
     /// How limiters aggregate each other's values: flow-updating (what
     /// `drl serve` runs by default), peer-table or push-sum.
-    #[arg(long, default_value = "flow-updating")]
+    #[arg(long, default_value_t = Aggregation::default())]
     aggregation: Aggregation,
     /// How GRD draws its drops: independent (the paper's: one draw per
     /// packet) or dithered (the service's default: each draw tilted so that
@@ -169,7 +169,7 @@ struct Flags {
     /// `drl serve` runs by default: averaging by idempotent per-link
     /// flows), peer-table (each node's latest value, per peer) or push-sum
     /// (the paper's mass-conserving averaging).
-    #[arg(long, default_value = "flow-updating")]
+    #[arg(long, default_value_t = Aggregation::default())]
     aggregation: Aggregation,
     /// How GRD draws its drops: independent (the paper's: one draw per
     /// packet) or dithered (the service's default: each draw tilted so that

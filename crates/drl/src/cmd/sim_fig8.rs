@@ -39,7 +39,7 @@ pub struct Args {
     loss: f64,
     /// How limiters aggregate each other's values: flow-updating (what
     /// `drl serve` runs by default), peer-table or push-sum.
-    #[arg(long, default_value = "flow-updating")]
+    #[arg(long, default_value_t = Aggregation::default())]
     aggregation: Aggregation,
     /// Simulated seconds per run.
     #[arg(long, default_value_t = 60)]

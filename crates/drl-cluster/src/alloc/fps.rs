@@ -359,8 +359,8 @@ impl Fps {
     }
 
     /// This limiter with its second-regime weight anchored to a measured
-    /// flow: while no sampled flow is established, the weight does not
-    /// rise above where it is (one flow at least). Without the anchor the
+    /// flow: while no sampled flow is established, the weight is at most
+    /// the number of flows sampled here (one at least). Without the anchor the
     /// weight is `demand · remote / (limit − demand)` alone, which near
     /// the limit in force is up to 999 times the others' sum: in Figure 9
     /// on Flow Updating, limiters of 3 transfers published weights of
@@ -369,7 +369,13 @@ impl Fps {
     /// estimate (Flow Updating, push-sum) does not follow values five
     /// orders of magnitude apart: the others' sum read 0 at limiters still
     /// holding a large weight, each took the whole limit, and FPS admitted
-    /// 21.56 Mbps against 5 for 30 s.
+    /// 21.56 Mbps against 5 for 30 s. Bounding it by the others' sum
+    /// instead was not enough: summed over the limiters, the second
+    /// regime's weights multiply by about the total demand over the limit
+    /// every interval, and with flows not measured yet in their first
+    /// intervals, 1,000 limiters starting together (3-4x the limit
+    /// offered) raised the sum of weights from 170 to 10 million in half
+    /// a second (`scale_probe`).
     pub fn anchored(mut self) -> Self {
         self.anchored = true;
         self
@@ -609,9 +615,9 @@ impl Allocator for Fps {
                 w.min(demand / fastest)
             } else {
                 if self.anchored {
-                    // No flow measured yet: at most the others' sum, half
-                    // the limit (see `Fps::anchored`).
-                    w.min(remote)
+                    // No flow measured yet: at most the flows seen here
+                    // (one at least; see `Fps::anchored`).
+                    w.min(self.flows.len().max(1) as f64)
                 } else {
                     w
                 }

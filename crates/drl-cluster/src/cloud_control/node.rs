@@ -768,7 +768,9 @@ impl Node {
                     let Some(f) = self.flows.get_mut(&e.wire_key) else {
                         continue;
                     };
-                    let remote = f.fu.remote_estimate(live);
+                    // A settling cap bounds the allowance by itself; the remote
+                    // sum is held only where nothing else does.
+                    let remote = f.fu.held_remote(live, !e.state.capped(settle));
                     // FPS claims no more than the others count of this node
                     // (a rise not averaged yet); alone (no neighbour up), its
                     // own (counted unheard, its refilled burst admitted 2x).

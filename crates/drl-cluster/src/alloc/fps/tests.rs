@@ -413,3 +413,38 @@ fn thousands_of_slow_flows_are_measured_and_counted() {
     assert!(w > 1.5 * naive, "weight {w}, local limit / fastest {naive}");
     assert!(w < 4.0 * flows as f64, "weight {w}");
 }
+
+/// Anchored, with no flow measured yet, the second regime's weight is at
+/// most the flows sampled here: held back in its first interval while the
+/// others' sum reads a million flows, it does not take a multiple of it.
+/// Summed over the limiters that regime multiplies the weights by about
+/// the total demand over the limit each interval (1,000 limiters starting
+/// together raised their sum from 170 to 10 million in half a second).
+#[test]
+fn anchored_weight_without_a_measured_flow_is_the_flows_seen() {
+    let make = || {
+        settled(Fps::new(
+            1_000_000,
+            10_000,
+            0,
+            1.0,
+            Smoothing::uniform(0.0),
+            cfg(),
+            0,
+        ))
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let mut anchored = make().anchored();
+    let (_, w) = run_interval(&mut anchored, &mut rng, 0, &[100_000.0; 3], 1e6);
+    assert_eq!(anchored.regime(), Regime::Bottlenecked);
+    assert!(w > 0.0 && w <= 3.0, "anchored weight {w}");
+    // Unanchored (the peer table's exact sums), the same interval asks for
+    // the weight that matches its demand: d · remote / (L - d).
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let mut free = make();
+    let (_, w) = run_interval(&mut free, &mut rng, 0, &[100_000.0; 3], 1e6);
+    assert!(
+        (w - 300_000.0 * 1e6 / 700_000.0).abs() < 1.0,
+        "unanchored weight {w}"
+    );
+}

@@ -768,9 +768,13 @@ impl Node {
                     let Some(f) = self.flows.get_mut(&e.wire_key) else {
                         continue;
                     };
-                    // A settling cap bounds the allowance by itself; the remote
-                    // sum is held only where nothing else does.
-                    let remote = f.fu.held_remote(live, !e.state.capped(settle));
+                    // FPS's weights jump by orders of magnitude as limiters
+                    // change regime, and the estimates overshoot as far: the
+                    // remote sum is held, where no settling cap already
+                    // bounds the allowance. (GRD's demands move as TCP does;
+                    // held, GRD at 1,000 limiters with flows arriving swung
+                    // more: up to 90 Mbps in a second against 62.)
+                    let remote = f.fu.held_remote(live, fps && !e.state.capped(settle));
                     // FPS claims no more than the others count of this node
                     // (a rise not averaged yet); alone (no neighbour up), its
                     // own (counted unheard, its refilled burst admitted 2x).

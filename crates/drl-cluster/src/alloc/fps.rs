@@ -376,6 +376,15 @@ impl Fps {
     /// intervals, 1,000 limiters starting together (3-4x the limit
     /// offered) raised the sum of weights from 170 to 10 million in half
     /// a second (`scale_probe`).
+    ///
+    /// Anchored, every weight is also at most the number of flows sampled
+    /// while the sample has room (it then holds every flow seen within
+    /// `flow_expiry`): a weight counts flows. Without it, flows of a few
+    /// kbps (2,000 limiters, 3,300 flows on 50 Mbps) measured near 0 and
+    /// `local limit / fastest` drifted the weights up and apart (their sum
+    /// from 1,800 to 3.4 million in 18 s, the largest 280,000), the
+    /// averaged sums read them too high at a quarter of the limiters, and
+    /// FPS admitted 20.6-47.3 Mbps against 50.
     pub fn anchored(mut self) -> Self {
         self.anchored = true;
         self
@@ -632,6 +641,13 @@ impl Allocator for Fps {
         // last.
         let published = self.weight.value();
         let ideal = ideal.clamp(0.0, self.cfg.max_weight);
+        // A weight counts flows: where the sample holds every flow here
+        // (room left), it is at most their number (see `Fps::anchored`).
+        let ideal = if self.anchored && self.flows.len() < self.cfg.sample_capacity {
+            ideal.min(self.flows.len().max(1) as f64)
+        } else {
+            ideal
+        };
         let w = if regime == Regime::Idle {
             // No demand: release the share at once.
             self.weight.set(0.0);

@@ -448,3 +448,39 @@ fn anchored_weight_without_a_measured_flow_is_the_flows_seen() {
         "unanchored weight {w}"
     );
 }
+
+/// Anchored, a weight counts flows: while the sample has room, it is at
+/// most the flows sampled. Two flows held down by a large remote sum,
+/// then the sum falls away: the local limit jumps, and `local limit /
+/// fastest` over the still-small smoothed flow rate reads many flows.
+#[test]
+fn anchored_weight_is_at_most_the_flows_sampled() {
+    let run = |anchor: bool| {
+        let f = Fps::new(
+            1_000_000,
+            1_000_000,
+            0,
+            1.0,
+            Smoothing::uniform(0.9),
+            cfg(),
+            0,
+        );
+        let mut f = settled(if anchor { f.anchored() } else { f });
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let mut most: f64 = 0.0;
+        for i in 0..40u64 {
+            let remote = if i < 20 { 1e4 } else { 1e-3 };
+            let (_, w) = run_interval(&mut f, &mut rng, i * IV, &[600_000.0; 2], remote);
+            most = most.max(w);
+        }
+        (most, f.sampled_flows())
+    };
+    let (free, _) = run(false);
+    assert!(free > 2.0, "unanchored weight peaked at {free}");
+    let (anchored, sampled) = run(true);
+    assert_eq!(sampled, 2);
+    assert!(
+        anchored <= 2.0 + 1e-9,
+        "anchored weight peaked at {anchored}"
+    );
+}

@@ -400,9 +400,6 @@ impl KeyState {
         }
     }
 
-    /// Ends an estimate interval at `now`, with `remote` the aggregated
-    /// sum of the others' values and `live` nodes counted. Returns the
-    /// value to publish, and whether the key is still worth sending.
     /// Whether the interval step under `settle` will cap this key's
     /// allowance ([`KeyState::tick_heard`]).
     pub(crate) fn capped(&self, settle: Settle) -> bool {
@@ -410,6 +407,9 @@ impl KeyState {
         settle.settling && (sl.cap.is_some() || (settle.changed && sl.allowance.is_some()))
     }
 
+    /// Ends an estimate interval at `now`, with `remote` the aggregated
+    /// sum of the others' values and `live` nodes counted. Returns the
+    /// value to publish, and whether the key is still worth sending.
     pub(crate) fn tick(&self, s: &Settings, now: Nanos, remote: f64, live: u32) -> (f64, bool) {
         self.tick_heard(s, now, remote, live, None, Settle::default())
     }

@@ -22,7 +22,7 @@ use drl_cluster::alloc::AlgorithmKind;
 use drl_cluster::cloud_control::Aggregation;
 use drl_sim::engine::run;
 use drl_sim::metrics::jain;
-use drl_sim::scenario::{Churn, MS, SEC, Scenario};
+use drl_sim::scenario::{SEC, Scenario};
 
 fn list<T: std::str::FromStr>(args: &[String], flag: &str, default: &str) -> Vec<T>
 where
@@ -54,16 +54,15 @@ fn main() {
             for &alg in &algs {
                 for &loss in &losses {
                     for start in &starts {
-                        let mut sc = Scenario::paper_scaling(n, alg, agg, loss, secs);
-                        sc.seed = seed;
-                        sc.warmup = 10 * SEC;
-                        sc.start_spread = 500 * MS;
-                        if start == "staggered" {
-                            sc.churn = Some(Churn {
-                                every: 100 * MS,
-                                life: 10_000 * SEC,
-                            });
-                        }
+                        let sc = Scenario::scale_matrix_cell(
+                            n,
+                            alg,
+                            agg,
+                            loss,
+                            secs,
+                            seed,
+                            start == "staggered",
+                        );
                         row(&sc, n, start);
                     }
                 }

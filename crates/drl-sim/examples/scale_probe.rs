@@ -6,7 +6,7 @@
 
 use drl_cluster::alloc::AlgorithmKind;
 use drl_cluster::cloud_control::Aggregation;
-use drl_sim::scenario::{Churn, MS, SEC, Scenario};
+use drl_sim::scenario::Scenario;
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
@@ -20,16 +20,7 @@ fn main() {
     let loss: f64 = a.get(4).map_or(0.0, |s| s.parse().unwrap());
     let start = a.get(5).map_or("together", |s| s.as_str());
     let secs: u64 = a.get(6).map_or(20, |s| s.parse().unwrap());
-    let mut sc = Scenario::paper_scaling(n, alg, agg, loss, secs);
-    sc.seed = 1;
-    sc.warmup = 10 * SEC;
-    sc.start_spread = 500 * MS;
-    if start == "staggered" {
-        sc.churn = Some(Churn {
-            every: 100 * MS,
-            life: 10_000 * SEC,
-        });
-    }
+    let sc = Scenario::scale_matrix_cell(n, alg, agg, loss, secs, 1, start == "staggered");
     let r = drl_sim::engine::run(&sc, &mut |_| {}).unwrap();
     let mut by_at: std::collections::BTreeMap<u64, Vec<_>> = Default::default();
     for s in &r.ticks {

@@ -448,6 +448,31 @@ impl Scenario {
         }
     }
 
+    /// One cell of EXPERIMENTS.md's scale matrix: [`Scenario::paper_scaling`]
+    /// with `seed`, measured from 10 s, every flow starting within 500 ms,
+    /// or (`staggered`) one flow every 100 ms in a random order.
+    pub fn scale_matrix_cell(
+        limiters: usize,
+        algorithm: AlgorithmKind,
+        aggregation: Aggregation,
+        gossip_loss: f64,
+        secs: u64,
+        seed: u64,
+        staggered: bool,
+    ) -> Self {
+        let mut sc = Self::paper_scaling(limiters, algorithm, aggregation, gossip_loss, secs);
+        sc.seed = seed;
+        sc.warmup = 10 * SEC;
+        sc.start_spread = 500 * MS;
+        if staggered {
+            sc.churn = Some(Churn {
+                every: 100 * MS,
+                life: 10_000 * SEC,
+            });
+        }
+        sc
+    }
+
     /// Number of limiters.
     pub fn limiters(&self) -> usize {
         self.flows_per_limiter.len()

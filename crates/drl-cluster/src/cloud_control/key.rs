@@ -273,14 +273,20 @@ pub(crate) struct Settle {
 }
 
 impl Slow {
-    /// Takes the cap at a membership change and drops it once settled
-    /// ([`KeyState::tick_heard`]).
-    fn settle(&mut self, settle: Settle) {
+    /// The cap in force under `settle`: taken at a membership change,
+    /// dropped once settled ([`KeyState::tick_heard`]).
+    fn cap_under(&self, settle: Settle) -> Option<(f64, u64)> {
         if !settle.settling {
-            self.cap = None;
-        } else if self.cap.is_none() && settle.changed {
-            self.cap = self.allowance;
+            None
+        } else {
+            self.cap
+                .or(if settle.changed { self.allowance } else { None })
         }
+    }
+
+    /// Applies [`Slow::cap_under`].
+    fn settle(&mut self, settle: Settle) {
+        self.cap = self.cap_under(settle);
         self.settling = settle.settling;
     }
 }
@@ -403,8 +409,7 @@ impl KeyState {
     /// Whether the interval step under `settle` will cap this key's
     /// allowance ([`KeyState::tick_heard`]).
     pub(crate) fn capped(&self, settle: Settle) -> bool {
-        let sl = self.slow.lock();
-        settle.settling && (sl.cap.is_some() || (settle.changed && sl.allowance.is_some()))
+        self.slow.lock().cap_under(settle).is_some()
     }
 
     /// Ends an estimate interval at `now`, with `remote` the aggregated
